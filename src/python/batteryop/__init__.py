@@ -1,0 +1,1 @@
+"""battery-operator: Pool and MicroVMClaim for battery's warm pools of Firecracker MicroVMs."""

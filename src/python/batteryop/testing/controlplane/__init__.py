@@ -1,0 +1,37 @@
+"""The real Kubernetes control plane (kube-apiserver + etcd) for tests and the dev stack."""
+
+from batteryop.testing.controlplane.clients import (
+    admin_client,
+    ensure_service_account,
+    request_token,
+    service_account_client,
+    token_client,
+    user_client,
+)
+from batteryop.testing.controlplane.gobuild import (
+    Binaries,
+    ControlPlaneBuildError,
+    ensure_binaries,
+)
+from batteryop.testing.controlplane.server import (
+    ADMIN_USER,
+    SERVICE_ACCOUNT_ISSUER,
+    ControlPlane,
+    ControlPlaneError,
+)
+
+__all__ = [
+    "ADMIN_USER",
+    "SERVICE_ACCOUNT_ISSUER",
+    "Binaries",
+    "ControlPlane",
+    "ControlPlaneBuildError",
+    "ControlPlaneError",
+    "admin_client",
+    "ensure_binaries",
+    "ensure_service_account",
+    "request_token",
+    "service_account_client",
+    "token_client",
+    "user_client",
+]

@@ -1,0 +1,62 @@
+"""Kubernetes API clients against a ControlPlane: the admin, any user, any ServiceAccount."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from batteryop.testing.controlplane.server import ControlPlane
+
+
+def admin_client(cp: ControlPlane) -> k8s.ApiClient:
+    """A client authenticated as a member of system:masters."""
+    return k8s_config.new_client_from_config_dict(cp.kubeconfig())
+
+
+def user_client(cp: ControlPlane, user: str, groups: Sequence[str] = ()) -> k8s.ApiClient:
+    """A client authenticated by a client certificate for `user` in `groups`."""
+    return k8s_config.new_client_from_config_dict(cp.kubeconfig(client=cp.client_cert(user, groups)))
+
+
+def token_client(cp: ControlPlane, token: str) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config_dict(cp.kubeconfig(token=token))
+
+
+def ensure_service_account(api: k8s.ApiClient, namespace: str, name: str) -> None:
+    core = k8s.CoreV1Api(api)
+    try:
+        core.create_namespaced_service_account(
+            namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=name))
+        )
+    except k8s.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def request_token(
+    api: k8s.ApiClient,
+    namespace: str,
+    service_account: str,
+    *,
+    audiences: Sequence[str] = (),
+    seconds: int = 3600,
+) -> str:
+    """Mint a token for a ServiceAccount through the TokenRequest API."""
+    core = k8s.CoreV1Api(api)
+    spec = k8s.V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=seconds)
+    resp = core.create_namespaced_service_account_token(
+        service_account, namespace, k8s.AuthenticationV1TokenRequest(spec=spec)
+    )
+    return str(resp.status.token)
+
+
+def service_account_client(
+    cp: ControlPlane, namespace: str, name: str, *, create: bool = True
+) -> k8s.ApiClient:
+    """A client acting as system:serviceaccount:<namespace>:<name>, with its real RBAC."""
+    admin = admin_client(cp)
+    if create:
+        ensure_service_account(admin, namespace, name)
+    return token_client(cp, request_token(admin, namespace, name))

@@ -1,0 +1,23 @@
+"""TLS helpers shared by the deployables and the test harnesses."""
+
+from batteryop.tls.pki import (
+    CertificateAuthority,
+    KeyPair,
+    cert_pem,
+    key_pem,
+    make_csr,
+    new_key,
+    public_key_pem,
+    write_secret,
+)
+
+__all__ = [
+    "CertificateAuthority",
+    "KeyPair",
+    "cert_pem",
+    "key_pem",
+    "make_csr",
+    "new_key",
+    "public_key_pem",
+    "write_secret",
+]
