@@ -17,7 +17,9 @@ def admin_client(cp: ControlPlane) -> k8s.ApiClient:
 
 def user_client(cp: ControlPlane, user: str, groups: Sequence[str] = ()) -> k8s.ApiClient:
     """A client authenticated by a client certificate for `user` in `groups`."""
-    return k8s_config.new_client_from_config_dict(cp.kubeconfig(client=cp.client_cert(user, groups)))
+    return k8s_config.new_client_from_config_dict(
+        cp.kubeconfig(client=cp.client_cert(user, groups))
+    )
 
 
 def token_client(cp: ControlPlane, token: str) -> k8s.ApiClient:

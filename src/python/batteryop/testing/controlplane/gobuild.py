@@ -79,7 +79,9 @@ def ensure_binaries(module_dir: Path | None = None) -> Binaries:
         bins = Binaries(Path(prebuilt) / "kube-apiserver", Path(prebuilt) / "etcd")
         for b in (bins.kube_apiserver, bins.etcd):
             if not os.access(b, os.X_OK):
-                raise ControlPlaneBuildError(f"BATTERYOP_CONTROLPLANE_BIN: {b} is not an executable")
+                raise ControlPlaneBuildError(
+                    f"BATTERYOP_CONTROLPLANE_BIN: {b} is not an executable"
+                )
         return bins
     module_dir = module_dir or find_module_dir()
     out = cache_root() / "controlplane" / module_key(module_dir)
@@ -99,9 +101,13 @@ def _complete(out: Path) -> bool:
 
 
 def _build(module_dir: Path, out: Path) -> None:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
     if go is None:
-        raise ControlPlaneBuildError("the Go toolchain (go) is not on PATH; it builds kube-apiserver and etcd")
+        raise ControlPlaneBuildError(
+            "the Go toolchain (go) is not on PATH; it builds kube-apiserver and etcd"
+        )
     staging = out / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -109,14 +115,20 @@ def _build(module_dir: Path, out: Path) -> None:
     env.setdefault("GOFLAGS", "-mod=readonly")
     env["CGO_ENABLED"] = "0"
     started = time.monotonic()
-    log.warning("Building the pinned kube-apiserver and etcd with Go (once per pin; a few minutes cold)")
+    log.warning(
+        "Building the pinned kube-apiserver and etcd with Go (once per pin; a few minutes cold)"
+    )
     for name, package in PACKAGES.items():
         cmd = [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging / name), package]
         proc = subprocess.run(cmd, cwd=module_dir, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
-            raise ControlPlaneBuildError(f"go build {package} failed (exit {proc.returncode}):\n{tail}")
+            raise ControlPlaneBuildError(
+                f"go build {package} failed (exit {proc.returncode}):\n{tail}"
+            )
     (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
     shutil.rmtree(out / "bin", ignore_errors=True)
     staging.rename(out / "bin")
-    log.warning("Built the control plane in %.0f s into %s", time.monotonic() - started, out / "bin")
+    log.warning(
+        "Built the control plane in %.0f s into %s", time.monotonic() - started, out / "bin"
+    )

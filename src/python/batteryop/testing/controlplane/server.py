@@ -184,7 +184,7 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded at this point
+                preexec_fn=_die_with_parent,  # - single-threaded at this point
             )
         self._procs.append(_Proc(name, popen, log))
 
@@ -207,7 +207,9 @@ class ControlPlane:
                 last = f"/readyz: {e}"
             time.sleep(0.05)
         logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in self._procs)
-        raise ControlPlaneError(f"kube-apiserver not ready after {_READY_TIMEOUT:.0f}s ({last})\n{logs}")
+        raise ControlPlaneError(
+            f"kube-apiserver not ready after {_READY_TIMEOUT:.0f}s ({last})\n{logs}"
+        )
 
     def stop(self) -> None:
         """Kill both processes and remove every file this control plane made."""
@@ -260,7 +262,9 @@ class ControlPlane:
         finally:
             conn.close()
 
-    def kubeconfig(self, *, client: KeyPair | None = None, token: str | None = None) -> dict[str, Any]:
+    def kubeconfig(
+        self, *, client: KeyPair | None = None, token: str | None = None
+    ) -> dict[str, Any]:
         """A kubeconfig dict for a client certificate or a bearer token."""
         user: dict[str, str] = {}
         if token is not None:
@@ -291,7 +295,9 @@ class ControlPlane:
     def write_kubeconfig(
         self, path: Path, *, client: KeyPair | None = None, token: str | None = None
     ) -> Path:
-        write_secret(path, json.dumps(self.kubeconfig(client=client, token=token), indent=2).encode())
+        write_secret(
+            path, json.dumps(self.kubeconfig(client=client, token=token), indent=2).encode()
+        )
         return path
 
     def client_cert(self, user: str, groups: Sequence[str] = ()) -> KeyPair:

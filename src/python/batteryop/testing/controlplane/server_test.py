@@ -63,7 +63,10 @@ def widget_crd() -> dict[str, Any]:
                                         }
                                     ],
                                 },
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                },
                             },
                         }
                     },
@@ -84,7 +87,9 @@ def install_crd(api: k8s.ApiClient, body: dict[str, Any]) -> None:
     # Established is a status condition: watch for it instead of polling.
     w = watch.Watch()
     for event in w.stream(
-        ext.list_custom_resource_definition, field_selector=f"metadata.name={name}", timeout_seconds=30
+        ext.list_custom_resource_definition,
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=30,
     ):
         conds = event["object"].status.conditions or []
         if any(c.type == "Established" and c.status == "True" for c in conds):
@@ -107,7 +112,9 @@ def test_crd_rejects_invalid_objects_with_the_servers_message(
 ) -> None:
     install_crd(kube_admin, widget_crd())
     custom = k8s.CustomObjectsApi(kube_admin)
-    custom.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", widget("ok", size=2, max=3))
+    custom.create_namespaced_custom_object(
+        GROUP, "v1", namespace, "widgets", widget("ok", size=2, max=3)
+    )
 
     with pytest.raises(k8s.ApiException) as cel:
         custom.create_namespaced_custom_object(
@@ -118,9 +125,14 @@ def test_crd_rejects_invalid_objects_with_the_servers_message(
     assert "max must be at least size" in cel.value.body
 
     with pytest.raises(k8s.ApiException) as openapi:
-        custom.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", widget("bad-min", size=0))
+        custom.create_namespaced_custom_object(
+            GROUP, "v1", namespace, "widgets", widget("bad-min", size=0)
+        )
     assert openapi.value.status == 422
-    assert "spec.size" in openapi.value.body and "should be greater than or equal to 1" in openapi.value.body
+    assert (
+        "spec.size" in openapi.value.body
+        and "should be greater than or equal to 1" in openapi.value.body
+    )
 
 
 def test_a_watch_sees_a_change(kube_admin: k8s.ApiClient, namespace: str) -> None:
@@ -188,7 +200,10 @@ def test_csr_is_created_approved_and_given_a_certificate(
     csr.status = k8s.V1CertificateSigningRequestStatus(
         conditions=[
             k8s.V1CertificateSigningRequestCondition(
-                type="Approved", status="True", reason="TestApproved", message="approved by the test"
+                type="Approved",
+                status="True",
+                reason="TestApproved",
+                message="approved by the test",
             )
         ]
     )
@@ -216,14 +231,18 @@ def test_rbac_forbids_what_a_role_does_not_grant(
         namespace,
         k8s.V1Role(
             metadata=k8s.V1ObjectMeta(name="cm-reader"),
-            rules=[k8s.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])],
+            rules=[
+                k8s.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])
+            ],
         ),
     )
     rbac.create_namespaced_role_binding(
         namespace,
         k8s.V1RoleBinding(
             metadata=k8s.V1ObjectMeta(name="cm-reader"),
-            role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="cm-reader"),
+            role_ref=k8s.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="cm-reader"
+            ),
             subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
         ),
     )
@@ -234,7 +253,9 @@ def test_rbac_forbids_what_a_role_does_not_grant(
     assert secrets.value.status == 403
     assert f"system:serviceaccount:{namespace}:reader" in secrets.value.body
     with pytest.raises(k8s.ApiException) as write:
-        core.create_namespaced_config_map(namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="x")))
+        core.create_namespaced_config_map(
+            namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="x"))
+        )
     assert write.value.status == 403
     # A user outside system:masters is bound by RBAC too.
     with pytest.raises(k8s.ApiException) as user:
@@ -245,7 +266,11 @@ def test_rbac_forbids_what_a_role_does_not_grant(
 def test_kubectl_reaches_the_control_plane(controlplane: ControlPlane) -> None:
     with controlplane.kubectl_env() as env:
         out = subprocess.run(
-            ["kubectl", "get", "--raw", "/readyz"], env=env, capture_output=True, text=True, timeout=30
+            ["kubectl", "get", "--raw", "/readyz"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

@@ -1,0 +1,27 @@
+"""The documentation site builds with --strict (broken links and nav entries fail)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_docs_site_builds_strictly(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            "mkdocs.yml",
+            "-d",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "index.html").is_file()
+    assert (tmp_path / "dev" / "control-plane" / "index.html").is_file()
