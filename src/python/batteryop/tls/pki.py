@@ -112,7 +112,9 @@ class CertificateAuthority:
     _serial: list[int] = field(default_factory=lambda: [1], compare=False)
 
     @classmethod
-    def create(cls, common_name: str, validity: datetime.timedelta = _VALIDITY) -> CertificateAuthority:
+    def create(
+        cls, common_name: str, validity: datetime.timedelta = _VALIDITY
+    ) -> CertificateAuthority:
         key = new_key()
         now = datetime.datetime.now(datetime.UTC)
         name = _name(common_name)
@@ -139,7 +141,9 @@ class CertificateAuthority:
                 ),
                 critical=True,
             )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
             .sign(key, hashes.SHA256())
         )
         return cls(KeyPair(cert, key))
@@ -168,7 +172,10 @@ class CertificateAuthority:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         if client:
             usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-        return KeyPair(self.sign(_name(common_name, organizations), key.public_key(), usages, hosts, validity), key)
+        return KeyPair(
+            self.sign(_name(common_name, organizations), key.public_key(), usages, hosts, validity),
+            key,
+        )
 
     def sign_csr(
         self,
@@ -239,10 +246,16 @@ class CertificateAuthority:
 
 
 def make_csr(
-    key: PrivateKey, common_name: str, *, organizations: Sequence[str] = (), hosts: Sequence[str] = ()
+    key: PrivateKey,
+    common_name: str,
+    *,
+    organizations: Sequence[str] = (),
+    hosts: Sequence[str] = (),
 ) -> bytes:
     """A PEM PKCS#10 request for common_name, organizations and SAN hosts."""
-    builder = x509.CertificateSigningRequestBuilder().subject_name(_name(common_name, organizations))
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        _name(common_name, organizations)
+    )
     sans = _sans(hosts)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -30,14 +30,18 @@ def test_other_ca_does_not_verify() -> None:
 
 def test_signed_csr_keeps_subject_and_spiffe_san() -> None:
     ca = CertificateAuthority.create("ca")
-    pem = make_csr(new_key(), "system:node:h1", organizations=["system:nodes"], hosts=["spiffe://x/y"])
+    pem = make_csr(
+        new_key(), "system:node:h1", organizations=["system:nodes"], hosts=["spiffe://x/y"]
+    )
     cert = ca.sign_csr(x509.load_pem_x509_csr(pem), client=True)
     assert cert.subject.rfc4514_string() == "CN=system:node:h1,O=system:nodes"
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.UniformResourceIdentifier) == ["spiffe://x/y"]
-    assert cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC) <= datetime.timedelta(days=1)
+    assert cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC) <= datetime.timedelta(
+        days=1
+    )
 
 
 def test_issue_requires_a_usage() -> None:
