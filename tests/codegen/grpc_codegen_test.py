@@ -27,7 +27,9 @@ class _RecordMethods(grpc.aio.ServerInterceptor):
 
 
 class _Lease(lease_pb2_grpc.LeaseServicer):
-    async def ClaimVM(self, request: lease_pb2.ClaimVMRequest, context: Any) -> lease_pb2.ClaimVMResponse:
+    async def ClaimVM(
+        self, request: lease_pb2.ClaimVMRequest, context: Any
+    ) -> lease_pb2.ClaimVMResponse:
         if request.pool.name == "missing":
             await context.abort(grpc.StatusCode.NOT_FOUND, f"pool {request.pool.name} not found")
         return lease_pb2.ClaimVMResponse(
@@ -55,20 +57,20 @@ async def test_generated_service_is_served_and_called_on_loopback() -> None:
             stub = lease_pb2_grpc.LeaseStub(channel)
             pool = types_pb2.PoolRef(name="warm", namespace="ci")
             got = await stub.ClaimVM(lease_pb2.ClaimVMRequest(pool=pool, request_id="uid-1"))
-            assert (got.lease_id, got.vm_uid, got.host.name) == ("lease-for-uid-1", "vm-1", "host-a")
+            assert (got.lease_id, got.vm_uid, got.host.name) == (
+                "lease-for-uid-1",
+                "vm-1",
+                "host-a",
+            )
 
             beat = await stub.Heartbeat(lease_pb2.HeartbeatRequest(lease_id=got.lease_id))
             assert beat.expires_at.ToDatetime(tzinfo=datetime.UTC).second == 30
 
-            try:
-                await stub.ClaimVM(
-                    lease_pb2.ClaimVMRequest(pool=types_pb2.PoolRef(name="missing", namespace="ci"))
-                )
-            except grpc.aio.AioRpcError as e:
-                assert e.code() == grpc.StatusCode.NOT_FOUND
-                assert e.details() == "pool missing not found"
-            else:
-                raise AssertionError("ClaimVM for a missing pool succeeded")
+            missing = types_pb2.PoolRef(name="missing", namespace="ci")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.ClaimVM(lease_pb2.ClaimVMRequest(pool=missing))
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            assert err.value.details() == "pool missing not found"
     finally:
         await server.stop(grace=None)
     # Wire names are the real service's: the proto package, not our file path.
