@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
+from google.protobuf.empty_pb2 import Empty
 
 from battery_protos.poolmgr.v1alpha1 import lease_pb2, lease_pb2_grpc, types_pb2
 
@@ -44,6 +45,16 @@ class _Lease(lease_pb2_grpc.LeaseServicer):
         ts = timestamp_pb2.Timestamp()
         ts.FromDatetime(datetime.datetime(2026, 11, 29, 12, 0, 30, tzinfo=datetime.UTC))
         return lease_pb2.HeartbeatResponse(expires_at=ts)
+
+    async def ReleaseVM(self, request: lease_pb2.ReleaseVMRequest, context: Any) -> Empty:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not in this test")
+        raise AssertionError("unreachable")
+
+    async def ListLeases(
+        self, request: lease_pb2.ListLeasesRequest, context: Any
+    ) -> lease_pb2.ListLeasesResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not in this test")
+        raise AssertionError("unreachable")
 
 
 async def test_generated_service_is_served_and_called_on_loopback() -> None:
