@@ -1,0 +1,225 @@
+"""The fake's MicroVMExec stream: stdin, chunked output, env/cwd sandboxes, exit code last,
+errors as flintlockd gives them, and a cut stream (TD-010, TD-011)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+
+import grpc
+import pytest
+
+from battery_protos.flintlock.services.microvm.v1alpha1.microvms_pb2_grpc import MicroVMStub
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc import (
+    MicroVMExecStub,
+)
+from battery_protos.flintlock.types import microvm_pb2
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.fake_flintlock.testkit import ADDRESS, Client, make_spec
+
+Request = microvmexec_pb2.ExecCommandRequest
+Response = microvmexec_pb2.ExecCommandResponse
+State = microvm_pb2.MicroVMStatus.MicroVMState
+
+
+async def _requests(
+    start: microvmexec_pb2.ExecStart, stdin: Sequence[bytes] = ()
+) -> AsyncIterator[Request]:
+    """start, then (only when start.has_stdin) the stdin chunks and stdin_eof.
+
+    Nothing more is written: a grpc.aio client that writes after the server ended the stream
+    can turn the server's status into INTERNAL ("Internal error from Core").
+    """
+    yield Request(start=start)
+    if start.has_stdin:
+        for chunk in stdin:
+            yield Request(stdin=chunk)
+        yield Request(stdin_eof=True)
+
+
+async def run(
+    client: Client, start: microvmexec_pb2.ExecStart, stdin: Sequence[bytes] = ()
+) -> list[Response]:
+    """Every response of one exec stream (raises the RPC error if it fails)."""
+    call = client.exec.ExecCommand(_requests(start, stdin), timeout=20)
+    return [response async for response in call]
+
+
+async def collect(call: AsyncIterable[Response], into: list[Response]) -> None:
+    """Append every response of call to into, until it ends or fails."""
+    async for response in call:
+        into.append(response)
+
+
+def joined(responses: Sequence[Response], kind: str) -> bytes:
+    return b"".join(getattr(r, kind) for r in responses if r.WhichOneof("payload") == kind)
+
+
+def assert_exit_last(responses: Sequence[Response], code: int) -> None:
+    kinds = [r.WhichOneof("payload") for r in responses]
+    assert kinds.count("exit_code") == 1, kinds
+    assert kinds[-1] == "exit_code", kinds
+    assert responses[-1].exit_code == code
+
+
+@pytest.mark.req("TD-010")
+async def test_stdin_is_relayed_and_exit_code_comes_last(client: Client) -> None:
+    uid = await client.create()
+    start = microvmexec_pb2.ExecStart(uid=uid, cmd="cat", has_stdin=True)
+    responses = await run(client, start, stdin=[b"hello ", b"from ", b"stdin"])
+    assert joined(responses, "stdout") == b"hello from stdin"
+    assert_exit_last(responses, 0)
+
+
+@pytest.mark.req("TD-010")
+async def test_stdout_and_stderr_in_chunks_of_at_most_32k(client: Client) -> None:
+    uid = await client.create()
+    script = "head -c 100000 /dev/zero; printf oops >&2; exit 3"
+    responses = await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd=script, shell=True))
+    stdout = [r.stdout for r in responses if r.WhichOneof("payload") == "stdout"]
+    assert len(stdout) >= 4
+    assert all(len(chunk) <= 32 * 1024 for chunk in stdout)
+    assert b"".join(stdout) == bytes(100000)
+    assert joined(responses, "stderr") == b"oops"
+    assert_exit_last(responses, 3)
+
+
+@pytest.mark.req("TD-010")
+async def test_shell_joins_args_and_argv_does_not_interpret(client: Client) -> None:
+    uid = await client.create()
+    shell = microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["a", "$((1+2))"], shell=True)
+    assert joined(await run(client, shell), "stdout") == b"a 3\n"
+    argv = microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["a", "$((1+2))"])
+    assert joined(await run(client, argv), "stdout") == b"a $((1+2))\n"
+
+
+@pytest.mark.req("TD-010")
+async def test_env_and_cwd_are_per_microvm(client: Client) -> None:
+    first = await client.create(make_spec("a"))
+    second = await client.create(make_spec("b"))
+    write = microvmexec_pb2.ExecStart(
+        uid=first, cmd='echo "$GREETING" > note; pwd', shell=True, env={"GREETING": "hi"}
+    )
+    responses = await run(client, write)
+    assert_exit_last(responses, 0)
+    first_root = joined(responses, "stdout").decode().strip()
+    assert first_root.endswith(f"/vm/ns/a/{first}/rootfs")
+
+    look = microvmexec_pb2.ExecStart(
+        uid=second, cmd='pwd; ls; echo "$FAKE_FLINTLOCK_VM_UID ${GREETING:-unset}"', shell=True
+    )
+    out = joined(await run(client, look), "stdout").decode().splitlines()
+    assert out[0].endswith(f"/vm/ns/b/{second}/rootfs")
+    assert "note" not in out
+    assert out[-1] == f"{second} unset"
+
+    read = microvmexec_pb2.ExecStart(uid=first, cmd="cat", args=["../note"], cwd="/tmp")
+    assert joined(await run(client, read), "stdout") == b"hi\n"
+    escape = microvmexec_pb2.ExecStart(uid=first, cmd="true", cwd="/../../..")
+    responses = await run(client, escape)
+    assert "chdir" in responses[0].error
+    assert_exit_last(responses, 127)
+
+
+@pytest.mark.req("TD-010")
+async def test_start_failure_is_an_error_then_exit_127(client: Client) -> None:
+    uid = await client.create()
+    responses = await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="/no/such/program"))
+    assert responses[0].WhichOneof("payload") == "error"
+    assert_exit_last(responses, 127)
+
+
+@pytest.mark.req("TD-010")
+async def test_timeout_seconds_terminates_the_command(client: Client) -> None:
+    uid = await client.create()
+    start = microvmexec_pb2.ExecStart(uid=uid, cmd="sleep", args=["30"], timeout_seconds=1)
+    assert_exit_last(await run(client, start), 128 + 15)
+
+
+async def _status(client: Client, first: Request) -> grpc.aio.AioRpcError:
+    """The status of a stream that fails after its first message."""
+    call = client.exec.ExecCommand(timeout=20)
+    await call.write(first)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await read_to_end(call)
+    return err.value
+
+
+async def read_to_end(call: grpc.aio.StreamStreamCall) -> None:
+    while await call.read() is not grpc.aio.EOF:
+        pass
+
+
+@pytest.mark.req("TD-010")
+async def test_errors_as_flintlockd_gives_them(client: Client) -> None:
+    uid = await client.create()
+
+    err = await _status(client, Request(stdin=b"x"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == "first message must be a start message with uid and cmd set"
+    err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid="01NOPE", cmd="true")))
+    assert err.code() == grpc.StatusCode.UNKNOWN  # flintlockd does not map it to NOT_FOUND
+
+    no_agent = await client.create(make_spec("closed", allow_guest_agent=False))
+    err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=no_agent, cmd="true")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.details() == "microvm was not created with guest agent access enabled"
+
+    await client.host.set_vm_state(uid, State.PENDING)
+    err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.details() == "microvm is not ready (state: PENDING)"
+    assert await client.host.exec_history() == []
+
+
+@pytest.mark.req("TD-011")
+async def test_cut_stream_relays_output_but_no_exit_code(client: Client) -> None:
+    uid = await client.create()
+    await client.host.cut_next_exec_stream()
+    call = client.exec.ExecCommand(
+        _requests(microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["partial"])), timeout=20
+    )
+    seen: list[Response] = []
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await collect(call, seen)
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert joined(seen, "stdout") == b"partial\n"
+    assert all(r.WhichOneof("payload") != "exit_code" for r in seen)
+
+    # Only the next stream is cut; the one after ends normally.
+    assert_exit_last(await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="true")), 0)
+    assert [s.cmd for s in await client.host.exec_history()] == ["echo", "true"]
+
+
+@pytest.mark.req("TD-011")
+async def test_cut_stream_mid_command_with_a_chosen_status(client: Client) -> None:
+    uid = await client.create()
+    await client.host.cut_next_exec_stream(
+        after_chunks=1, code=grpc.StatusCode.UNAVAILABLE, message="agent went away"
+    )
+    start = microvmexec_pb2.ExecStart(uid=uid, cmd="echo one; sleep 30; echo two", shell=True)
+    call = client.exec.ExecCommand(_requests(start), timeout=20)
+    seen: list[Response] = []
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await collect(call, seen)
+    assert (err.value.code(), err.value.details()) == (
+        grpc.StatusCode.UNAVAILABLE,
+        "agent went away",
+    )
+    assert [r.stdout for r in seen] == [b"one\n"]
+
+
+@pytest.mark.req("TD-010")
+async def test_exec_fails_unknown_until_the_guest_agent_is_up() -> None:
+    async with (
+        FakeFlintlockd.start(address=ADDRESS, agent_delay=60) as host,
+        grpc.aio.insecure_channel(host.target) as channel,
+    ):
+        client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
+        uid = await client.create()
+        err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))
+        assert err.code() == grpc.StatusCode.UNKNOWN
+        assert (err.details() or "").startswith("starting guest-agent exec session")

@@ -1,0 +1,240 @@
+"""The fake flintlockd's `MicroVMExec.ExecCommand` (TD-010, TD-011; flintlock-api.md §8.5).
+
+Stream semantics follow flintlockd with a guest agent behind it:
+- the first message must be `start` with a uid, and a cmd unless `shell`
+  (else INVALID_ARGUMENT "first message must be a start message with uid and cmd set");
+- an unknown uid is UNKNOWN (flintlockd wraps the lookup error, it does not say NOT_FOUND);
+  a MicroVM without `allow_guest_agent` or not CREATED is FAILED_PRECONDITION;
+- stdin messages are read only when `has_stdin`; `stdin_eof`, the client half-closing or a
+  receive error closes the command's stdin; other messages after `start` are ignored;
+- every read of stdout or stderr (at most 32 KiB) is one response, in the order read;
+- a start failure is an `error` message then exit code 127; a signal gives 128+signo;
+  `timeout_seconds` sends SIGTERM to the process group, SIGKILL 5 s later;
+- `exit_code` is the last message and the RPC then ends OK; a cancelled RPC kills the command.
+
+The command runs for real on this machine, in the MicroVM's sandbox: the working directory is
+`cwd` taken inside the sandbox's `rootfs/` (which stands in for the guest's `/`), and the
+environment is the sandbox's own (HOME and TMPDIR inside it, the MicroVM's identity in
+FAKE_FLINTLOCK_VM_*) with `env` merged over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import NoReturn
+
+import grpc
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
+    microvmexec_pb2,
+    microvmexec_pb2_grpc,
+)
+from batteryop.testing.fake_flintlock.faults import Faults, StreamCut
+from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmRecord, VmStore
+
+CHUNK_BYTES = 32 * 1024
+KILL_GRACE_SECONDS = 5.0
+EXIT_START_FAILURE = 127
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+MSG_BAD_FIRST = "first message must be a start message with uid and cmd set"
+MSG_NO_AGENT = "microvm was not created with guest agent access enabled"
+
+Response = microvmexec_pb2.ExecCommandResponse
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_group(process: asyncio.subprocess.Process, sig: int, *, always: bool = False) -> None:
+    """Signal the command's process group (while its leader runs, unless always)."""
+    if process.returncode is not None and not always:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def guest_cwd(rootfs: Path, cwd: str) -> Path | None:
+    """The host directory for guest path cwd inside rootfs; None if it would leave rootfs."""
+    root = rootfs.resolve()
+    path = (root / cwd.lstrip("/")).resolve()
+    if path != root and root not in path.parents:
+        return None
+    return path
+
+
+def sandbox_env(record: VmRecord, start: microvmexec_pb2.ExecStart) -> dict[str, str]:
+    spec = record.vm.spec
+    env = {
+        "PATH": os.environ.get("PATH", DEFAULT_PATH),
+        "HOME": str(record.rootfs / "root"),
+        "TMPDIR": str(record.rootfs / "tmp"),
+        "LANG": "C.UTF-8",
+        "HOSTNAME": spec.id,
+        "FAKE_FLINTLOCK_VM_UID": spec.uid,
+        "FAKE_FLINTLOCK_VM_NAME": spec.id,
+        "FAKE_FLINTLOCK_VM_NAMESPACE": spec.namespace,
+    }
+    if start.user:
+        env["USER"] = env["LOGNAME"] = start.user
+    env.update(start.env)
+    return env
+
+
+class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
+    """MicroVMExec over a VmStore, with the stream cut fault."""
+
+    def __init__(self, store: VmStore, faults: Faults, *, agent_delay: float = 0.0) -> None:
+        self._store = store
+        self._faults = faults
+        self._agent_delay = agent_delay
+
+    async def ExecCommand(
+        self,
+        request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[Response]:
+        async def fail(code: grpc.StatusCode, message: str) -> NoReturn:
+            await context.abort(code, message)
+            raise AssertionError("context.abort returned")
+
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None or first.WhichOneof("payload") != "start":
+            await fail(grpc.StatusCode.INVALID_ARGUMENT, MSG_BAD_FIRST)
+        start = first.start
+        if not start.uid or not (start.cmd or start.shell):
+            await fail(grpc.StatusCode.INVALID_ARGUMENT, MSG_BAD_FIRST)
+        try:
+            record = self._store.record(start.uid)
+        except VmNotFoundError as err:
+            await fail(grpc.StatusCode.UNKNOWN, f"getting microvm: {err}")
+        if not record.vm.spec.allow_guest_agent or not record.vm.status.vsock_path:
+            await fail(grpc.StatusCode.FAILED_PRECONDITION, MSG_NO_AGENT)
+        if record.state != State.CREATED:
+            state = State.Name(record.state)
+            await fail(
+                grpc.StatusCode.FAILED_PRECONDITION, f"microvm is not ready (state: {state})"
+            )
+        if self._store.agent_up_for(record) < self._agent_delay:
+            await fail(
+                grpc.StatusCode.UNKNOWN,
+                "starting guest-agent exec session: dialing guest agent: connection refused",
+            )
+        self._faults.exec_history.append(start)
+        cut = self._faults.take_stream_cut()
+        async for response in run_command(record, start, requests, cut, fail):
+            yield response
+
+
+async def run_command(
+    record: VmRecord,
+    start: microvmexec_pb2.ExecStart,
+    requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
+    cut: StreamCut | None,
+    abort: Callable[[grpc.StatusCode, str], Awaitable[NoReturn]],
+) -> AsyncIterator[Response]:
+    """Run start's command in record's sandbox and yield the stream's responses."""
+    if start.shell:
+        argv = ["sh", "-c", " ".join([start.cmd, *start.args])]
+    else:
+        argv = [start.cmd, *start.args]
+    cwd = guest_cwd(record.rootfs, start.cwd)
+    if cwd is None:
+        yield Response(error=f"starting command: chdir {start.cwd}: no such file or directory")
+        yield Response(exit_code=EXIT_START_FAILURE)
+        return
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=sandbox_env(record, start),
+            stdin=asyncio.subprocess.PIPE if start.has_stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as err:
+        yield Response(error=f"starting command: {err}")
+        yield Response(exit_code=EXIT_START_FAILURE)
+        return
+
+    output: asyncio.Queue[Response | None] = asyncio.Queue()
+    tasks = [
+        asyncio.create_task(_pump(process.stdout, "stdout", output)),
+        asyncio.create_task(_pump(process.stderr, "stderr", output)),
+    ]
+    if start.has_stdin:
+        tasks.append(asyncio.create_task(_feed(process, requests)))
+    if start.timeout_seconds > 0:
+        tasks.append(asyncio.create_task(_enforce_timeout(process, start.timeout_seconds)))
+    try:
+        open_pipes, sent = 2, 0
+        while open_pipes:
+            if cut is not None and cut.after_chunks is not None and sent >= cut.after_chunks:
+                _signal_group(process, signal.SIGKILL)
+                await abort(cut.code, cut.message)
+            item = await output.get()
+            if item is None:
+                open_pipes -= 1
+                continue
+            yield item
+            sent += 1
+        returncode = await process.wait()
+        if cut is not None:
+            await abort(cut.code, cut.message)
+        yield Response(exit_code=_exit_status(returncode))
+    finally:
+        for task in tasks:
+            task.cancel()
+        _signal_group(process, signal.SIGKILL, always=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await process.wait()
+
+
+async def _pump(
+    stream: asyncio.StreamReader | None, kind: str, output: asyncio.Queue[Response | None]
+) -> None:
+    assert stream is not None
+    try:
+        while chunk := await stream.read(CHUNK_BYTES):
+            await output.put(Response(stdout=chunk) if kind == "stdout" else Response(stderr=chunk))
+    finally:
+        output.put_nowait(None)
+
+
+async def _feed(
+    process: asyncio.subprocess.Process,
+    requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
+) -> None:
+    stdin = process.stdin
+    assert stdin is not None
+    try:
+        async for request in requests:
+            kind = request.WhichOneof("payload")
+            if kind == "stdin":
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    stdin.write(request.stdin)
+                    await stdin.drain()
+            elif kind == "stdin_eof" and request.stdin_eof:
+                break
+    except (grpc.RpcError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        pass  # a receive error counts as the end of stdin
+    finally:
+        stdin.close()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            await stdin.wait_closed()
+
+
+async def _enforce_timeout(process: asyncio.subprocess.Process, seconds: int) -> None:
+    await asyncio.sleep(seconds)
+    _signal_group(process, signal.SIGTERM)
+    await asyncio.sleep(KILL_GRACE_SECONDS)
+    _signal_group(process, signal.SIGKILL)

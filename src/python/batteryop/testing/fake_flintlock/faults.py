@@ -1,0 +1,75 @@
+"""Faults a test can inject into a running fake flintlockd (TD-011), and what it records.
+
+The control API (`control.py`) sets these; the gRPC services (`services.py`, `execution.py`) read
+them. Everything runs on the fake's one event loop, so no locking is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+
+DEFAULT_CUT_CODE = grpc.StatusCode.UNKNOWN
+DEFAULT_CUT_MESSAGE = "reading guest-agent exec frame: unexpected EOF"
+
+
+def status_code(name: str | grpc.StatusCode) -> grpc.StatusCode:
+    """A gRPC status code from its name ("UNAVAILABLE"); OK is refused."""
+    if isinstance(name, grpc.StatusCode):
+        code = name
+    else:
+        try:
+            code = grpc.StatusCode[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown gRPC status code {name!r}") from None
+    if code == grpc.StatusCode.OK:
+        raise ValueError("a failure needs a non-OK status code")
+    return code
+
+
+@dataclass(frozen=True)
+class CreateFailure:
+    """How CreateMicroVM fails while `remaining` > 0."""
+
+    code: grpc.StatusCode
+    message: str
+
+
+@dataclass(frozen=True)
+class StreamCut:
+    """End the next ExecCommand stream with a status instead of its exit code.
+
+    after_chunks None: let the command finish and relay all its output, then fail instead of
+    sending the exit code. A number: fail (killing the command) once that many stdout/stderr
+    messages went out; 0 cuts before any output.
+    """
+
+    code: grpc.StatusCode = DEFAULT_CUT_CODE
+    message: str = DEFAULT_CUT_MESSAGE
+    after_chunks: int | None = None
+
+
+@dataclass
+class Faults:
+    """The fake's current faults and its record of exec requests."""
+
+    create_delay: float = 0.0
+    create_delay_store_first: bool = True
+    create_failure: CreateFailure | None = None
+    create_failures_left: int = 0
+    cut_next_exec: StreamCut | None = None
+    exec_history: list[microvmexec_pb2.ExecStart] = field(default_factory=list)
+
+    def take_create_failure(self) -> CreateFailure | None:
+        """The failure for this CreateMicroVM call, counting it down; None to succeed."""
+        if self.create_failure is None or self.create_failures_left <= 0:
+            return None
+        self.create_failures_left -= 1
+        return self.create_failure
+
+    def take_stream_cut(self) -> StreamCut | None:
+        cut, self.cut_next_exec = self.cut_next_exec, None
+        return cut
