@@ -1,0 +1,230 @@
+"""The fake battery's in-memory state: Pools, VMs, Leases, the event outbox and Hosts.
+
+It stands in for poolmgrd's SQLite database. Every change happens between two awaits on the
+one event loop, so each method below is as atomic as one of poolmgrd's transactions (BA-005).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from google.protobuf import timestamp_pb2
+
+from battery_protos.poolmgr.v1alpha1 import types_pb2
+from batteryop.testing.fake_battery.hosts import HostConnection
+
+PoolKey = tuple[str, str]
+"""(namespace, name) of a Pool."""
+
+Phase = types_pb2.VMPhase
+
+ACTIVE_PHASES = frozenset(
+    {
+        Phase.PROVISIONING,
+        Phase.CREATE_HOOK_RUNNING,
+        Phase.AVAILABLE,
+        Phase.LEASED,
+        Phase.PRE_LEASE_HOOK_RUNNING,
+        Phase.QUARANTINED,
+    }
+)
+
+
+def pool_key(namespace: str, name: str) -> PoolKey:
+    return (namespace, name)
+
+
+def pool_label(key: PoolKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(when)
+    return ts
+
+
+@dataclass
+class VmRow:
+    uid: str
+    flintlock_id: str
+    pool: PoolKey
+    host: str
+    phase: types_pb2.VMPhase.ValueType
+    lease_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def record(self) -> types_pb2.VMRecord:
+        rec = types_pb2.VMRecord(
+            uid=self.uid,
+            pool_namespace=self.pool[0],
+            pool_name=self.pool[1],
+            flintlock_host=self.host,
+            phase=self.phase,
+            created_at=timestamp(self.created_at),
+            updated_at=timestamp(self.updated_at),
+        )
+        if self.lease_id is not None:
+            rec.lease_id = self.lease_id
+        return rec
+
+
+@dataclass
+class LeaseRow:
+    lease_id: str
+    vm_uid: str
+    pool: PoolKey
+    claimed_at: datetime
+    last_heartbeat_at: datetime
+    expires_at: datetime
+    request_id: str
+
+    def record(self) -> types_pb2.LeaseRecord:
+        return types_pb2.LeaseRecord(
+            lease_id=self.lease_id,
+            vm_uid=self.vm_uid,
+            pool_namespace=self.pool[0],
+            pool_name=self.pool[1],
+            claimed_at=timestamp(self.claimed_at),
+            last_heartbeat_at=timestamp(self.last_heartbeat_at),
+            expires_at=timestamp(self.expires_at),
+            request_id=self.request_id,
+        )
+
+
+@dataclass(frozen=True)
+class VMCounts:
+    available: int = 0
+    claiming: int = 0
+    leased: int = 0
+    provisioning: int = 0
+    quarantined: int = 0
+
+    def status(self) -> types_pb2.PoolStatus:
+        return types_pb2.PoolStatus(
+            available_count=self.available,
+            leased_count=self.leased + self.claiming,
+            provisioning_count=self.provisioning,
+            quarantined_count=self.quarantined,
+        )
+
+
+class Store:
+    """All of the fake battery's state."""
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        self.pools: dict[PoolKey, types_pb2.PoolSpec] = {}
+        self.vms: dict[str, VmRow] = {}
+        self.leases: dict[str, LeaseRow] = {}
+        self.events: list[types_pb2.Event] = []
+        self.hosts: dict[str, HostConnection] = {}
+        self._event_ids = itertools.count(1)
+        self._changed = asyncio.Event()
+
+    # -- change notification -------------------------------------------------------------
+
+    def touch(self) -> None:
+        """Wake everything waiting for a change (event subscribers, test waits)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """An event set at the next change: take it before checking, then wait on it."""
+        return self._changed
+
+    # -- VMs -----------------------------------------------------------------------------
+
+    def add_vm(self, row: VmRow) -> None:
+        self.vms[row.uid] = row
+        self.touch()
+
+    def remove_vm(self, uid: str) -> VmRow | None:
+        row = self.vms.pop(uid, None)
+        self.touch()
+        return row
+
+    def set_phase(
+        self, uid: str, phase: types_pb2.VMPhase.ValueType, *, expect: frozenset[int] | None = None
+    ) -> bool:
+        """Move a VM to phase; refused (False) if it is gone, DELETING, or not in expect."""
+        row = self.vms.get(uid)
+        if row is None or (row.phase == Phase.DELETING and phase != Phase.DELETING):
+            return False
+        if expect is not None and row.phase not in expect:
+            return False
+        row.phase = phase
+        row.updated_at = self._now()
+        if phase in (Phase.QUARANTINED, Phase.DELETING, Phase.AVAILABLE):
+            row.lease_id = None
+        self.touch()
+        return True
+
+    def pool_vms(self, key: PoolKey) -> list[VmRow]:
+        return [vm for vm in self.vms.values() if vm.pool == key]
+
+    def counts(self, key: PoolKey) -> VMCounts:
+        available = claiming = leased = provisioning = quarantined = 0
+        for vm in self.pool_vms(key):
+            if vm.phase == Phase.AVAILABLE:
+                available += 1
+            elif vm.phase == Phase.PRE_LEASE_HOOK_RUNNING:
+                claiming += 1
+            elif vm.phase == Phase.LEASED:
+                if vm.lease_id is not None and vm.lease_id in self.leases:
+                    leased += 1
+                else:
+                    claiming += 1
+            elif vm.phase in (Phase.PROVISIONING, Phase.CREATE_HOOK_RUNNING):
+                provisioning += 1
+            elif vm.phase == Phase.QUARANTINED:
+                quarantined += 1
+        return VMCounts(available, claiming, leased, provisioning, quarantined)
+
+    def host_vm_count(self, host: str) -> int:
+        """VM rows on host in any phase, plus its placement reservations."""
+        conn = self.hosts.get(host)
+        rows = sum(1 for vm in self.vms.values() if vm.host == host)
+        return rows + (conn.placements if conn is not None else 0)
+
+    # -- Leases --------------------------------------------------------------------------
+
+    def lease_for_request(self, request_id: str) -> LeaseRow | None:
+        if not request_id:
+            return None
+        for lease in self.leases.values():
+            if lease.request_id == request_id:
+                return lease
+        return None
+
+    def lease_for_vm(self, uid: str) -> LeaseRow | None:
+        for lease in self.leases.values():
+            if lease.vm_uid == uid:
+                return lease
+        return None
+
+    def remove_lease(self, lease_id: str) -> LeaseRow | None:
+        lease = self.leases.pop(lease_id, None)
+        self.touch()
+        return lease
+
+    # -- Events --------------------------------------------------------------------------
+
+    def emit(self, kind: types_pb2.EventType.ValueType, pool: PoolKey, vm_uid: str) -> None:
+        self.events.append(
+            types_pb2.Event(
+                id=next(self._event_ids),
+                pool_namespace=pool[0],
+                pool_name=pool[1],
+                vm_uid=vm_uid,
+                type=kind,
+                created_at=timestamp(self._now()),
+            )
+        )
+        self.touch()
