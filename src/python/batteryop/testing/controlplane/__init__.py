@@ -3,6 +3,7 @@
 from batteryop.testing.controlplane.clients import (
     admin_client,
     ensure_service_account,
+    install_crd,
     request_token,
     service_account_client,
     token_client,
@@ -30,6 +31,7 @@ __all__ = [
     "admin_client",
     "ensure_binaries",
     "ensure_service_account",
+    "install_crd",
     "request_token",
     "service_account_client",
     "token_client",

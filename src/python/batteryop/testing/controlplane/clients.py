@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch
 
 from batteryop.testing.controlplane.server import ControlPlane
 
@@ -62,3 +64,28 @@ def service_account_client(
     if create:
         ensure_service_account(admin, namespace, name)
     return token_client(cp, request_token(admin, namespace, name))
+
+
+def install_crd(api: k8s.ApiClient, body: dict[str, Any], *, timeout_seconds: int = 30) -> None:
+    """Create a CRD (an existing one of that name is left as it is) and wait until it serves.
+
+    Established is a status condition, so this watches for it instead of polling.
+    """
+    ext = k8s.ApiextensionsV1Api(api)
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+    except k8s.ApiException as e:
+        if e.status != 409:
+            raise
+    w = watch.Watch()
+    for event in w.stream(
+        ext.list_custom_resource_definition,
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=timeout_seconds,
+    ):
+        conds = event["object"].status.conditions or []
+        if any(c.type == "Established" and c.status == "True" for c in conds):
+            w.stop()
+            return
+    raise AssertionError(f"CRD {name} never became Established within {timeout_seconds}s")

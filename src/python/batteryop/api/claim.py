@@ -1,0 +1,176 @@
+"""A MicroVMClaim as frozen dataclasses, parsed from and rendered to its Kubernetes body.
+
+The Consumer writes the spec (the Pool, the Holder, and `renewTime` to renew); only the Claim
+controller writes the status. `MicroVMClaim.from_dict(c.to_dict()) == c` for every claim.
+
+Requirements: RS-020 (poolRef), RS-021 (serviceAccountName), RS-023 (renewTime), RS-024 (the
+status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed),
+CC-001 (the claim's `<claim>-exec` Secret).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from batteryop.api import names
+from batteryop.api._fields import Fields
+from batteryop.api.conditions import (
+    ClaimConditionType,
+    ClaimPhase,
+    Condition,
+    find_condition,
+    parse_conditions,
+)
+from batteryop.api.errors import MalformedObjectError
+from batteryop.api.meta import ObjectMeta
+from batteryop.api.times import format_micro_time, format_time
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    pool_name: str
+    """spec.poolRef.name: a Pool in the claim's namespace. Immutable."""
+    service_account_name: str
+    """The Holder: the ServiceAccount, in the claim's namespace, that may use the MicroVM."""
+    renew_time: datetime | None = None
+    """Set by the Holder to renew the Lease (a MicroTime)."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "spec") -> ClaimSpec:
+        f = Fields(data, path)
+        return cls(
+            pool_name=f.obj("poolRef").string("name"),
+            service_account_name=f.string("serviceAccountName"),
+            renew_time=f.opt_time("renewTime"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "poolRef": {"name": self.pool_name},
+            "serviceAccountName": self.service_account_name,
+        }
+        if self.renew_time is not None:
+            out["renewTime"] = format_micro_time(self.renew_time)
+        return out
+
+
+@dataclass(frozen=True)
+class ClaimStatus:
+    """battery's answer to the claim. Times are battery's or the controller's, never computed."""
+
+    phase: ClaimPhase | None = None
+    lease_id: str | None = None
+    microvm_uid: str | None = None
+    """status.microVM.uid."""
+    node_name: str | None = None
+    """status.host.nodeName: the Host's Node, which is battery's Host name."""
+    agent_address: str | None = None
+    """status.host.agentAddress: `host:port` of the Host's Exec Agent."""
+    bound_time: datetime | None = None
+    lease_expires_at: datetime | None = None
+    observed_renew_time: datetime | None = None
+    """The spec.renewTime last relayed to battery (a MicroTime)."""
+    conditions: tuple[Condition, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "status") -> ClaimStatus:
+        f = Fields(data or {}, path)
+        vm = f.opt_obj("microVM")
+        host = f.obj_or_empty("host")
+        phase = f.opt_string("phase")
+        return cls(
+            phase=None if phase is None else f.choice("phase", ClaimPhase),
+            lease_id=f.opt_string("leaseID"),
+            microvm_uid=vm.string("uid") if vm else None,
+            node_name=host.opt_string("nodeName"),
+            agent_address=host.opt_string("agentAddress"),
+            bound_time=f.opt_time("boundTime"),
+            lease_expires_at=f.opt_time("leaseExpiresAt"),
+            observed_renew_time=f.opt_time("observedRenewTime"),
+            conditions=parse_conditions(f.obj_list("conditions")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set fields, and `conditions` always (a status write sends the whole list)."""
+        out: dict[str, Any] = {}
+        if self.phase is not None:
+            out["phase"] = str(self.phase)
+        if self.lease_id is not None:
+            out["leaseID"] = self.lease_id
+        if self.microvm_uid is not None:
+            out["microVM"] = {"uid": self.microvm_uid}
+        host: dict[str, Any] = {}
+        if self.node_name is not None:
+            host["nodeName"] = self.node_name
+        if self.agent_address is not None:
+            host["agentAddress"] = self.agent_address
+        if host:
+            out["host"] = host
+        if self.bound_time is not None:
+            out["boundTime"] = format_time(self.bound_time)
+        if self.lease_expires_at is not None:
+            out["leaseExpiresAt"] = format_time(self.lease_expires_at)
+        if self.observed_renew_time is not None:
+            out["observedRenewTime"] = format_micro_time(self.observed_renew_time)
+        out["conditions"] = [c.to_dict() for c in self.conditions]
+        return out
+
+    def condition(self, type: ClaimConditionType) -> Condition | None:
+        return find_condition(self.conditions, type)
+
+
+@dataclass(frozen=True)
+class MicroVMClaim:
+    metadata: ObjectMeta
+    spec: ClaimSpec
+    status: ClaimStatus = field(default_factory=ClaimStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def exec_secret_name(self) -> str:
+        """The Secret the Holder's tokens are bound to (CC-001, EA-012)."""
+        return names.exec_secret_name(self.metadata.name)
+
+    @property
+    def holder(self) -> str:
+        """The Holder's Kubernetes user name, as TokenReview reports it (EA-011)."""
+        return f"system:serviceaccount:{self.metadata.namespace}:{self.spec.service_account_name}"
+
+    @property
+    def renewal_pending(self) -> bool:
+        """Whether the Holder renewed since the controller last relayed a renewal (CL-010)."""
+        return self.spec.renew_time != self.status.observed_renew_time
+
+    @classmethod
+    def from_dict(cls, body: Mapping[str, Any]) -> MicroVMClaim:
+        metadata = ObjectMeta.from_dict(body.get("metadata"))
+        try:
+            return cls(
+                metadata=metadata,
+                spec=ClaimSpec.from_dict(body.get("spec")),
+                status=ClaimStatus.from_dict(body.get("status")),
+            )
+        except MalformedObjectError as e:
+            raise e.about(names.CLAIM_KIND, metadata.name) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole body; `status` only when it is not the empty status."""
+        body: dict[str, Any] = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.CLAIM_KIND,
+            "metadata": self.metadata.to_dict(),
+            "spec": self.spec.to_dict(),
+        }
+        if self.status != ClaimStatus():
+            body["status"] = self.status.to_dict()
+        return body

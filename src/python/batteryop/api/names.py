@@ -1,0 +1,222 @@
+"""Every name the deployables and the client share: the one place each string is written.
+
+The API group and version, the kinds and their plurals, the finalizers, the labels, taints and
+annotations on Nodes and ConfigMaps, the CSR signer names, the Exec Agent's token audience, the
+SPIFFE IDs, and the names of the objects the Manifests create. Anything else that needs one of
+these strings imports it from here (docs/dev/conventions.md).
+
+Requirements: RS-001 (group, version, kinds), CL-001 and PO-001 (finalizers), EA-012 and CC-001
+(the claim's `<claim>-exec` Secret), EA-034 and EA-035 (Node report annotations), CT-001 (signer
+names), EA-061, EA-062, EA-068 and CT-023 (SPIFFE IDs), IN-014 (the `hosts` annotation).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- API group, version and kinds (RS-001; RS-002: there is no MicroVM kind) -----------------
+
+GROUP: Final = "battery.liquidmetal-x.dev"
+"""The API group of Pool and MicroVMClaim, also the prefix of every label and annotation."""
+
+VERSION: Final = "v1alpha1"
+"""The one served and stored version."""
+
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+"""The `apiVersion` of every Pool and MicroVMClaim body."""
+
+PREFIX: Final = f"{GROUP}/"
+"""The prefix of our labels, annotations, finalizers and signer names."""
+
+POOL_KIND: Final = "Pool"
+"""Kind of a warm pool of MicroVMs."""
+POOL_LIST_KIND: Final = "PoolList"
+"""Kind of a list of Pools."""
+POOL_PLURAL: Final = "pools"
+"""Resource name of Pools (the URL path segment and RBAC resource)."""
+POOL_SINGULAR: Final = "pool"
+"""Singular resource name of a Pool."""
+POOL_SHORT_NAMES: Final = ("bpool",)
+"""kubectl short names of Pools (ours; `pool` alone is too common a word to claim)."""
+POOL_CRD_NAME: Final = f"{POOL_PLURAL}.{GROUP}"
+"""Name of the Pool CustomResourceDefinition."""
+
+CLAIM_KIND: Final = "MicroVMClaim"
+"""Kind of one consumer's hold on one MicroVM."""
+CLAIM_LIST_KIND: Final = "MicroVMClaimList"
+"""Kind of a list of MicroVMClaims."""
+CLAIM_PLURAL: Final = "microvmclaims"
+"""Resource name of MicroVMClaims."""
+CLAIM_SINGULAR: Final = "microvmclaim"
+"""Singular resource name of a MicroVMClaim."""
+CLAIM_SHORT_NAMES: Final = ("mvmc",)
+"""kubectl short names of MicroVMClaims (ours)."""
+CLAIM_CRD_NAME: Final = f"{CLAIM_PLURAL}.{GROUP}"
+"""Name of the MicroVMClaim CustomResourceDefinition."""
+
+CATEGORY: Final = "battery"
+"""kubectl category of both kinds: `kubectl get battery` lists Pools and claims."""
+
+# --- Finalizers ------------------------------------------------------------------------------
+
+CLAIM_FINALIZER: Final = f"{GROUP}/release"
+"""Held by a claim until battery has released its MicroVM (CL-001, CL-020)."""
+
+POOL_FINALIZER: Final = f"{GROUP}/pool"
+"""Held by a Pool until battery no longer holds it (PO-001, PO-044)."""
+
+# --- Labels and taints -----------------------------------------------------------------------
+
+HOST_LABEL: Final = f"{GROUP}/host"
+"""Marks a Node as a Host; the Exec Agent DaemonSet selects on it (EA-004)."""
+HOST_LABEL_VALUE: Final = "true"
+"""The value of HOST_LABEL on a Host."""
+
+HOST_TAINT_KEY: Final = HOST_LABEL
+"""Key of the taint that keeps ordinary Pods off Hosts."""
+HOST_TAINT_VALUE: Final = "true"
+"""Value of the Host taint."""
+HOST_TAINT_EFFECT: Final = "NoSchedule"
+"""Effect of the Host taint."""
+
+HOST_IMAGE_LABEL: Final = f"{GROUP}/host-image"
+"""A Host's Host Image reference (CAPI Machines); also the AMI tag of that name."""
+FIRECRACKER_LABEL: Final = f"{GROUP}/firecracker"
+"""Set on a Host that can run Firecracker MicroVMs."""
+CLOUD_HYPERVISOR_LABEL: Final = f"{GROUP}/cloud-hypervisor"
+"""Set on a Host that can run Cloud Hypervisor MicroVMs."""
+HOST_POOL_LABEL: Final = f"{GROUP}/host-pool"
+"""The CAPI host pool a Host's Machine belongs to."""
+DRAIN_GUARD_LABEL: Final = f"{GROUP}/drain-guard"
+"""On the drain guard Pod and its PodDisruptionBudget; the value is the Node name."""
+
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+"""Standard label naming a workload's component."""
+COMPONENT_EXEC_AGENT: Final = "exec-agent"
+"""COMPONENT_LABEL value of the Exec Agent."""
+COMPONENT_BATTERY: Final = "battery"
+"""COMPONENT_LABEL value of battery (the operator Pod's sidecar)."""
+
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+"""Standard label naming who manages an object."""
+MANAGED_BY: Final = "battery-operator"
+"""MANAGED_BY_LABEL value on objects the Operator creates (e.g. the CA bundle ConfigMap)."""
+
+# --- Node annotations: the Exec Agent's Node report (EA-034, EA-035, EA-040) -----------------
+
+EXEC_AGENT_READY_ANNOTATION: Final = f"{GROUP}/exec-agent-ready"
+"""`"true"` or `"false"`: whether the Host can run claimed MicroVMs' commands."""
+EXEC_AGENT_READY_TRUE: Final = "true"
+"""The only value of EXEC_AGENT_READY_ANNOTATION that counts as ready."""
+EXEC_AGENT_READY_FALSE: Final = "false"
+"""The not-ready value of EXEC_AGENT_READY_ANNOTATION."""
+EXEC_AGENT_REASON_ANNOTATION: Final = f"{GROUP}/exec-agent-reason"
+"""CamelCase reason of the Node report (conditions.HostReportReason)."""
+EXEC_AGENT_MESSAGE_ANNOTATION: Final = f"{GROUP}/exec-agent-message"
+"""Human-readable detail of the Node report."""
+EXEC_AGENT_ADDRESS_ANNOTATION: Final = f"{GROUP}/exec-agent-address"
+"""`host:port` of the Host's Exec Agent."""
+FLINTLOCKD_ADDRESS_ANNOTATION: Final = f"{GROUP}/flintlockd-address"
+"""`host:port` where battery reaches the Host's flintlockd."""
+DRAIN_STARTED_ANNOTATION: Final = f"{GROUP}/drain-started"
+"""RFC 3339 time (nanoseconds) at which the Exec Agent saw its Node cordoned."""
+
+# --- ConfigMap annotations: the battery config (host registry) -------------------------------
+
+RESTART_PENDING_ANNOTATION: Final = f"{GROUP}/restart-pending"
+"""`"true"` between writing a battery config and battery answering with it."""
+CLIENT_CERTIFICATE_SHA256_ANNOTATION: Final = f"{GROUP}/client-certificate-sha256"
+"""Hex SHA-256 of the flintlockd client certificate battery last restarted with."""
+HOSTS_ANNOTATION: Final = f"{GROUP}/hosts"
+"""The Host set the host registry published; the Pool controller resolves selectors on it."""
+
+# --- AMI tags (Host Image publishing) --------------------------------------------------------
+
+IMAGE_DIGEST_TAG: Final = f"{GROUP}/image-digest"
+"""AMI tag: digest of the Host Image the AMI was made from."""
+KUBERNETES_VERSION_TAG: Final = f"{GROUP}/kubernetes-version"
+"""AMI tag: the Kubernetes version in the Host Image."""
+HOST_IMAGE_TAG: Final = HOST_IMAGE_LABEL
+"""AMI tag: the Host Image reference (same key as the label)."""
+ARCHITECTURE_TAG: Final = f"{GROUP}/architecture"
+"""AMI tag: amd64 or arm64."""
+
+# --- Certificates: signers and SPIFFE IDs (CT-001, EA-061, EA-062, EA-068, CT-023) -----------
+
+FLINTLOCKD_SERVING_SIGNER: Final = f"{GROUP}/flintlockd-serving"
+"""Signer of flintlockd's serving certificate on a Host."""
+FLINTLOCKD_CLIENT_SIGNER: Final = f"{GROUP}/flintlockd-client"
+"""Signer of the Exec Agent's flintlockd client certificate."""
+EXEC_AGENT_SERVING_SIGNER: Final = f"{GROUP}/exec-agent-serving"
+"""Signer of the Exec Agent's own serving certificate."""
+SIGNERS: Final = (FLINTLOCKD_SERVING_SIGNER, FLINTLOCKD_CLIENT_SIGNER, EXEC_AGENT_SERVING_SIGNER)
+"""Every signer the CSR approver acts for, and no other (CT-001)."""
+
+DEFAULT_TRUST_DOMAIN: Final = GROUP
+"""The SPIFFE trust domain the Manifests configure."""
+
+
+def spiffe_host_id(trust_domain: str, node: str) -> str:
+    """SPIFFE ID in the serving certificate of flintlockd on `node`."""
+    return f"spiffe://{trust_domain}/flintlock/host/{node}"
+
+
+def spiffe_battery_client_id(trust_domain: str) -> str:
+    """SPIFFE ID in battery's flintlockd client certificate."""
+    return f"spiffe://{trust_domain}/flintlock/client/battery"
+
+
+def spiffe_exec_agent_id(trust_domain: str, node: str) -> str:
+    """SPIFFE ID of the Exec Agent on `node` (its client and its serving certificates)."""
+    return f"spiffe://{trust_domain}/flintlock/client/exec-agent/{node}"
+
+
+# --- The claim's exec credentials (CC-001, CC-002, EA-010, EA-012) ---------------------------
+
+EXEC_AGENT_AUDIENCE: Final = f"{GROUP}/exec-agent"
+"""Audience of the Holder's tokens, checked by the Exec Agent's TokenReview."""
+
+EXEC_SECRET_SUFFIX: Final = "-exec"
+"""Suffix of the Secret a claim's tokens are bound to."""
+
+
+def exec_secret_name(claim_name: str) -> str:
+    """Name of the Secret, owned by the claim, that the Holder's tokens are bound to."""
+    return f"{claim_name}{EXEC_SECRET_SUFFIX}"
+
+
+# --- Objects the Manifests create ------------------------------------------------------------
+
+OPERATOR_NAMESPACE: Final = "battery-operator-system"
+"""Namespace of the Operator, the Exec Agent and their configuration."""
+OPERATOR_DEPLOYMENT: Final = "battery-operator-controller-manager"
+"""The Operator's Deployment (operator, host-registry and battery containers)."""
+EXEC_AGENT_NAME: Final = "battery-operator-exec-agent"
+"""The Exec Agent's DaemonSet and ServiceAccount."""
+BATTERY_CONFIG_MAP: Final = "battery-operator-battery-config"
+"""ConfigMap holding battery's config file, written by the host registry."""
+CA_BUNDLE_CONFIG_MAP: Final = "flintlockd-ca"
+"""ConfigMap publishing both CA certificates, without keys (CT-005)."""
+SERVING_CA_BUNDLE_KEY: Final = "serving-ca.crt"
+"""Key of the serving CA certificate in CA_BUNDLE_CONFIG_MAP."""
+CLIENT_CA_BUNDLE_KEY: Final = "client-ca.crt"
+"""Key of the client CA certificate in CA_BUNDLE_CONFIG_MAP."""
+ADDRESS_PINS_CONFIG_MAP: Final = "host-address-pins"
+"""ConfigMap of Node name to pinned Host address (CT-016)."""
+SERVING_CA_SECRET: Final = "flintlockd-serving-ca"
+"""Secret of the CA signing flintlockd and Exec Agent serving certificates."""
+CLIENT_CA_SECRET: Final = "flintlockd-client-ca"
+"""Secret of the CA signing flintlockd client certificates."""
+BATTERY_CLIENT_SECRET: Final = "battery-flintlockd-client"
+"""Secret of battery's flintlockd client certificate (cert-manager)."""
+BATTERY_DATA_PVC: Final = "battery-data"
+"""PersistentVolumeClaim of battery's SQLite database."""
+EXEC_AGENT_ADMISSION_POLICY: Final = "battery-operator-exec-agent-own-host"
+"""ValidatingAdmissionPolicy confining the Exec Agent to its own Node (EA-051)."""
+DRAIN_GUARD_PREFIX: Final = "exec-agent-drain-guard-"
+"""Prefix of the drain guard Pod and PodDisruptionBudget names."""
+
+
+def drain_guard_name(node: str) -> str:
+    """Name of the guard Pod and PodDisruptionBudget holding a drain of `node` open."""
+    return f"{DRAIN_GUARD_PREFIX}{node}"

@@ -1,0 +1,1 @@
+"""The operator deployable: Pool and MicroVMClaim controllers on kopf (RS, CL, PO, DP)."""

@@ -1,0 +1,1 @@
+"""The Pool controller: a Pool declared in Kubernetes, held in battery (PO-*)."""
