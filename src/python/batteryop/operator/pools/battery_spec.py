@@ -73,9 +73,13 @@ INTERFACE_TYPES: Final[Mapping[InterfaceType, battery.InterfaceType]] = MappingP
 """A template interface's type → flintlock's IfaceType."""
 
 
-def _volume(volume: Volume) -> battery.Volume:
+ROOT_VOLUME_ID = "root"
+"""The id given to a root volume the Pool leaves unnamed: flintlockd requires every volume id."""
+
+
+def _volume(volume: Volume, default_id: str) -> battery.Volume:
     return battery.Volume(
-        id=volume.id or "",
+        id=volume.id or default_id,
         container_source=volume.container_source,
         virtiofs_source=volume.virtiofs_source,
         read_only=volume.read_only,
@@ -116,9 +120,11 @@ def to_battery_template(template: MicroVMTemplate) -> battery.MicroVMTemplate:
             cmdline=dict(template.kernel.cmdline),
             add_network_config=template.kernel.add_network_config,
         ),
-        root_volume=_volume(template.root_volume),
+        root_volume=_volume(template.root_volume, ROOT_VOLUME_ID),
         initrd=initrd,
-        additional_volumes=tuple(_volume(v) for v in template.additional_volumes),
+        additional_volumes=tuple(
+            _volume(v, f"volume-{i}") for i, v in enumerate(template.additional_volumes, 1)
+        ),
         interfaces=tuple(_interface(i) for i in template.interfaces),
         metadata=dict(template.metadata),
         labels=dict(template.labels),

@@ -122,9 +122,10 @@ def test_every_pool_field_reaches_batterys_pool_spec() -> None:
     assert t.labels == {"team": "a"}
 
 
-def test_a_root_volume_without_id_gets_an_empty_one() -> None:
+def test_a_root_volume_without_id_is_named_root() -> None:
+    # flintlockd refuses a volume without an id, and the demo Pool names none.
     spec = to_battery_spec(Pool.from_dict(samples.demo_pool(namespace="ns")), [])
-    assert spec.template.root_volume.id == ""
+    assert spec.template.root_volume.id == "root"
     assert spec.flintlock_hosts == ()
 
 

@@ -1,0 +1,350 @@
+"""`KubeClient`: the small async Kubernetes API client the controllers read and write with.
+
+kopf does the watching; this does the rest, on one aiohttp session: get, list (every page),
+create, patch (merge, JSON, strategic, server-side apply), replace, delete with preconditions,
+and SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
+server sends them (list items get the `apiVersion` and `kind` the server leaves out).
+
+Every failure is a `batteryop.kube.errors.KubeError` subclass read from the server's Status;
+aiohttp's own exceptions never escape. The client does not retry: callers (kopf handlers)
+decide, by error class, whether to retry, requeue or give up.
+
+    async with KubeClient(KubeConfig.load()) as kube:
+        cm = await kube.get(CONFIGMAPS, "flintlockd-ca", "battery-operator-system")
+        await kube.patch(POOLS, "p", {"status": {...}}, "ns", subresource="status")
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, TypeAlias
+
+import aiohttp
+
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.errors import (
+    UNAVAILABLE_STATUS,
+    KubeConfigError,
+    KubeError,
+    KubeUnavailableError,
+    UnauthorizedError,
+    from_response,
+)
+from batteryop.kube.resources import SELF_SUBJECT_ACCESS_REVIEWS, Resource
+
+Object: TypeAlias = dict[str, Any]
+"""A Kubernetes object (or Status) as the API server sends it."""
+Objects: TypeAlias = list[dict[str, Any]]
+
+PatchType = Literal["merge", "json", "strategic", "apply"]
+
+PATCH_CONTENT_TYPES: Final[dict[str, str]] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    # Server-side apply takes YAML, and JSON is YAML.
+    "apply": "application/apply-patch+yaml",
+}
+
+DEFAULT_PAGE_SIZE: Final = 500
+"""Objects per page of `list` (as kubectl); `list` always returns every page."""
+
+
+class KubeClient:
+    """An async Kubernetes API client over one aiohttp session (opened on first use).
+
+    `timeout` bounds each request, in seconds, connect to last byte. Use as
+    `async with`, or call `aclose()`.
+    """
+
+    def __init__(
+        self, config: KubeConfig, *, timeout: float = 30.0, user_agent: str = "battery-operator"
+    ) -> None:
+        self.config = config
+        self._base = config.server.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._user_agent = user_agent
+        # Built now, so bad certificates fail at start, not at the first request.
+        self._ssl = config.ssl_context() if self._base.startswith("https://") else None
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session; later requests fail with `KubeUnavailableError`."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Object:
+        """The object `name` (in `namespace`, for a namespaced resource)."""
+        return await self._request("get", "GET", res.api_path(namespace, name))
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = DEFAULT_PAGE_SIZE,
+    ) -> Objects:
+        """Every object matching the selectors, in `namespace` or (None) all namespaces.
+
+        Pages of `limit` objects are fetched one after the other, following `continue`, and
+        joined; `limit=None` asks for everything at once. When a continue token has expired
+        (410) the list starts again in one request, as client-go's pager does.
+        """
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if limit is not None:
+            params["limit"] = str(limit)
+        path = res.api_path(namespace)
+        items: Objects = []
+        while True:
+            try:
+                page = await self._request("list", "GET", path, params=params)
+            except KubeError as e:
+                if e.status == 410 and "continue" in params:
+                    del params["continue"]
+                    params.pop("limit", None)
+                    items = []
+                    continue
+                raise
+            api_version = str(page.get("apiVersion") or res.api_version)
+            kind = str(page.get("kind") or "").removesuffix("List")
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", api_version)
+                if kind:
+                    item.setdefault("kind", kind)
+                items.append(item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = str(token)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> Object:
+        """Create `body`; the namespace defaults to the body's `metadata.namespace`."""
+        ns = namespace or _body_namespace(res, body)
+        return await self._request("create", "POST", res.api_path(ns), body=body)
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        namespace: str | None = None,
+        *,
+        type: PatchType = "merge",  # the API's word for it
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> Object:
+        """Patch the object (or its `subresource`, e.g. `status`) and return the result.
+
+        `type`: `merge` (RFC 7386; lists are replaced whole), `json` (RFC 6902 operations; a
+        patch with a `test` operation that does not apply raises `ConflictError`), `strategic` (built-in kinds only), or `apply`
+        (server-side apply of a full intent object; needs `field_manager`, and `force=True`
+        takes over fields other managers own).
+        """
+        content_type = PATCH_CONTENT_TYPES.get(type)
+        if content_type is None:
+            raise ValueError(f"unknown patch type {type!r}")
+        if type == "json" and isinstance(patch, Mapping):
+            raise ValueError("a JSON patch is a list of operations")
+        if type != "json" and not isinstance(patch, Mapping):
+            raise ValueError(f"a {type} patch is an object")
+        if type == "apply" and not field_manager:
+            raise ValueError("server-side apply needs a field_manager")
+        if force and type != "apply":
+            raise ValueError("force applies only to server-side apply")
+        params: dict[str, str] = {}
+        if field_manager:
+            params["fieldManager"] = field_manager
+        if force:
+            params["force"] = "true"
+        return await self._request(
+            "patch",
+            "PATCH",
+            res.api_path(namespace, name, subresource),
+            params=params,
+            body=patch,
+            content_type=content_type,
+            json_patch_test=type == "json" and _has_test_op(patch),
+        )
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Object:
+        """Replace (PUT) the object or its subresource; `metadata.resourceVersion` in `body`,
+        if set, makes it conditional (`ConflictError` when stale)."""
+        ns = namespace or _body_namespace(res, body)
+        return await self._request("update", "PUT", res.api_path(ns, name, subresource), body=body)
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """Delete the object, only if it still has `uid` / `resource_version` when given
+        (`ConflictError` otherwise; `NotFoundError` if it is gone)."""
+        options: Object = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        await self._request("delete", "DELETE", res.api_path(namespace, name), body=options)
+
+    # -- access checks -----------------------------------------------------------------------
+
+    async def self_subject_access_review(
+        self,
+        verb: str,
+        resource: str | Resource,
+        *,
+        group: str = "",
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> bool:
+        """Whether this client's identity may `verb` the resource (a plural, or a `Resource`,
+        whose group and version are then used instead of `group`)."""
+        attributes: dict[str, str] = {"verb": verb}
+        if isinstance(resource, Resource):
+            attributes.update(
+                group=resource.group, version=resource.version, resource=resource.plural
+            )
+        else:
+            attributes.update(group=group, resource=resource)
+        for key, value in (("namespace", namespace), ("name", name), ("subresource", subresource)):
+            if value:
+                attributes[key] = value
+        review = {
+            "apiVersion": SELF_SUBJECT_ACCESS_REVIEWS.api_version,
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = await self._request(
+            "create", "POST", SELF_SUBJECT_ACCESS_REVIEWS.api_path(None), body=review
+        )
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    # -- the one place requests are made ------------------------------------------------------
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                headers={"User-Agent": self._user_agent, "Accept": "application/json"},
+            )
+        return self._session
+
+    async def _request(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        content_type: str = "application/json",
+        json_patch_test: bool = False,
+    ) -> Object:
+        if self._closed:
+            raise KubeUnavailableError(
+                UNAVAILABLE_STATUS, "ClientClosed", "the client is closed", verb=verb, path=path
+            )
+        headers: dict[str, str] = {}
+        try:
+            token = self.config.bearer_token()
+        except KubeConfigError as e:
+            raise UnauthorizedError(
+                UNAVAILABLE_STATUS, "Unauthorized", str(e), verb=verb, path=path
+            ) from e
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data: bytes | None = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        try:
+            session = self._open_session()
+            async with session.request(
+                method, self._base + path, params=params, data=data, headers=headers
+            ) as resp:
+                status = resp.status
+                raw = await resp.read()
+                retry_after = resp.headers.get("Retry-After")
+        except (aiohttp.ClientError, OSError) as e:
+            # TimeoutError is an OSError; aiohttp's own timeouts subclass it.
+            reason = "Timeout" if isinstance(e, TimeoutError) else "ConnectionFailed"
+            raise KubeUnavailableError(
+                UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb=verb, path=path
+            ) from e
+        try:
+            parsed: Any = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        if status >= 400:
+            raise from_response(
+                status,
+                parsed if isinstance(parsed, dict) else raw,
+                verb=verb,
+                path=path,
+                retry_after=retry_after,
+                json_patch_test=json_patch_test,
+            )
+        if not isinstance(parsed, dict):
+            raise KubeUnavailableError(
+                status, "InvalidResponse", "the answer is not a JSON object", verb=verb, path=path
+            )
+        return parsed
+
+
+def _body_namespace(res: Resource, body: Mapping[str, Any]) -> str | None:
+    if not res.namespaced:
+        return None
+    meta = body.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return str(ns) if ns else None
+
+
+def _has_test_op(patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> bool:
+    return not isinstance(patch, Mapping) and any(
+        isinstance(op, Mapping) and op.get("op") == "test" for op in patch
+    )

@@ -1,0 +1,190 @@
+"""`EventRecorder`: Kubernetes Events (events.k8s.io/v1) about our objects, best effort.
+
+An Event names the object it is about (`regarding`), the controller and instance that saw it
+(`reportingController`, `reportingInstance`), what it did (`action`), why (`reason`, a CamelCase
+constant from `batteryop.api`) and a human `note`, at `eventTime` (microseconds).
+
+Repeats are folded as client-go's events recorder folds them: the same (object uid, reason,
+note) seen again within 10 minutes of its last sighting patches the existing Event's `series`
+(`count`, `lastObservedTime`) instead of creating another Event. If that Event has gone (the
+server's event TTL), a new one is created. What was recorded lives in this recorder's memory
+only, so a restarted operator starts new series.
+
+Recording never fails its caller: events must never break a reconcile. Every API error is
+logged at WARNING and swallowed; only the caller's own cancellation propagates. Notes longer
+than the API's 1024-byte limit are cut (on a UTF-8 character boundary).
+
+Requirements: PO-041 (the HookFailed Warning on a Pool is recorded through this).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import NotFoundError
+from batteryop.kube.resources import EVENTS
+
+logger = logging.getLogger(__name__)
+
+NORMAL: Final = "Normal"
+"""Event type of expected happenings."""
+WARNING: Final = "Warning"
+"""Event type of something a user should look at."""
+
+NOTE_LIMIT: Final = 1024
+"""Bytes of `note` the API server accepts."""
+
+SERIES_WINDOW: Final = datetime.timedelta(minutes=10)
+"""A repeat within this time of the last sighting joins the series of the existing Event."""
+
+DEFAULT_NAMESPACE: Final = "default"
+"""Where Events about cluster-scoped objects (Nodes) go, as client-go puts them."""
+
+_MAX_REMEMBERED: Final = 4096
+
+Clock = Callable[[], datetime.datetime]
+"""Returns the current time, timezone-aware."""
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def micro_time(t: datetime.datetime) -> str:
+    """`t` in the API's MicroTime form: RFC 3339 in UTC with microseconds."""
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def truncate_note(note: str, limit: int = NOTE_LIMIT) -> str:
+    """`note` cut to at most `limit` UTF-8 bytes, never inside a character."""
+    encoded = note.encode("utf-8")
+    if len(encoded) <= limit:
+        return note
+    return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+@dataclass
+class _Recorded:
+    """An Event this recorder created and the series it has patched in since."""
+
+    name: str
+    namespace: str
+    count: int
+    last: datetime.datetime
+
+
+class EventRecorder:
+    """Records Events as `controller` (a qualified name, e.g. `battery.liquidmetal-x.dev/pool`)
+    from `instance` (e.g. the Pod name). `clock` is for tests."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        controller: str,
+        instance: str,
+        clock: Clock | None = None,
+    ) -> None:
+        self._client = client
+        self.controller = controller
+        self.instance = instance
+        self._clock = clock or _utcnow
+        self._recorded: dict[tuple[str, str, str], _Recorded] = {}
+        # One record at a time, so a repeat never races the create of its series' Event.
+        self._lock = asyncio.Lock()
+
+    async def record(
+        self,
+        obj: Mapping[str, Any],
+        type: str,  # the API's word for it
+        reason: str,
+        note: str,
+        *,
+        action: str,
+    ) -> None:
+        """Record that `action` happened to `obj` for `reason`; never raises (see module)."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        note = truncate_note(note)
+        key = (str(meta.get("uid") or f"{meta.get('namespace')}/{name}"), reason, note)
+        try:
+            async with self._lock:
+                now = self._clock()
+                self._forget_before(now - SERIES_WINDOW)
+                seen = self._recorded.get(key)
+                if seen is not None and await self._add_to_series(seen, now):
+                    return
+                namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
+                body = self._event(obj, type, reason, note, action, now, namespace)
+                created = await self._client.create(EVENTS, body, namespace)
+                self._recorded[key] = _Recorded(str(created["metadata"]["name"]), namespace, 1, now)
+                if len(self._recorded) > _MAX_REMEMBERED:
+                    oldest = min(self._recorded, key=lambda k: self._recorded[k].last)
+                    del self._recorded[oldest]
+        except Exception as e:
+            logger.warning(
+                "Failed to record %s Event %s for %s %s: %s",
+                type,
+                reason,
+                obj.get("kind", "object"),
+                f"{meta.get('namespace')}/{name}" if meta.get("namespace") else name,
+                e,
+                extra={"reason": reason, "action": action},
+            )
+
+    async def _add_to_series(self, seen: _Recorded, now: datetime.datetime) -> bool:
+        """Patch the series of an Event this recorder made; False if that Event is gone."""
+        count = seen.count + 1
+        patch = {"series": {"count": count, "lastObservedTime": micro_time(now)}}
+        try:
+            await self._client.patch(EVENTS, seen.name, patch, seen.namespace)
+        except NotFoundError:
+            return False
+        seen.count, seen.last = count, now
+        return True
+
+    def _forget_before(self, cutoff: datetime.datetime) -> None:
+        for key in [k for k, r in self._recorded.items() if r.last < cutoff]:
+            del self._recorded[key]
+
+    def _event(
+        self,
+        obj: Mapping[str, Any],
+        type: str,
+        reason: str,
+        note: str,
+        action: str,
+        now: datetime.datetime,
+        namespace: str,
+    ) -> dict[str, Any]:
+        meta = obj.get("metadata") or {}
+        regarding = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        # client-go's naming: the object's name and a nanosecond stamp, unique per recorder.
+        stem = str(meta.get("name") or "event")[: 253 - 17].rstrip(".-")
+        return {
+            "apiVersion": EVENTS.api_version,
+            "kind": "Event",
+            "metadata": {"name": f"{stem}.{time.time_ns():x}", "namespace": namespace},
+            "eventTime": micro_time(now),
+            "reportingController": self.controller,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note,
+            "type": type,
+            "regarding": {k: v for k, v in regarding.items() if v},
+        }

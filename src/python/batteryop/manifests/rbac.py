@@ -1,0 +1,191 @@
+"""The Manifests' RBAC: the Operator identity's least privilege, and the roles users aggregate.
+
+The Operator's ServiceAccount (`OPERATOR_SERVICE_ACCOUNT`, used by the operator and
+host-registry containers; battery gets no token) is bound to:
+
+ClusterRole `MANAGER_ROLE`
+- `pools`, `microvmclaims`: get/list/watch (the controllers' watches) and patch/update (adding
+  and removing the finalizers in metadata: CL-001, CL-020, PO-001, PO-044). No create and no
+  delete: Pools and claims are made and removed by users, never by the Operator.
+- `pools/status`, `microvmclaims/status`: patch/update. The Operator is the only identity the
+  Manifests create that may write them (DP-020, RS-024).
+- `pools/finalizers`, `microvmclaims/finalizers`: patch/update. Not a served subresource: the
+  OwnerReferencesPermissionEnforcement admission plugin asks for it before an object may name a
+  Pool or a claim as an owner with `blockOwnerDeletion`.
+- `nodes`: get/list/watch. The host registry builds the Host set from Nodes (and their
+  cordons); the claim controller reads the Exec Agent's Node report (`HostReady`). No write.
+- `events.k8s.io` `events`: create/patch (the event recorder; patch folds a repeated event).
+- No `coordination.k8s.io` leases: there is no leader election. One replica with `Recreate`
+  (DP-002) means the old Pod is gone before the new one starts, and battery's database is on a
+  ReadWriteOnce volume (DP-003); a second Operator would also bring its own battery, which a
+  lease could not keep off that database anyway.
+
+Role `MANAGER_ROLE` in the Operator namespace
+- `configmaps` by name: only `names.BATTERY_CONFIG_MAP`, get/list/watch/patch/update (the host
+  registry writes it, DP-004; the Pool controller watches its `hosts` annotation, IN-014).
+  list and watch by name work with a `metadata.name` field selector. No create: install.yaml
+  ships the ConfigMap.
+- `secrets`: only those in `OPERATOR_SECRETS`, by name, get/list/watch; none today. battery's
+  flintlockd client certificate reaches the Pod as a projected volume (kubelet reads it, not
+  the Operator), and the host registry sees a renewed certificate in its own mount (DP-007).
+  Nothing anywhere grants Secrets outside the namespace (DP-021).
+- Nothing else: no Pods, no RBAC objects, no namespaces.
+
+For users (aggregated by kube-controller-manager into the built-in roles)
+- `CLAIM_EDITOR_ROLE`, aggregated into `edit` (and through `edit` into `admin`): microvmclaims
+  create/delete/get/list/watch/patch. Not `microvmclaims/status`: a claim's owner may create,
+  renew (patch `spec.renewTime`) and delete it, never write its status (DP-020).
+- `VIEWER_ROLE`, aggregated into `view` (and through `view` into `edit` and `admin`): pools and
+  microvmclaims get/list/watch.
+
+Requirements: DP-020, DP-021; CL-001, CL-020, PO-001, PO-044 (finalizers); RS-024 (status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from batteryop.api import names
+
+Obj = dict[str, Any]
+
+# --- Names only the Manifests use (not in batteryop.api.names) -------------------------------
+
+OPERATOR_SERVICE_ACCOUNT: Final = "battery-operator-controller-manager"
+"""The Operator Pod's ServiceAccount: the Operator identity of DP-020 and DP-021."""
+MANAGER_ROLE: Final = "battery-operator-manager"
+"""Name of the Operator's ClusterRole, its Role in the Operator namespace, and their bindings."""
+CLAIM_EDITOR_ROLE: Final = "battery-operator-claim-editor"
+"""ClusterRole aggregated into `edit`: create, renew and delete claims (not their status)."""
+VIEWER_ROLE: Final = "battery-operator-viewer"
+"""ClusterRole aggregated into `view`: read Pools and claims."""
+
+AGGREGATE_TO_EDIT_LABEL: Final = "rbac.authorization.k8s.io/aggregate-to-edit"
+"""Kubernetes' label that aggregates a ClusterRole's rules into the built-in `edit`."""
+AGGREGATE_TO_VIEW_LABEL: Final = "rbac.authorization.k8s.io/aggregate-to-view"
+"""Kubernetes' label that aggregates a ClusterRole's rules into the built-in `view`."""
+
+OPERATOR_SECRETS: Final[tuple[str, ...]] = ()
+"""Secrets in its own namespace the Operator identity may read, by name (DP-021). None today."""
+
+# --- Verbs -----------------------------------------------------------------------------------
+
+READ: Final = ("get", "list", "watch")
+WRITE: Final = ("patch", "update")
+WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
+"""Verbs that change an object; used by the checks on who may write status."""
+
+CORE: Final = ""
+EVENTS_GROUP: Final = "events.k8s.io"
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
+
+KINDS: Final = (names.POOL_PLURAL, names.CLAIM_PLURAL)
+
+
+def rule(
+    group: str,
+    resources: Iterable[str],
+    verbs: Iterable[str],
+    resource_names: Iterable[str] = (),
+) -> Obj:
+    """One PolicyRule."""
+    out: Obj = {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+    named = list(resource_names)
+    if named:
+        out["resourceNames"] = named
+    return out
+
+
+def manager_cluster_rules() -> list[Obj]:
+    """The Operator's cluster-wide rules (see the module docstring for each one's reason)."""
+    return [
+        rule(names.GROUP, KINDS, (*READ, *WRITE)),
+        rule(names.GROUP, (f"{k}/status" for k in KINDS), WRITE),  # DP-020
+        rule(names.GROUP, (f"{k}/finalizers" for k in KINDS), WRITE),
+        rule(CORE, ["nodes"], READ),
+        rule(EVENTS_GROUP, ["events"], ("create", "patch")),
+    ]
+
+
+def manager_namespace_rules() -> list[Obj]:
+    """The Operator's rules in its own namespace: its battery ConfigMap, by name (DP-004)."""
+    rules = [rule(CORE, ["configmaps"], (*READ, *WRITE), [names.BATTERY_CONFIG_MAP])]
+    if OPERATOR_SECRETS:  # DP-021: only these, only here
+        rules.append(rule(CORE, ["secrets"], READ, OPERATOR_SECRETS))
+    return rules
+
+
+def claim_editor_rules() -> list[Obj]:
+    """What `edit` gains: claims, without their status (DP-020)."""
+    verbs = ("create", "delete", *READ, "patch")
+    return [rule(names.GROUP, [names.CLAIM_PLURAL], verbs)]
+
+
+def viewer_rules() -> list[Obj]:
+    """What `view` gains: reading Pools and claims."""
+    return [rule(names.GROUP, KINDS, READ)]
+
+
+def _meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> Obj:
+    meta: Obj = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    return meta
+
+
+def _subject(namespace: str) -> Obj:
+    return {"kind": "ServiceAccount", "name": OPERATOR_SERVICE_ACCOUNT, "namespace": namespace}
+
+
+def objects(*, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+    """The ServiceAccount, the ClusterRoles, the Role and their bindings, in apply order."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(OPERATOR_SERVICE_ACCOUNT, labels, namespace),
+            # The Pod mounts a projected token into the containers that use the API only.
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "ClusterRole",
+            "metadata": _meta(MANAGER_ROLE, labels),
+            "rules": manager_cluster_rules(),
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "ClusterRole",
+            "metadata": _meta(CLAIM_EDITOR_ROLE, {**labels, AGGREGATE_TO_EDIT_LABEL: "true"}),
+            "rules": claim_editor_rules(),
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "ClusterRole",
+            "metadata": _meta(VIEWER_ROLE, {**labels, AGGREGATE_TO_VIEW_LABEL: "true"}),
+            "rules": viewer_rules(),
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(MANAGER_ROLE, labels),
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": MANAGER_ROLE},
+            "subjects": [_subject(namespace)],
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "Role",
+            "metadata": _meta(MANAGER_ROLE, labels, namespace),
+            "rules": manager_namespace_rules(),
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "RoleBinding",
+            "metadata": _meta(MANAGER_ROLE, labels, namespace),
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": MANAGER_ROLE},
+            "subjects": [_subject(namespace)],
+        },
+    ]

@@ -1,0 +1,578 @@
+"""install.yaml: every object the Operator needs, in apply order, rendered from code.
+
+`render()` returns, in the order `kubectl apply -f install.yaml` must create them: the
+Namespace, both CRDs, the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
+its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim and the
+Operator Deployment. `to_yaml()` writes them as one multi-document stream; `main()` writes the
+file.
+
+The Operator Pod (DP-001..DP-006, reference layout of §1.5):
+
+- one replica replaced with `Recreate` (DP-002), `shareProcessNamespace` so the host registry
+  can signal battery (DP-006); the Pod runs as 65532, non-root, seccomp RuntimeDefault; every
+  container has a read-only root filesystem, no privilege escalation, no capabilities, and
+  requests and limits.
+- `automountServiceAccountToken: false`; a projected token (with the API server's CA and the
+  namespace) is mounted into `operator` and `host-registry`, the two containers that call the
+  API. battery, a third-party binary, gets no token.
+- `operator`: our flags; readiness `/readyz` (which includes battery, DP-012) and liveness
+  `/healthz` on the health port.
+- `host-registry`: writes battery's ConfigMap and restarts battery (DP-006, DP-007); it mounts
+  the ConfigMap and battery's TLS files read-only to see when the kubelet has synced them.
+- `battery`: poolmgrd 0.4.0 on 127.0.0.1:50051 only (DP-001), its database on the PVC
+  (DP-003), its config from the ConfigMap (DP-004) and its flintlockd client certificate and
+  the Hosts' serving CA from a projected volume (DP-005). It has no probes: it listens on
+  loopback, where the kubelet cannot reach it; the operator's readiness reports it instead.
+
+battery's config holds the placeholder Host `_no-hosts` until the host registry writes the
+real Host set: poolmgrd v0.4.0 refuses an empty `hosts` list.
+
+Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from batteryop.api import crds, names
+from batteryop.manifests import rbac
+
+Obj = dict[str, Any]
+
+# --- Images ----------------------------------------------------------------------------------
+
+BATTERY_IMAGE: Final = "ghcr.io/liquidmetal-dev/poolmgrd:0.4.0"
+"""poolmgrd 0.4.0, battery's own release image (its multi-arch manifest is tagged without v)."""
+
+SNAPSHOT_OPERATOR_IMAGE: Final = "ghcr.io/phoban01/battery-operator:v0.4.1"
+"""The operator image `install.snapshot.yaml` is rendered with."""
+
+# --- Names only the Manifests use (not in batteryop.api.names) -------------------------------
+
+NAME_LABEL: Final = "app.kubernetes.io/name"
+"""Kubernetes' recommended label naming the application."""
+PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
+"""Kubernetes' recommended label naming the larger application."""
+APP_NAME: Final = "battery-operator"
+"""Value of NAME_LABEL and PART_OF_LABEL on every object of install.yaml."""
+COMMON_LABELS: Final[Mapping[str, str]] = {NAME_LABEL: APP_NAME, PART_OF_LABEL: APP_NAME}
+"""The labels every object of install.yaml carries."""
+COMPONENT_OPERATOR: Final = "operator"
+"""COMPONENT_LABEL value of the Operator Deployment, its Pod and its RBAC."""
+
+OPERATOR_CONTAINER: Final = "operator"
+HOST_REGISTRY_CONTAINER: Final = "host-registry"
+BATTERY_CONTAINER: Final = "battery"
+HOST_REGISTRY_IMAGE_NAME: Final = "host-registry"
+"""The host registry's image sits beside the operator's (`<operator repo>/host-registry`)."""
+
+# --- Ports, addresses and paths --------------------------------------------------------------
+
+BATTERY_ADDRESS: Final = "127.0.0.1:50051"
+"""battery's gRPC API: loopback only (DP-001, DP-010)."""
+BATTERY_METRICS_ADDRESS: Final = "127.0.0.1:9090"
+"""battery's metrics, on loopback too."""
+HEALTH_PORT: Final = 8081
+METRICS_PORT: Final = 8080
+HEALTH_PORT_NAME: Final = "health"
+METRICS_PORT_NAME: Final = "metrics"
+READYZ_PATH: Final = "/readyz"
+HEALTHZ_PATH: Final = "/healthz"
+
+CONFIG_DIR: Final = "/etc/battery/config"
+CONFIG_KEY: Final = "config.json"
+CONFIG_FILE: Final = f"{CONFIG_DIR}/{CONFIG_KEY}"
+TLS_DIR: Final = "/etc/battery/tls"
+TLS_CERT_KEY: Final = "tls.crt"
+TLS_KEY_KEY: Final = "tls.key"
+SERVING_CA_FILE_NAME: Final = "serving-ca.crt"
+DATA_DIR: Final = "/data"
+DB_FILE: Final = f"{DATA_DIR}/poolmgr.db"
+TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Kubernetes clients look for the ServiceAccount token, CA and namespace."""
+TOKEN_EXPIRATION_SECONDS: Final = 3607
+"""The kubelet's own choice for projected tokens: rotated well before the hour."""
+KUBE_ROOT_CA_CONFIG_MAP: Final = "kube-root-ca.crt"
+"""The API server's CA bundle, which kube-controller-manager publishes in every namespace."""
+
+NO_HOSTS_NAME: Final = "_no-hosts"
+"""Placeholder Host in battery's config while there is none (poolmgrd refuses an empty list)."""
+NO_HOSTS_ADDRESS: Final = "no-hosts.invalid:9090"
+"""Address of the placeholder Host; `.invalid` never resolves (RFC 2606)."""
+
+BATTERY_DATA_SIZE: Final = "1Gi"
+RUN_AS: Final = 65532
+"""The distroless `nonroot` user and group."""
+
+VOLUME_CONFIG: Final = "battery-config"
+VOLUME_TLS: Final = "battery-tls"
+VOLUME_DATA: Final = "battery-data"
+VOLUME_TOKEN: Final = "kube-api-access"
+VOLUME_TMP_OPERATOR: Final = "operator-tmp"
+VOLUME_TMP_HOST_REGISTRY: Final = "host-registry-tmp"
+VOLUME_TMP_BATTERY: Final = "battery-tmp"
+
+SNAPSHOT_FILE: Final = "install.snapshot.yaml"
+
+
+# --- Helpers ---------------------------------------------------------------------------------
+
+
+def labels(component: str | None = None) -> dict[str, str]:
+    """The common labels, with `app.kubernetes.io/component` when given."""
+    out = dict(COMMON_LABELS)
+    if component is not None:
+        out[names.COMPONENT_LABEL] = component
+    return out
+
+
+def _meta(name: str, namespace: str | None, component: str | None = None) -> Obj:
+    meta: Obj = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = labels(component)
+    return meta
+
+
+def host_registry_image_for(operator_image: str) -> str:
+    """`<repo>/host-registry:<tag>` beside `<repo>:<tag>`, as the release names sub-images.
+
+    A digest cannot be carried over (the other image has its own), so an operator image pinned
+    by digest needs the host registry's image named explicitly.
+    """
+    if "@" in operator_image:
+        raise ValueError(
+            f"operator image {operator_image!r} is pinned by digest: name the host registry's "
+            "image too (host_registry_image / --host-registry-image)"
+        )
+    slash = operator_image.rfind("/")
+    colon = operator_image.rfind(":")
+    if colon > slash:
+        repo, tag = operator_image[:colon], operator_image[colon:]
+    else:
+        repo, tag = operator_image, ""
+    return f"{repo}/{HOST_REGISTRY_IMAGE_NAME}{tag}"
+
+
+# --- battery's config ------------------------------------------------------------------------
+
+
+def battery_config() -> Obj:
+    """poolmgrd v0.4.0's config before the host registry has written any Host (DP-004).
+
+    The API is plaintext on loopback: privacy comes from the binding (DP-001). The placeholder
+    Host names the TLS files every real Host uses, so the file passes battery's Host checks.
+    """
+    return {
+        "api_server": {"addr": BATTERY_ADDRESS, "tls": {"insecure": True}},
+        "metrics_addr": BATTERY_METRICS_ADDRESS,
+        "hosts": [
+            {
+                "name": NO_HOSTS_NAME,
+                "address": NO_HOSTS_ADDRESS,
+                "tls": {
+                    "cert_file": f"{TLS_DIR}/{TLS_CERT_KEY}",
+                    "key_file": f"{TLS_DIR}/{TLS_KEY_KEY}",
+                    "ca_file": f"{TLS_DIR}/{SERVING_CA_FILE_NAME}",
+                },
+            }
+        ],
+    }
+
+
+def battery_config_text() -> str:
+    """battery's config as the ConfigMap holds it: stable bytes for the same content."""
+    return json.dumps(battery_config(), indent=2, sort_keys=True) + "\n"
+
+
+# --- Objects ---------------------------------------------------------------------------------
+
+
+def namespace_object(namespace: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace, None)}
+
+
+def crd_objects() -> list[Obj]:
+    """Both CRDs as `batteryop.api.crds` ships them, with the common labels added."""
+    out = []
+    for crd in crds.all_crds():
+        meta = crd.setdefault("metadata", {})
+        meta["labels"] = {**meta.get("labels", {}), **labels()}
+        out.append(crd)
+    return out
+
+
+def config_map_object(namespace: str) -> Obj:
+    """battery's config (DP-004); the host registry rewrites `config.json` with the Hosts."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(names.BATTERY_CONFIG_MAP, namespace, names.COMPONENT_BATTERY),
+        "data": {CONFIG_KEY: battery_config_text()},
+    }
+
+
+def pvc_object(namespace: str) -> Obj:
+    """battery's SQLite database (DP-003): one Pod writes it, so ReadWriteOnce."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(names.BATTERY_DATA_PVC, namespace, names.COMPONENT_BATTERY),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": BATTERY_DATA_SIZE}},
+        },
+    }
+
+
+def _container_security() -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> Obj:
+    return {
+        "requests": {"cpu": cpu, "memory": memory},
+        "limits": {"cpu": cpu_limit, "memory": memory_limit},
+    }
+
+
+def _mount(volume: str, path: str, *, read_only: bool = True) -> Obj:
+    mount: Obj = {"name": volume, "mountPath": path}
+    if read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def _pod_namespace_env() -> Obj:
+    return {
+        "name": "POD_NAMESPACE",
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
+    }
+
+
+def _probe(path: str, *, initial: int, period: int) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": HEALTH_PORT_NAME},
+        "initialDelaySeconds": initial,
+        "periodSeconds": period,
+    }
+
+
+def operator_container(image: str) -> Obj:
+    return {
+        "name": OPERATOR_CONTAINER,
+        "image": image,
+        "args": [
+            f"--battery-address={BATTERY_ADDRESS}",
+            f"--health-probe-bind-address=:{HEALTH_PORT}",
+            f"--metrics-bind-address=:{METRICS_PORT}",
+        ],
+        "env": [_pod_namespace_env()],
+        "ports": [
+            {"name": HEALTH_PORT_NAME, "containerPort": HEALTH_PORT, "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _probe(READYZ_PATH, initial=5, period=10),  # DP-012
+        "livenessProbe": _probe(HEALTHZ_PATH, initial=15, period=20),
+        "resources": _resources("50m", "128Mi", "1", "512Mi"),
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            _mount(VOLUME_TOKEN, TOKEN_DIR),
+            _mount(VOLUME_TMP_OPERATOR, "/tmp", read_only=False),
+        ],
+    }
+
+
+def host_registry_container(image: str) -> Obj:
+    return {
+        "name": HOST_REGISTRY_CONTAINER,
+        "image": image,
+        "args": [
+            f"--battery-address={BATTERY_ADDRESS}",
+            f"--battery-config-map={names.BATTERY_CONFIG_MAP}",
+            f"--battery-config-file={CONFIG_FILE}",
+        ],
+        "env": [_pod_namespace_env()],
+        "resources": _resources("20m", "64Mi", "500m", "256Mi"),
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            _mount(VOLUME_TOKEN, TOKEN_DIR),
+            # DP-006, DP-007: restart battery only once this mount shows what was written.
+            _mount(VOLUME_CONFIG, CONFIG_DIR),
+            _mount(VOLUME_TLS, TLS_DIR),
+            _mount(VOLUME_TMP_HOST_REGISTRY, "/tmp", read_only=False),
+        ],
+    }
+
+
+def battery_container(image: str) -> Obj:
+    return {
+        "name": BATTERY_CONTAINER,
+        "image": image,
+        "args": [f"-config={CONFIG_FILE}", f"-db={DB_FILE}", "-log-level=info"],
+        "resources": _resources("50m", "64Mi", "1", "512Mi"),
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            _mount(VOLUME_CONFIG, CONFIG_DIR),  # DP-004
+            _mount(VOLUME_TLS, TLS_DIR),  # DP-005
+            _mount(VOLUME_DATA, DATA_DIR, read_only=False),  # DP-003
+            _mount(VOLUME_TMP_BATTERY, "/tmp", read_only=False),
+        ],
+    }
+
+
+def _volumes() -> list[Obj]:
+    return [
+        {
+            # What automounting would give, but only where it is mounted.
+            "name": VOLUME_TOKEN,
+            "projected": {
+                "defaultMode": 0o444,
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "path": "token",
+                            "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
+                        }
+                    },
+                    {
+                        "configMap": {
+                            "name": KUBE_ROOT_CA_CONFIG_MAP,
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        }
+                    },
+                    {
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": "namespace",
+                                    "fieldRef": {
+                                        "apiVersion": "v1",
+                                        "fieldPath": "metadata.namespace",
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                ],
+            },
+        },
+        {
+            "name": VOLUME_CONFIG,
+            "configMap": {"name": names.BATTERY_CONFIG_MAP, "defaultMode": 0o444},
+        },
+        {
+            # DP-005: the client certificate and key from their Secret, the Hosts' serving CA
+            # from the published bundle (no key). Optional: battery starts on the placeholder
+            # Host before the certificates exist, and the kubelet adds them when they do.
+            "name": VOLUME_TLS,
+            "projected": {
+                "defaultMode": 0o440,
+                "sources": [
+                    {
+                        "secret": {
+                            "name": names.BATTERY_CLIENT_SECRET,
+                            "optional": True,
+                            "items": [
+                                {"key": TLS_CERT_KEY, "path": TLS_CERT_KEY},
+                                {"key": TLS_KEY_KEY, "path": TLS_KEY_KEY},
+                            ],
+                        }
+                    },
+                    {
+                        "configMap": {
+                            "name": names.CA_BUNDLE_CONFIG_MAP,
+                            "optional": True,
+                            "items": [
+                                {
+                                    "key": names.SERVING_CA_BUNDLE_KEY,
+                                    "path": SERVING_CA_FILE_NAME,
+                                }
+                            ],
+                        }
+                    },
+                ],
+            },
+        },
+        {
+            "name": VOLUME_DATA,
+            "persistentVolumeClaim": {"claimName": names.BATTERY_DATA_PVC},
+        },
+        {"name": VOLUME_TMP_OPERATOR, "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": VOLUME_TMP_HOST_REGISTRY, "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": VOLUME_TMP_BATTERY, "emptyDir": {"sizeLimit": "64Mi"}},
+    ]
+
+
+def pod_spec(*, operator_image: str, host_registry_image: str, battery_image: str) -> Obj:
+    """The Operator Pod (DP-001, DP-002, DP-006)."""
+    return {
+        "serviceAccountName": rbac.OPERATOR_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "shareProcessNamespace": True,  # DP-006: the host registry signals battery
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "terminationGracePeriodSeconds": 30,
+        "containers": [
+            operator_container(operator_image),
+            host_registry_container(host_registry_image),
+            battery_container(battery_image),
+        ],
+        "volumes": _volumes(),
+    }
+
+
+def deployment_object(
+    namespace: str, *, operator_image: str, host_registry_image: str, battery_image: str
+) -> Obj:
+    selector = {NAME_LABEL: APP_NAME, names.COMPONENT_LABEL: COMPONENT_OPERATOR}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(names.OPERATOR_DEPLOYMENT, namespace, COMPONENT_OPERATOR),
+        "spec": {
+            "replicas": 1,  # DP-002
+            "strategy": {"type": "Recreate"},  # DP-002: never two batteries on one database
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels(COMPONENT_OPERATOR)},
+                "spec": pod_spec(
+                    operator_image=operator_image,
+                    host_registry_image=host_registry_image,
+                    battery_image=battery_image,
+                ),
+            },
+        },
+    }
+
+
+def render(
+    *,
+    operator_image: str,
+    battery_image: str = BATTERY_IMAGE,
+    namespace: str = names.OPERATOR_NAMESPACE,
+    host_registry_image: str | None = None,
+) -> list[Obj]:
+    """Every object of install.yaml, in apply order, as fresh dicts the caller may change.
+
+    `host_registry_image` defaults to `<operator repo>/host-registry:<operator tag>`.
+    """
+    if not operator_image.strip():
+        raise ValueError("operator_image must name an image")
+    registry_image = host_registry_image or host_registry_image_for(operator_image)
+    objects: list[Obj] = [namespace_object(namespace), *crd_objects()]
+    objects += rbac.objects(namespace=namespace, labels=labels(COMPONENT_OPERATOR))
+    objects += [
+        config_map_object(namespace),
+        pvc_object(namespace),
+        deployment_object(
+            namespace,
+            operator_image=operator_image,
+            host_registry_image=registry_image,
+            battery_image=battery_image,
+        ),
+    ]
+    return copy.deepcopy(objects)
+
+
+# --- YAML ------------------------------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper writing multi-line strings (battery's config) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_Dumper.add_representer(str, _str)
+
+HEADER: Final = (
+    "# battery-operator install.yaml, rendered by batteryop.manifests (do not edit by hand).\n"
+)
+
+
+def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
+    """The objects as one multi-document YAML stream, in order, each document opened by ---."""
+    body = yaml.dump_all(
+        [dict(o) for o in objects],
+        Dumper=_Dumper,
+        explicit_start=True,
+        sort_keys=False,
+        default_flow_style=False,
+        width=100,
+        allow_unicode=True,
+    )
+    return HEADER + body
+
+
+def snapshot_text() -> str:
+    """install.snapshot.yaml as shipped in the package."""
+    return (
+        resources.files("batteryop.manifests").joinpath(SNAPSHOT_FILE).read_text(encoding="utf-8")
+    )
+
+
+def render_snapshot() -> str:
+    """What install.snapshot.yaml must hold."""
+    return to_yaml(render(operator_image=SNAPSHOT_OPERATOR_IMAGE))
+
+
+# --- Entry point -----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write install.yaml (`-o -` writes to standard output)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m batteryop.manifests", description="Write battery-operator's install.yaml."
+    )
+    parser.add_argument("--operator-image", required=True, help="the operator image reference")
+    parser.add_argument(
+        "--host-registry-image",
+        help="the host registry image (default: <operator repo>/host-registry:<operator tag>)",
+    )
+    parser.add_argument("--battery-image", default=BATTERY_IMAGE, help="the poolmgrd image")
+    parser.add_argument("--namespace", default=names.OPERATOR_NAMESPACE)
+    parser.add_argument("-o", "--output", default="install.yaml", help="file to write, or -")
+    args = parser.parse_args(argv)
+    try:
+        text = to_yaml(
+            render(
+                operator_image=args.operator_image,
+                battery_image=args.battery_image,
+                namespace=args.namespace,
+                host_registry_image=args.host_registry_image,
+            )
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+    return 0

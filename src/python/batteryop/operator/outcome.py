@@ -1,0 +1,56 @@
+"""What one reconcile of one object decided, as data: the controller runtime applies it.
+
+Controllers (claims, pools) never write to the API server themselves: a reconcile reads the
+object and the world, calls battery, and returns an `Outcome`. The runtime then applies it in
+a fixed order, which is what makes each step's guarantees hold:
+
+1. `add_finalizer` — a metadata merge-patch carrying the object's resourceVersion (an
+   optimistic lock): it fails on a conflict rather than resurrect an old finalizer list. A
+   reconcile that adds a finalizer does nothing else (CL-001, PO-001: the finalizer is stored
+   before battery is called).
+2. `status` — a merge-patch of the status subresource, without a lock, so a recorded lease is
+   never lost to a conflict (CL-002).
+3. `events` — Kubernetes Events, best effort.
+4. `remove_finalizer` — a metadata merge-patch with the resourceVersion lock, last, so it only
+   goes once everything before it is written (CL-020, PO-044).
+5. `requeue_after` — reconcile again after that many seconds even with no watch event; None
+   waits for the next event. Errors raised by a reconcile are retried with backoff instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from batteryop.api.conditions import EventType
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """A Kubernetes Event about the reconciled object."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any] | None = None
+    add_finalizer: str | None = None
+    remove_finalizer: str | None = None
+    events: list[EventRecord] = field(default_factory=list)
+    requeue_after: float | None = None
+
+    def requeue(self, seconds: float) -> None:
+        """Ask for another reconcile after `seconds`; the earliest request wins."""
+        if self.requeue_after is None or seconds < self.requeue_after:
+            self.requeue_after = seconds
+
+    def event(self, type: EventType, reason: str, message: str) -> None:
+        self.events.append(EventRecord(type, reason, message))
+
+
+def clamp_backoff(seconds: float, low: float = 1.0, high: float = 30.0) -> float:
+    """Backoff clamped to 1-30 s (CL-003, CL-007, CL-022: retries with backoff)."""
+    return max(low, min(high, seconds))

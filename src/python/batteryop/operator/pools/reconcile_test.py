@@ -1,0 +1,559 @@
+"""`reconcile_pool` against the fake battery over fake flintlockd processes, with the real client.
+
+Each test gets its own FakeBattery (in process) on two fake flintlockd Hosts started once per
+module, and drives `reconcile_pool` with dict bodies. The runtime is played by `applied`,
+which writes an Outcome back into the body as the runtime would. battery calls made by the
+reconcile are counted by a `CallObserver` on its client; the test's own calls (waiting for
+counts, claiming, releasing) go through a second client that is not observed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from batteryop.api import names, samples
+from batteryop.api.conditions import (
+    Condition,
+    ConditionStatus,
+    EventReason,
+    EventType,
+    PoolConditionType,
+    PoolReason,
+)
+from batteryop.api.pool import PoolStatus
+from batteryop.battery import (
+    BatteryClient,
+    BatteryConfig,
+    NotFoundError,
+    Pool,
+    PoolRef,
+    ReconnectPolicy,
+)
+from batteryop.battery import EventType as BatteryEventType
+from batteryop.operator.outcome import Outcome
+from batteryop.operator.pools.battery_spec import is_drained
+from batteryop.operator.pools.hook_events import hook_failed_event
+from batteryop.operator.pools.hosts import HostSet
+from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
+from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ARCH = "kubernetes.io/arch"
+HOSTS = HostSet(
+    {
+        "host-a": {ARCH: "amd64", names.HOST_LABEL: names.HOST_LABEL_VALUE},
+        "host-b": {ARCH: "arm64", names.HOST_LABEL: names.HOST_LABEL_VALUE},
+    }
+)
+WAIT = 15.0  # seconds: bound on waiting for the fake battery to provision
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def flintlock_targets() -> AsyncIterator[dict[str, str]]:
+    async with contextlib.AsyncExitStack() as stack:
+        hosts = {
+            name: await stack.enter_async_context(FakeFlintlockd.start(address="127.0.0.1"))
+            for name in ("host-a", "host-b")
+        }
+        yield {name: host.target for name, host in hosts.items()}
+
+
+class CallLog:
+    """A `CallObserver` keeping the names of the battery calls a client made."""
+
+    def __init__(self) -> None:
+        self.rpcs: list[str] = []
+
+    def on_call(self, rpc: str, code: str, seconds: float) -> None:
+        self.rpcs.append(rpc)
+
+    def take(self) -> list[str]:
+        taken, self.rpcs = self.rpcs, []
+        return taken
+
+
+@dataclass
+class Env:
+    fake: FakeBattery
+    ctl: BatteryClient  # the test's own calls, not counted
+    calls: CallLog
+    deps: PoolDeps
+    namespace: str
+    now: list[datetime] = field(default_factory=lambda: [T0])
+
+    def tick(self, seconds: float) -> None:
+        self.now[0] += timedelta(seconds=seconds)
+
+    async def reconcile(self, body: dict[str, Any]) -> Outcome:
+        return await reconcile_pool(body, self.deps)
+
+    async def wait_pool(self, ref: PoolRef, ok: Callable[[Pool], bool], what: str) -> Pool:
+        async def poll() -> Pool:
+            while True:
+                pool = await self.ctl.get_pool(ref)
+                if ok(pool):
+                    return pool
+                await asyncio.sleep(0.02)
+
+        try:
+            return await asyncio.wait_for(poll(), WAIT)
+        except TimeoutError:
+            pytest.fail(f"timed out after {WAIT}s waiting for {what}")
+
+
+def _config(target: str) -> BatteryConfig:
+    return BatteryConfig(
+        target=target,
+        call_timeout=timedelta(seconds=5),
+        reconnect=ReconnectPolicy(
+            initial=timedelta(milliseconds=10), maximum=timedelta(milliseconds=50)
+        ),
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def env(flintlock_targets: dict[str, str]) -> AsyncIterator[Env]:
+    timings = Timings(sweep_interval=1.0, warning_window=3.0, reconcile_interval=10.0)
+    async with contextlib.AsyncExitStack() as stack:
+        fake = await stack.enter_async_context(
+            FakeBattery.start(hosts=flintlock_targets, clock=FakeClock(), timings=timings)
+        )
+        calls = CallLog()
+        client = await stack.enter_async_context(
+            BatteryClient.connect(_config(fake.target), observer=calls)
+        )
+        ctl = await stack.enter_async_context(BatteryClient.connect(_config(fake.target)))
+        now = [T0]
+        deps = PoolDeps(battery=client, hosts=HOSTS, clock=lambda: now[0])
+        yield Env(fake, ctl, calls, deps, f"po-{uuid.uuid4().hex[:8]}", now)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def pool_body(
+    namespace: str,
+    *,
+    name: str = "pool",
+    size: int = 2,
+    selector: dict[str, str] | None = None,
+    finalizer: bool = True,
+) -> dict[str, Any]:
+    """The sample Pool (Tap interface, amd64 Hosts) as the API server would return it."""
+    body = samples.sample_pool(name=name, namespace=namespace)
+    body["spec"]["size"] = size
+    # flintlockd requires a volume id; the sample leaves it to the user.
+    body["spec"]["template"]["rootVolume"]["id"] = "root"
+    if selector is not None:
+        body["spec"]["placement"] = {"nodeSelector": selector}
+    body["metadata"].update(uid=str(uuid.uuid4()), generation=1, resourceVersion="1")
+    if finalizer:
+        body["metadata"]["finalizers"] = [names.POOL_FINALIZER]
+    return body
+
+
+def ref_of(body: dict[str, Any]) -> PoolRef:
+    return PoolRef(namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])
+
+
+def applied(body: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """`body` after the runtime applied `outcome` (finalizer, status merge-patch, finalizer)."""
+    out = copy.deepcopy(body)
+    meta = out["metadata"]
+    if outcome.add_finalizer is not None:
+        meta["finalizers"] = [*meta.get("finalizers", []), outcome.add_finalizer]
+    if outcome.status is not None:
+        out["status"] = {**out.get("status", {}), **copy.deepcopy(outcome.status)}
+    if outcome.remove_finalizer is not None:
+        meta["finalizers"] = [
+            f for f in meta.get("finalizers", []) if f != outcome.remove_finalizer
+        ]
+    return out
+
+
+def changed(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """`body` after a user changed its spec: the API server bumps the generation."""
+    out = copy.deepcopy(body)
+    out["spec"].update(spec)
+    out["metadata"]["generation"] += 1
+    return out
+
+
+def deleted(body: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    out["metadata"]["deletionTimestamp"] = "2026-01-02T03:05:00Z"
+    return out
+
+
+def status_of(outcome: Outcome) -> PoolStatus:
+    assert outcome.status is not None, "the reconcile wrote no status"
+    return PoolStatus.from_dict(outcome.status)
+
+
+def condition(status: PoolStatus, type: PoolConditionType) -> Condition:
+    found = status.condition(type)
+    assert found is not None, f"no {type} condition"
+    return found
+
+
+def ready(status: PoolStatus) -> tuple[ConditionStatus, str, str]:
+    c = condition(status, PoolConditionType.READY)
+    return c.status, c.reason, c.message
+
+
+def exhausted(status: PoolStatus) -> tuple[ConditionStatus, str]:
+    c = condition(status, PoolConditionType.EXHAUSTED)
+    return c.status, c.reason
+
+
+async def declared(env: Env, body: dict[str, Any]) -> dict[str, Any]:
+    """Create the Pool in battery through one reconcile; return the body as written back."""
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "CreatePool"]
+    return applied(body, outcome)
+
+
+async def filled(env: Env, body: dict[str, Any]) -> Pool:
+    size = body["spec"]["size"]
+    return await env.wait_pool(
+        ref_of(body), lambda p: p.status.available == size, f"{size} available MicroVMs"
+    )
+
+
+async def raises_not_found(call: Awaitable[Any]) -> None:
+    with pytest.raises(NotFoundError):
+        await call
+
+
+# --- PO-001 ----------------------------------------------------------------------------------
+
+
+@pytest.mark.req("PO-001")
+async def test_a_new_pool_only_gets_its_finalizer_and_battery_is_not_called(env: Env) -> None:
+    body = pool_body(env.namespace, finalizer=False)
+    outcome = await env.reconcile(body)
+    assert outcome == Outcome(add_finalizer=names.POOL_FINALIZER)
+    assert env.calls.take() == []
+    await raises_not_found(env.ctl.get_pool(ref_of(body)))
+
+    outcome = await env.reconcile(applied(body, outcome))
+    assert outcome.add_finalizer is None
+    assert env.calls.take() == ["GetPool", "CreatePool"], "created once the finalizer is stored"
+
+
+# --- declaration, placement, status ----------------------------------------------------------
+
+
+@pytest.mark.req("PO-002", "PO-010", "PO-020", "PO-021", "PO-022")
+async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_counts(
+    env: Env,
+) -> None:
+    body = pool_body(env.namespace, size=2)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "CreatePool"]
+    held = await env.ctl.get_pool(ref_of(body))
+    assert held.spec.flintlock_hosts == ("host-a",), "only the amd64 Host"
+    assert held.spec.size == 2
+
+    status = status_of(outcome)
+    assert status.observed_generation == 1
+    assert (status.available, status.leased, status.provisioning) == (0, 0, 0)
+    assert ready(status) == (
+        ConditionStatus.FALSE,
+        PoolReason.BELOW_SIZE,
+        "0 of 2 MicroVMs are available, leased or provisioning",
+    )
+    assert exhausted(status) == (ConditionStatus.TRUE, PoolReason.NONE_AVAILABLE)
+    started = condition(status, PoolConditionType.READY).last_transition_time
+    assert started == T0
+    assert condition(status, PoolConditionType.READY).observed_generation == 1
+
+    body = applied(body, outcome)
+    await filled(env, body)
+    env.tick(7)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"]
+    status = status_of(outcome)
+    assert (status.available, status.leased, status.quarantined) == (2, 0, 0)
+    assert ready(status) == (
+        ConditionStatus.TRUE,
+        PoolReason.AT_SIZE,
+        "2 of 2 MicroVMs are available, leased or provisioning",
+    )
+    assert exhausted(status) == (ConditionStatus.FALSE, PoolReason.AVAILABLE)
+    assert condition(status, PoolConditionType.READY).last_transition_time == T0 + timedelta(
+        seconds=7
+    )
+    assert outcome.requeue_after is None
+
+
+async def test_a_steady_pool_costs_one_get_pool_and_writes_nothing(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    await filled(env, body)
+    body = applied(body, await env.reconcile(body))
+    env.calls.take()
+
+    env.tick(30)
+    first = await env.reconcile(body)
+    second = await env.reconcile(body)
+    assert first == second == Outcome()
+    assert env.calls.take() == ["GetPool", "GetPool"]
+
+
+@pytest.mark.req("PO-002")
+async def test_a_size_change_is_sent_with_update_pool_and_observed(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    body = changed(body, size=3)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 3
+    status = status_of(outcome)
+    assert status.observed_generation == 2
+    assert ready(status)[2].endswith(" of 3 MicroVMs are available, leased or provisioning")
+
+    await env.reconcile(applied(body, outcome))
+    assert env.calls.take() == ["GetPool"], "sent once"
+
+
+@pytest.mark.req("PO-011")
+async def test_a_host_set_change_is_sent_with_update_pool(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    env.deps.hosts = HostSet(
+        {"host-a": {ARCH: "amd64"}, "host-b": {ARCH: "amd64"}, "host-c": {ARCH: "arm64"}}
+    )
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    held = await env.ctl.get_pool(ref_of(body))
+    assert held.spec.flintlock_hosts == ("host-a", "host-b")
+    body = applied(body, outcome)
+    assert body["status"]["observedGeneration"] == 1, "same generation, new Hosts"
+
+    await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"]
+
+
+@pytest.mark.req("PO-010", "PO-011", "PO-012")
+async def test_a_selector_matching_no_host_is_no_eligible_host_until_one_matches(
+    env: Env,
+) -> None:
+    body = pool_body(env.namespace, size=1, selector={ARCH: "riscv64"})
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "CreatePool"]
+    assert (await env.ctl.get_pool(ref_of(body))).spec.flintlock_hosts == ()
+    status = status_of(outcome)
+    assert ready(status) == (
+        ConditionStatus.FALSE,
+        PoolReason.NO_ELIGIBLE_HOST,
+        "No Host matches kubernetes.io/arch=riscv64",
+    )
+    body = applied(body, outcome)
+
+    env.deps.hosts = HostSet({"host-a": {ARCH: "amd64"}, "host-b": {ARCH: "riscv64"}})
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    assert (await env.ctl.get_pool(ref_of(body))).spec.flintlock_hosts == ("host-b",)
+    assert ready(status_of(outcome))[1] == PoolReason.BELOW_SIZE
+
+
+@pytest.mark.req("PO-004", "PO-012")
+async def test_a_refused_spec_is_rejected_with_batterys_message(env: Env) -> None:
+    body = pool_body(env.namespace, size=2, selector={ARCH: "riscv64"})
+    body["spec"]["template"]["interfaces"][0]["guestMac"] = "02:00:00:00:00:01"
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "CreatePool"]
+    status = status_of(outcome)
+    state, reason, message = ready(status)
+    assert (state, reason) == (ConditionStatus.FALSE, PoolReason.REJECTED), "beats NoEligibleHost"
+    assert "guest_mac and static addresses are not allowed" in message
+    assert status.observed_generation is None
+    assert exhausted(status) == (ConditionStatus.TRUE, PoolReason.NONE_AVAILABLE)
+    await raises_not_found(env.ctl.get_pool(ref_of(body)))
+
+
+@pytest.mark.req("PO-004", "PO-002")
+async def test_a_refused_update_keeps_the_accepted_generation_and_batterys_spec(
+    env: Env,
+) -> None:
+    body = await declared(env, pool_body(env.namespace, size=2))
+    template = copy.deepcopy(body["spec"]["template"])
+    template["interfaces"][0]["guestMac"] = "02:00:00:00:00:01"
+    body = changed(body, template=template)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    status = status_of(outcome)
+    assert status.observed_generation == 1
+    assert ready(status)[1] == PoolReason.REJECTED
+    held = await env.ctl.get_pool(ref_of(body))
+    assert held.spec.template.interfaces[0].guest_mac is None
+
+    await env.reconcile(applied(body, outcome))
+    assert env.calls.take() == ["GetPool", "UpdatePool"], "sent again until battery takes it"
+
+
+async def test_nothing_is_sent_before_the_host_set_is_published(env: Env) -> None:
+    env.deps.hosts = None
+    body = pool_body(env.namespace, size=1)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"]
+    status = status_of(outcome)
+    assert ready(status)[:2] == (ConditionStatus.FALSE, PoolReason.NOT_IN_BATTERY)
+    assert "host registry" in ready(status)[2]
+    assert status.observed_generation is None
+    assert outcome.requeue_after is None
+
+
+# --- battery unavailable ---------------------------------------------------------------------
+
+
+async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    await filled(env, body)
+    body = applied(body, await env.reconcile(body))
+    before = PoolStatus.from_dict(body["status"])
+    env.calls.take()
+
+    env.fake.set_unavailable()
+    env.tick(60)
+    outcome = await env.reconcile(body)
+    status = status_of(outcome)
+    assert (status.available, status.observed_generation) == (1, 1), "counts kept"
+    state, reason, message = ready(status)
+    assert (state, reason) == (ConditionStatus.TRUE, PoolReason.AT_SIZE)
+    assert "UNAVAILABLE" in message
+    ready_before = condition(before, PoolConditionType.READY)
+    assert condition(status, PoolConditionType.READY).last_transition_time == (
+        ready_before.last_transition_time
+    )
+    assert condition(status, PoolConditionType.EXHAUSTED) == condition(
+        before, PoolConditionType.EXHAUSTED
+    )
+    assert outcome.requeue_after == 1.0
+    body = applied(body, outcome)
+    delays = [(await env.reconcile(body)).requeue_after for _ in range(6)]
+    assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+    env.fake.set_unavailable(False)
+    outcome = await env.reconcile(body)
+    assert outcome.requeue_after is None
+    assert ready(status_of(outcome))[2] == "1 of 1 MicroVMs are available, leased or provisioning"
+    env.fake.set_unavailable()
+    assert (await env.reconcile(body)).requeue_after == 1.0, "backoff starts again"
+
+
+async def test_battery_unavailable_for_a_new_pool_is_not_in_battery(env: Env) -> None:
+    env.fake.set_unavailable()
+    outcome = await env.reconcile(pool_body(env.namespace))
+    state, reason, message = ready(status_of(outcome))
+    assert (state, reason) == (ConditionStatus.FALSE, PoolReason.NOT_IN_BATTERY)
+    assert "UNAVAILABLE" in message
+    assert outcome.requeue_after == 1.0
+
+
+# --- deletion --------------------------------------------------------------------------------
+
+
+@pytest.mark.req("PO-042", "PO-043", "PO-044")
+async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    ref = ref_of(body)
+    await filled(env, body)
+    claimed = await env.ctl.claim_vm(ref, request_id=str(uuid.uuid4()))
+    body = applied(body, await env.reconcile(body))
+    env.calls.take()
+
+    body = deleted(body)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["DeletePool", "GetPool", "UpdatePool"]
+    assert outcome.remove_finalizer is None and outcome.add_finalizer is None
+    held = await env.ctl.get_pool(ref)
+    assert is_drained(held.spec), "PO-042: battery replaces nothing meanwhile"
+    assert held.spec.flintlock_hosts == ("host-a",)
+    status = status_of(outcome)
+    state, reason, message = ready(status)
+    assert (state, reason) == (ConditionStatus.FALSE, PoolReason.DELETION_BLOCKED)
+    assert "1 MicroVM is leased" in message
+    assert status.leased == 1
+    assert outcome.requeue_after == 1.0
+    body = applied(body, outcome)
+
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["DeletePool", "GetPool"], "drained once"
+    assert outcome.remove_finalizer is None
+    assert outcome.requeue_after == 2.0
+
+    await env.ctl.release_vm(claimed.lease_id)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["DeletePool"]
+    assert outcome == Outcome(remove_finalizer=names.POOL_FINALIZER)
+    await raises_not_found(env.ctl.get_pool(ref))
+
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["DeletePool"]
+    assert outcome == Outcome(remove_finalizer=names.POOL_FINALIZER), "NotFound also releases"
+
+
+@pytest.mark.req("PO-044")
+async def test_deleting_a_pool_without_leases_removes_it_and_the_finalizer(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=2))
+    await filled(env, body)
+    outcome = await env.reconcile(deleted(body))
+    assert env.calls.take() == ["DeletePool"]
+    assert outcome == Outcome(remove_finalizer=names.POOL_FINALIZER)
+    await raises_not_found(env.ctl.get_pool(ref_of(body)))
+    ref = ref_of(body)
+    await env.fake.wait_for(
+        lambda: not env.fake.vm_records(ref.namespace, ref.name), what="drained MicroVMs"
+    )
+
+
+async def test_a_deleted_pool_without_the_finalizer_is_left_alone(env: Env) -> None:
+    outcome = await env.reconcile(deleted(pool_body(env.namespace, finalizer=False)))
+    assert outcome == Outcome()
+    assert env.calls.take() == []
+
+
+async def test_deletion_with_battery_unavailable_keeps_the_finalizer(env: Env) -> None:
+    body = await declared(env, pool_body(env.namespace, size=1))
+    env.fake.set_unavailable()
+    outcome = await env.reconcile(deleted(body))
+    assert outcome.remove_finalizer is None
+    assert outcome.requeue_after == 1.0
+    assert "UNAVAILABLE" in ready(status_of(outcome))[2]
+
+
+# --- PO-041 ----------------------------------------------------------------------------------
+
+
+@pytest.mark.req("PO-041")
+async def test_a_failed_create_hook_becomes_a_hook_failed_warning(env: Env) -> None:
+    env.fake.fail_hooks("create", 1)
+    body = await declared(env, pool_body(env.namespace, size=1))
+
+    async def first_hook_failure() -> Any:
+        async with env.ctl.events(ref_of(body)) as events:
+            async for event in events:
+                if event.type is BatteryEventType.VM_HOOK_FAILED:
+                    return event
+        raise AssertionError("the event stream ended")
+
+    event = await asyncio.wait_for(first_hook_failure(), WAIT)
+    record = hook_failed_event(event)
+    assert record is not None
+    assert (record.type, record.reason) == (EventType.WARNING, EventReason.HOOK_FAILED)
+    assert event.vm_uid and event.vm_uid in record.message

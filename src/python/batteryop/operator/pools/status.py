@@ -1,0 +1,167 @@
+"""Step 3: the Pool's status, from battery's answer only (PO-020, PO-021, PO-022).
+
+- Counts: battery's PoolStatus as answered in this reconcile, zeros while battery does not
+  hold the Pool; never counted or guessed by the Operator (PO-020).
+- Exhausted (PO-021): False `SizeZero` for size 0; True `NoneAvailable` when battery reports
+  no available MicroVM; else False `Available`.
+- Ready (PO-022), the first that applies: `Rejected` with battery's message (PO-004),
+  `NoEligibleHost` (PO-012), `NotInBattery`, `BelowSize`, `AtSize` (True). The last two say
+  "N of M MicroVMs are available, leased or provisioning".
+- While deleting and refused: Ready False `DeletionBlocked` with the leased count (PO-043).
+- When battery did not answer: the counts and every condition stay; only Ready's message
+  says why nothing was refreshed (a new Pool gets Ready False `NotInBattery`).
+
+The whole conditions list is written; a condition's lastTransitionTime moves only when its
+status does (`set_condition`), and `observedGeneration` on each is the Pool's generation.
+`status_patch` returns None when nothing changed, so a steady reconcile writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from batteryop.api.conditions import (
+    Condition,
+    ConditionStatus,
+    PoolConditionType,
+    PoolReason,
+    set_condition,
+)
+from batteryop.api.pool import Pool, PoolStatus
+from batteryop.battery import models as battery
+from batteryop.battery.errors import BatteryError
+from batteryop.operator.pools.declare import Declared
+
+
+def _microvms(n: int) -> str:
+    return f"{n} MicroVM" if n == 1 else f"{n} MicroVMs"
+
+
+def _selector(selector: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def _generation(pool: Pool) -> int | None:
+    return pool.metadata.generation or None
+
+
+def exhausted(size: int, counts: battery.PoolStatus) -> tuple[bool, PoolReason, str]:
+    """Exhausted's status, reason and message (PO-021)."""
+    if size == 0:
+        return False, PoolReason.SIZE_ZERO, "The Pool's size is 0"
+    if counts.available == 0:
+        return True, PoolReason.NONE_AVAILABLE, "battery reports no available MicroVM"
+    verb = "is" if counts.available == 1 else "are"
+    return False, PoolReason.AVAILABLE, f"{_microvms(counts.available)} {verb} available"
+
+
+def ready(pool: Pool, declared: Declared) -> tuple[bool, PoolReason, str]:
+    """Ready's status, reason and message (PO-022, in the order PO-004, PO-012, size)."""
+    if declared.rejected is not None:
+        return False, PoolReason.REJECTED, declared.rejected  # PO-004: beats NoEligibleHost
+    if not declared.selected and declared.hosts_published:
+        selector = dict(pool.spec.node_selector)
+        if selector:
+            return False, PoolReason.NO_ELIGIBLE_HOST, f"No Host matches {_selector(selector)}"
+        return False, PoolReason.NO_ELIGIBLE_HOST, "No Host is published"  # PO-012
+    if declared.held is None:
+        message = "battery does not hold the Pool"
+        if not declared.hosts_published:
+            message += ": waiting for the host registry to publish the Hosts"
+        return False, PoolReason.NOT_IN_BATTERY, message
+    counts = declared.held.status
+    total = counts.available + counts.leased + counts.provisioning
+    size = pool.spec.size
+    message = f"{total} of {size} MicroVMs are available, leased or provisioning"
+    if total >= size:
+        return True, PoolReason.AT_SIZE, message
+    return False, PoolReason.BELOW_SIZE, message
+
+
+def _with(
+    conditions: tuple[Condition, ...],
+    pool: Pool,
+    type: PoolConditionType,
+    value: tuple[bool, PoolReason, str],
+    now: datetime,
+) -> tuple[Condition, ...]:
+    status, reason, message = value
+    return set_condition(conditions, type, status, reason, message, now, _generation(pool))
+
+
+def _counted(
+    base: PoolStatus, counts: battery.PoolStatus, conditions: tuple[Condition, ...]
+) -> PoolStatus:
+    return replace(
+        base,
+        available=counts.available,  # PO-020: battery's counts, as answered
+        leased=counts.leased,
+        provisioning=counts.provisioning,
+        quarantined=counts.quarantined,
+        conditions=conditions,
+    )
+
+
+def declared_status(pool: Pool, declared: Declared, now: datetime) -> PoolStatus:
+    """The status of a Pool battery was asked to hold (steps 1-2 done)."""
+    counts = declared.held.status if declared.held is not None else battery.PoolStatus()
+    conditions = _with(
+        pool.status.conditions, pool, PoolConditionType.READY, ready(pool, declared), now
+    )
+    conditions = _with(
+        conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, counts), now
+    )
+    base = replace(pool.status, observed_generation=declared.observed_generation)
+    return _counted(base, counts, conditions)
+
+
+def blocked_status(pool: Pool, held: battery.Pool, now: datetime) -> PoolStatus:
+    """The status of a deleted Pool battery will not delete while MicroVMs are leased (PO-043)."""
+    leased = held.status.leased
+    verb = "is" if leased == 1 else "are"
+    message = (
+        f"battery refuses to delete the Pool while {_microvms(leased)} {verb} leased; "
+        "it is deleted once the claims on it are released"
+    )
+    value = (False, PoolReason.DELETION_BLOCKED, message)
+    conditions = _with(pool.status.conditions, pool, PoolConditionType.READY, value, now)
+    conditions = _with(
+        conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, held.status), now
+    )
+    return _counted(pool.status, held.status, conditions)
+
+
+def unanswered_status(pool: Pool, err: BatteryError, now: datetime) -> PoolStatus:
+    """The status when battery did not answer: as it was, with Ready's message saying why."""
+    message = f"Could not refresh the Pool from battery: {err}"
+    current = pool.status.condition(PoolConditionType.READY)
+    if current is None:
+        conditions = set_condition(
+            pool.status.conditions,
+            PoolConditionType.READY,
+            ConditionStatus.FALSE,
+            PoolReason.NOT_IN_BATTERY,
+            message,
+            now,
+            _generation(pool),
+        )
+    else:
+        conditions = set_condition(
+            pool.status.conditions,
+            current.type,
+            current.status,
+            current.reason,
+            message,
+            now,
+            current.observed_generation,
+        )
+    return replace(pool.status, conditions=conditions)
+
+
+def status_patch(pool: Pool, status: PoolStatus) -> dict[str, Any] | None:
+    """The status subresource merge-patch: the whole status, or None if nothing changed."""
+    if status == pool.status:
+        return None
+    return status.to_dict()

@@ -1,0 +1,128 @@
+import asyncio
+from collections import Counter
+
+import pytest
+
+from batteryop.operator.workqueue import WorkQueue
+
+
+async def test_a_key_added_many_times_is_reconciled_once() -> None:
+    seen: Counter[str] = Counter()
+    done = asyncio.Event()
+
+    async def handle(key: str) -> None:
+        seen[key] += 1
+        done.set()
+
+    q: WorkQueue[str] = WorkQueue(handle, name="t", workers=2)
+    for _ in range(10):
+        q.add("a")
+    await q.start()
+    await asyncio.wait_for(done.wait(), 5)
+    await asyncio.sleep(0.05)
+    await q.stop()
+    assert seen == Counter({"a": 1})
+
+
+async def test_a_key_is_never_processed_twice_at_once_and_reruns_when_dirty() -> None:
+    running: set[str] = set()
+    overlaps = 0
+    runs = 0
+    second = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def handle(key: str) -> None:
+        nonlocal overlaps, runs
+        if key in running:
+            overlaps += 1
+        running.add(key)
+        runs += 1
+        if runs == 1:
+            await release_first.wait()
+        else:
+            second.set()
+        running.discard(key)
+
+    q: WorkQueue[str] = WorkQueue(handle, name="t", workers=4)
+    await q.start()
+    q.add("a")
+    await asyncio.sleep(0.05)
+    q.add("a")  # while the first run is in progress: marked dirty
+    q.add("a")
+    release_first.set()
+    await asyncio.wait_for(second.wait(), 5)
+    await q.stop()
+    assert (overlaps, runs) == (0, 2)
+
+
+async def test_an_earlier_add_wins_over_a_later_requeue() -> None:
+    times: list[float] = []
+    loop = asyncio.get_running_loop()
+    got = asyncio.Event()
+
+    async def handle(key: str) -> None:
+        times.append(loop.time())
+        got.set()
+
+    q: WorkQueue[str] = WorkQueue(handle, name="t")
+    await q.start()
+    start = loop.time()
+    q.add_after("a", 30)
+    q.add_after("a", 0.05)
+    await asyncio.wait_for(got.wait(), 5)
+    await q.stop()
+    assert times[0] - start < 1
+
+
+async def test_requeue_after_returned_by_the_handler_runs_again() -> None:
+    runs = 0
+    twice = asyncio.Event()
+
+    async def handle(key: str) -> float | None:
+        nonlocal runs
+        runs += 1
+        if runs == 2:
+            twice.set()
+            return None
+        return 0.05
+
+    q: WorkQueue[str] = WorkQueue(handle, name="t")
+    await q.start()
+    q.add("a")
+    await asyncio.wait_for(twice.wait(), 5)
+    await q.stop()
+    assert runs == 2
+
+
+def test_failures_back_off_exponentially_within_bounds() -> None:
+    q: WorkQueue[str] = WorkQueue(_boom, name="t", backoff_min=1, backoff_max=30)
+    assert [q.retry_delay(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+
+
+async def test_a_failing_reconcile_is_retried_and_success_resets_the_count() -> None:
+    calls = 0
+    ok = asyncio.Event()
+
+    async def flaky(key: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise RuntimeError("transient")
+        ok.set()
+
+    q: WorkQueue[str] = WorkQueue(flaky, name="t", backoff_min=0.02, backoff_max=0.05)
+    await q.start()
+    q.add("a")
+    await asyncio.wait_for(ok.wait(), 5)
+    await q.stop()
+    assert (calls, q.failed, q.processed) == (3, 2, 1)
+    assert "a" not in q._failures
+
+
+async def _boom(key: str) -> None:
+    raise RuntimeError("boom")
+
+
+def test_workers_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        WorkQueue(_boom, name="q", workers=0)
