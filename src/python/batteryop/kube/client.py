@@ -17,7 +17,7 @@ decide, by error class, whether to retry, requeue or give up.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 
@@ -140,6 +140,75 @@ class KubeClient:
             if not token:
                 return items
             params["continue"] = str(token)
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[tuple[str, Object]]:
+        """One watch request: yield (type, object) until the server ends it.
+
+        Bookmarks are asked for and passed over. An ERROR event is raised as the KubeError
+        its Status names (410 Gone: the resourceVersion is too old; list again). The caller
+        loops: list, then watch from the list's resourceVersion, then watch again from the
+        last seen one.
+        """
+        params: dict[str, str] = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        path = res.api_path(namespace)
+        headers: dict[str, str] = {}
+        token = self.config.bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        try:
+            session = self._open_session()
+            async with session.get(
+                self._base + path, params=params, headers=headers, timeout=timeout
+            ) as resp:
+                if resp.status >= 400:
+                    raw = await resp.read()
+                    try:
+                        parsed: Any = json.loads(raw) if raw else None
+                    except ValueError:
+                        parsed = None
+                    raise from_response(
+                        resp.status,
+                        parsed if isinstance(parsed, dict) else raw,
+                        verb="watch",
+                        path=path,
+                    )
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = str(event.get("type")), event.get("object") or {}
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "ERROR":
+                        raise from_response(
+                            int(obj.get("code") or 500), obj, verb="watch", path=path
+                        )
+                    yield kind, obj
+        except (aiohttp.ClientError, OSError) as e:
+            reason = "Timeout" if isinstance(e, TimeoutError) else "ConnectionFailed"
+            raise KubeUnavailableError(
+                UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb="watch", path=path
+            ) from e
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -452,3 +452,29 @@ async def test_other_failures_keep_the_base_class(kube: KubeClient, namespace: s
         await kube.create(CONFIGMAPS, {"metadata": {"name": "x"}, "data": "not a map"}, namespace)
     assert type(caught.value) is KubeError
     assert caught.value.status == 400
+
+
+async def test_watch_sees_a_change_from_a_resource_version(
+    kube: KubeClient, namespace: str
+) -> None:
+    name = "watched"
+    await kube.create(CONFIGMAPS, {"metadata": {"name": name}, "data": {"v": "1"}}, namespace)
+    listed = await kube.list(CONFIGMAPS, namespace, field_selector=f"metadata.name={name}")
+    rv = listed[0]["metadata"]["resourceVersion"]
+
+    async def first_event() -> tuple[str, dict[str, Any]]:
+        async for kind, obj in kube.watch(
+            CONFIGMAPS,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=rv,
+            timeout_seconds=20,
+        ):
+            return kind, obj
+        raise AssertionError("the watch ended without an event")
+
+    task = asyncio.create_task(first_event())
+    await asyncio.sleep(0.2)
+    await kube.patch(CONFIGMAPS, name, {"data": {"v": "2"}}, namespace)
+    kind, obj = await asyncio.wait_for(task, 25)
+    assert (kind, obj["data"]["v"]) == ("MODIFIED", "2")
