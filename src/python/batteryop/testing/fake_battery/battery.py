@@ -544,6 +544,15 @@ class FakeBattery:
             if not name or vm.pool == (namespace, name)
         ]
 
+    def pool_specs(self) -> list[types_pb2.PoolSpec]:
+        """Every Pool battery holds, as stored (copies)."""
+        out = []
+        for spec in self.store.pools.values():
+            copy = types_pb2.PoolSpec()
+            copy.CopyFrom(spec)
+            out.append(copy)
+        return out
+
     def lease_records(self) -> list[types_pb2.LeaseRecord]:
         return [lease.record() for lease in sorted(self.store.leases.values(), key=_lease_id)]
 

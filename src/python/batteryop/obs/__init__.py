@@ -1,0 +1,1 @@
+"""Observability shared by the deployables: metrics, health endpoints, logging setup."""

@@ -1,0 +1,268 @@
+"""The operator process: kopf watches, our controllers reconcile, battery's Events feed both.
+
+Why kopf only watches here. kopf keeps one finalizer per operator and stores handler
+progress in annotations; Pools and claims need two finalizers whose placement is part of
+the requirements (CL-001, PO-001: stored before battery is called; CL-020, PO-044: removed
+only after battery answered), and a claim's status must be written in one patch right after
+ClaimVM (CL-002). So kopf is used for what it does well — resilient list+watch streams with
+resourceVersion resumption, login, and the event loop — through `@kopf.on.event` handlers
+only, which add no finalizer and write nothing. Reconciliation is ours (`runtime`): a keyed
+queue per kind and an `Outcome` applied in a fixed order.
+
+Inputs and who they queue:
+- Pool events -> that Pool. Claim events -> that claim, and its Pool when the claim is gone
+  (a deleted Pool goes as soon as its last claim is released, PO-044).
+- Node events -> every Pool (the Host set resolves labels on Nodes, PO-011) and the claims
+  bound to that Node (agent address and HostReady, CL-005, CL-050..053).
+- The battery config ConfigMap (published Host set) -> every Pool (PO-011).
+- battery Events -> the Pool named (PO-023); VM_HOOK_FAILED -> a Warning on the Pool
+  (PO-041); MicroVM deleted -> the claim holding it (CL-013).
+- While not subscribed to Events, every Pool on the resync interval (PO-024).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from batteryop.api import names
+from batteryop.battery import BatteryAPI, EventStream, PoolRef
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.errors import KubeError
+from batteryop.kube.events import EventRecorder
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS, POOLS
+from batteryop.operator.config import OperatorConfig
+from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
+from batteryop.operator.pools.hook_events import hook_failed_event
+from batteryop.operator.pools.keys import pool_key_for_claim
+from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
+from batteryop.operator.runtime import Controller, ObjectCache, key_of
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME = f"{names.GROUP}/operator"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Operator:
+    """Every controller of the operator, and the inputs that queue them."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        *,
+        kube: KubeClient,
+        kube_config: KubeConfig,
+        battery: BatteryAPI,
+        instance: str = "battery-operator",
+    ) -> None:
+        self.config = config
+        self.kube = kube
+        self.kube_config = kube_config
+        self.battery = battery
+        self.recorder = EventRecorder(kube, controller=CONTROLLER_NAME, instance=instance)
+        self.nodes = ObjectCache()
+        self.published: tuple[str, ...] | None = None
+        self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=_now)
+        self.pools = Controller(
+            "pools",
+            POOLS,
+            lambda body: reconcile_pool(body, self.pool_deps),
+            kube=kube,
+            recorder=self.recorder,
+            workers=config.pool_concurrent_reconciles,
+        )
+        self.claims: Controller | None = None
+        self.stream: EventStream = battery.events()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- inputs ------------------------------------------------------------------------
+
+    def on_pool(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        self.pools.observe(event_type, body)
+
+    def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if self.claims is not None:
+            self.claims.observe(event_type, body)
+        finalizers = (body.get("metadata") or {}).get("finalizers") or []
+        if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
+            pool = pool_key_for_claim(body)
+            if pool is not None:
+                self.pools.enqueue((pool.namespace, pool.name))  # PO-044
+
+    def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.nodes.drop(key_of(body))
+        elif not self.nodes.put(body):
+            return
+        self._refresh_hosts()
+        if self.claims is not None:
+            node = key_of(body)[1]
+            for claim in self.claims.cache:
+                if ((claim.get("status") or {}).get("host") or {}).get("nodeName") == node:
+                    self.claims.enqueue(key_of(claim))
+
+    def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
+        try:
+            published = published_hosts(body)
+        except HostsAnnotationError as e:
+            log.error("Ignored the published Host set: %s", e)
+            return
+        if published != self.published:
+            self.published = published
+            self._refresh_hosts()
+
+    def _refresh_hosts(self) -> None:
+        nodes = {key[1]: body for body in self.nodes for key in [key_of(body)]}
+        hosts = host_set(self.published, nodes)
+        if hosts != self.pool_deps.hosts:
+            self.pool_deps.hosts = hosts
+            self.pools.enqueue_all()  # PO-011
+
+    async def on_battery_event(self, event: Any) -> None:
+        ref: PoolRef | None = getattr(event, "pool", None)
+        if ref is not None:
+            self.pools.enqueue((ref.namespace, ref.name))  # PO-023
+            record = hook_failed_event(event)
+            pool = self.pools.cache.get((ref.namespace, ref.name))
+            if record is not None and pool is not None:
+                await self.recorder.record(
+                    pool, record.type, record.reason, record.message, action=record.reason
+                )  # PO-041
+
+    # -- kopf ------------------------------------------------------------------------------
+
+    def registry(self) -> kopf.OperatorRegistry:
+        registry = kopf.OperatorRegistry()
+
+        @kopf.on.login(registry=registry)  # type: ignore[arg-type]
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return self.kube_config.to_kopf_connection_info()
+
+        @kopf.on.event(names.GROUP, names.VERSION, names.POOL_PLURAL, registry=registry)
+        def pool_event(event: Mapping[str, Any], **_: Any) -> None:
+            self.on_pool(event.get("type"), event.get("object") or {})
+
+        @kopf.on.event(names.GROUP, names.VERSION, names.CLAIM_PLURAL, registry=registry)
+        def claim_event(event: Mapping[str, Any], **_: Any) -> None:
+            self.on_claim(event.get("type"), event.get("object") or {})
+
+        @kopf.on.event("", "v1", "nodes", registry=registry)
+        def node_event(event: Mapping[str, Any], **_: Any) -> None:
+            self.on_node(event.get("type"), event.get("object") or {})
+
+        return registry
+
+    @staticmethod
+    def settings() -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        settings.peering.standalone = True  # one replica, Recreate (DP-002)
+        settings.posting.enabled = False  # our EventRecorder posts events.k8s.io Events
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.persistence.finalizer = f"{names.GROUP}/kopf-unused"
+        return settings
+
+    # -- background loops --------------------------------------------------------------------
+
+    async def watch_battery_config(self) -> None:
+        """List then watch the one ConfigMap by name (RBAC allows nothing wider)."""
+        selector = f"metadata.name={self.config.battery_config_map}"
+        backoff = 1.0
+        while True:
+            try:
+                items = await self.kube.list(
+                    CONFIGMAPS, self.config.namespace, field_selector=selector
+                )
+                self.on_battery_config(items[0] if items else None)
+                rv = max((str(i["metadata"]["resourceVersion"]) for i in items), default=None)
+                while True:
+                    async for kind, obj in self.kube.watch(
+                        CONFIGMAPS,
+                        self.config.namespace,
+                        field_selector=selector,
+                        resource_version=rv,
+                    ):
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        self.on_battery_config(None if kind == "DELETED" else obj)
+                        backoff = 1.0
+            except KubeError as e:
+                log.warning("Watch of the battery config failed; retrying: %s", e)
+                await asyncio.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
+
+    @property
+    def events_subscribed(self) -> bool:
+        """Whether battery's Events stream is open now (readiness reads this, DP-012)."""
+        return self.stream.subscribed
+
+    async def follow_battery_events(self) -> None:
+        """battery's Events stream; the client reconnects and drops replayed events."""
+        generation = 0
+        async for event in self.stream:
+            if self.stream.generation != generation and self.claims is not None:
+                # CL-030: on (re)connect, every claim is checked against battery's Leases.
+                generation = self.stream.generation
+                self.claims.enqueue_all()
+            try:
+                await self.on_battery_event(event)
+            except Exception:
+                log.exception("Handling battery event %s failed", getattr(event, "id", "?"))
+
+    async def resync_while_unsubscribed(self) -> None:
+        """PO-024: refresh every Pool on the resync interval while Events are down."""
+        interval = self.config.pool_resync_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            if not self.events_subscribed:
+                self.pools.enqueue_all()
+
+    async def start(self) -> None:
+        await self.pools.start()
+        if self.claims is not None:
+            await self.claims.start()
+        for coro in (
+            self.watch_battery_config(),
+            self.follow_battery_events(),
+            self.resync_while_unsubscribed(),
+        ):
+            self._tasks.append(asyncio.create_task(coro))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.stream.aclose()
+        await self.pools.stop()
+        if self.claims is not None:
+            await self.claims.stop()
+
+    async def run(self, stop_flag: asyncio.Event, ready_flag: asyncio.Event | None = None) -> None:
+        await self.start()
+        try:
+            await kopf.operator(
+                registry=self.registry(),
+                settings=self.settings(),
+                clusterwide=True,
+                standalone=True,
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+            )
+        finally:
+            await self.stop()
+
+
+__all__ = ["CLAIMS", "Operator"]

@@ -1,0 +1,116 @@
+"""battery-operator's entry point: flags, logging, clients, probes, metrics, then run.
+
+    battery-operator --battery-address=127.0.0.1:50051 --health-probe-bind-address=:8081
+
+Exits 2 with one line naming the flag on a bad setting; 0 after SIGTERM or SIGINT once
+every controller has stopped. Readiness (`/readyz`) is false while battery's Events stream
+is down (DP-012); liveness (`/healthz`) is the event loop answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, TLSConfig
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.obs.addresses import parse_bind_address
+from batteryop.obs.health import HealthServer, MetricsServer
+from batteryop.obs.logging import configure_logging
+from batteryop.obs.metrics import BatteryCallMetrics, OperatorMetrics
+from batteryop.operator.app import Operator
+from batteryop.operator.config import ConfigError, OperatorConfig, parse
+
+log = logging.getLogger("batteryop.operator")
+
+
+def battery_config(config: OperatorConfig) -> BatteryConfig:
+    tls = None
+    if config.battery_ca_file is not None:
+        tls = TLSConfig(
+            ca_file=config.battery_ca_file,
+            cert_file=config.battery_cert_file,
+            key_file=config.battery_key_file,
+        )
+    return BatteryConfig(
+        target=config.battery_address,
+        call_timeout=config.battery_call_timeout,
+        claim_timeout=config.battery_claim_timeout,
+        tls=tls,
+        reconnect=ReconnectPolicy(
+            initial=config.battery_reconnect_base, maximum=config.battery_reconnect_max
+        ),
+    )
+
+
+async def run(config: OperatorConfig, stop: asyncio.Event) -> None:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    kube_config = (
+        KubeConfig.from_kubeconfig(str(config.kubeconfig))
+        if config.kubeconfig
+        else KubeConfig.load()
+    )
+    async with (
+        KubeClient(kube_config) as kube,
+        BatteryClient.connect(
+            battery_config(config), observer=BatteryCallMetrics(metrics)
+        ) as battery,
+    ):
+        operator = Operator(config, kube=kube, kube_config=kube_config, battery=battery)
+        servers: list[HealthServer | MetricsServer] = []
+        health_at = parse_bind_address(
+            config.health_probe_bind_address, flag="--health-probe-bind-address"
+        )
+        if health_at is not None:
+            servers.append(
+                HealthServer(
+                    *health_at,
+                    checks={"battery": lambda: operator.events_subscribed},
+                    liveness_checks={"loop": lambda: True},
+                )
+            )
+        metrics_at = parse_bind_address(config.metrics_bind_address, flag="--metrics-bind-address")
+        if metrics_at is not None:
+            servers.append(MetricsServer(*metrics_at, registry))
+        for server in servers:
+            await server.start()
+        try:
+            await operator.run(stop)
+        finally:
+            for server in servers:
+                await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse(argv)
+    except (ConfigError, ValueError) as e:
+        print(f"battery-operator: {e}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
+    stop = asyncio.Event()
+
+    async def _main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run(config, stop)
+
+    try:
+        asyncio.run(_main())
+    except ValueError as e:  # e.g. a bind address that does not parse
+        print(f"battery-operator: {e}", file=sys.stderr)
+        return 2
+    log.info("Stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Run the operator as a real process for tests: the pex Pants built, or `python -m`.
+
+`OperatorProcess.start(kubeconfig=..., battery_target=...)` starts the operator with a
+kubeconfig for the test control plane and battery's loopback target, health and metrics on
+free loopback ports, and waits until `/healthz` answers (polling is the only way to see a
+process come up). It gives `logs()` for failure messages and `stop()` / `kill()` (a crash,
+for restart tests); the context manager stops it and removes its log, also on failure.
+
+The pex is found at `BATTERYOP_OPERATOR_PEX` or where `runtime_package_dependencies` puts
+it in the test sandbox; without one the operator runs from the sources on sys.path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from batteryop.testing.controlplane.server import free_port
+
+PEX_IN_SANDBOX = Path("src.python.batteryop.operator/battery-operator.pex")
+
+
+class OperatorStartError(RuntimeError):
+    """The operator process exited or never answered its health probe."""
+
+
+def operator_command() -> list[str]:
+    pex = os.environ.get("BATTERYOP_OPERATOR_PEX")
+    if pex:
+        return [pex]
+    if PEX_IN_SANDBOX.exists():
+        return [sys.executable, str(PEX_IN_SANDBOX)]
+    return [sys.executable, "-m", "batteryop.operator.main"]
+
+
+def _spawn(argv: Sequence[str], log_fd: int) -> subprocess.Popen[bytes]:
+    with os.fdopen(log_fd, "wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+@dataclass
+class OperatorProcess:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    health_port: int
+    metrics_port: int
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(
+        cls,
+        *,
+        kubeconfig: Path,
+        battery_target: str,
+        extra_args: Sequence[str] = (),
+        ready_timeout: float = 60.0,
+    ) -> AsyncIterator[OperatorProcess]:
+        proc = await cls.launch(
+            kubeconfig=kubeconfig,
+            battery_target=battery_target,
+            extra_args=extra_args,
+            ready_timeout=ready_timeout,
+        )
+        try:
+            yield proc
+        finally:
+            proc.stop()
+            proc.log_path.unlink(missing_ok=True)
+
+    @classmethod
+    async def launch(
+        cls,
+        *,
+        kubeconfig: Path,
+        battery_target: str,
+        extra_args: Sequence[str] = (),
+        ready_timeout: float = 60.0,
+    ) -> OperatorProcess:
+        health, metrics = free_port(), free_port()
+        fd, log_name = tempfile.mkstemp(prefix="battery-operator-", suffix=".log")
+        argv = [
+            *operator_command(),
+            f"--kubeconfig={kubeconfig}",
+            f"--battery-address={battery_target}",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            "--log-format=text",
+            "--log-level=debug",
+            *extra_args,
+        ]
+        proc = cls(_spawn(argv, fd), Path(log_name), health, metrics)
+        await proc._wait_healthy(ready_timeout)
+        return proc
+
+    def _get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{port or self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+
+    async def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise OperatorStartError(
+                    f"the operator exited with {self.popen.returncode}:\n{self.logs()[-4000:]}"
+                )
+            try:
+                if (await asyncio.to_thread(self._get, "/healthz"))[0] == 200:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        self.stop()
+        raise OperatorStartError(f"no /healthz answer in {timeout}s:\n{self.logs()[-4000:]}")
+
+    async def readyz(self) -> tuple[int, str]:
+        return await asyncio.to_thread(self._get, "/readyz?verbose")
+
+    async def metrics(self) -> str:
+        return (await asyncio.to_thread(self._get, "/metrics", self.metrics_port))[1]
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies wherever it is, as in a crash."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()

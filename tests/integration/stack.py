@@ -1,0 +1,84 @@
+"""The integration stack's handle and the waits tests use on it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+
+from batteryop.api import names
+from batteryop.testing.controlplane import ControlPlane
+from batteryop.testing.fake_battery import FakeBattery
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.operator_runner import OperatorProcess
+
+HOSTS = {"host-a": "127.0.0.21", "host-b": "127.0.0.22"}
+
+
+@dataclass
+class Stack:
+    cp: ControlPlane
+    api: k8s.ApiClient
+    battery: FakeBattery
+    hosts: dict[str, FakeFlintlockd]
+    operator: OperatorProcess
+    kubeconfig: Path
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api)
+
+
+def wait_for(
+    stack: Stack,
+    plural: str,
+    namespace: str,
+    name: str,
+    predicate: Callable[[dict[str, Any] | None], bool],
+    *,
+    timeout: int = 60,
+    what: str = "",
+) -> dict[str, Any] | None:
+    """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last."""
+    custom = stack.custom
+    last: dict[str, Any] | None = None
+    try:
+        last = custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, plural, name
+        )
+    except k8s.ApiException as e:
+        if e.status != 404:
+            raise
+        last = None
+    if predicate(last):
+        return last
+    w = watch.Watch()
+    for event in w.stream(
+        custom.list_namespaced_custom_object,
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        plural,
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=timeout,
+    ):
+        last = None if event["type"] == "DELETED" else event["object"]
+        if predicate(last):
+            w.stop()
+            return last
+    raise AssertionError(
+        f"{plural}/{name}: {what or 'condition'} not reached in {timeout}s; last: "
+        f"{json.dumps(last, indent=1)[:3000]}\n--- operator log ---\n{stack.operator.logs()[-5000:]}"
+    )
+
+
+def condition(body: dict[str, Any] | None, type: str) -> dict[str, Any] | None:
+    for c in ((body or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type:
+            return dict(c)
+    return None
