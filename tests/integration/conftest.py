@@ -12,8 +12,11 @@ import pytest
 import pytest_asyncio
 from integration.stack import HOSTS, Stack
 from kubernetes import client as k8s
+from kubernetes import utils
 
 from batteryop.api import crds, names
+from batteryop.manifests import rbac
+from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, install_crd
 from batteryop.testing.fake_battery import FakeBattery
 from batteryop.testing.fake_flintlock import FakeFlintlockd
@@ -48,15 +51,34 @@ def cluster(controlplane: ControlPlane) -> ControlPlane:
                 )
             ),
         )
+    # The operator's own identity and least-privilege RBAC, exactly as install.yaml has them,
+    # so these tests fail if the operator needs a permission the Manifests do not grant.
+    for obj in rbac.objects(namespace=names.OPERATOR_NAMESPACE, labels=COMMON_LABELS):
+        with contextlib.suppress(k8s.ApiException):
+            utils.create_from_dict(api, obj)
     api.close()
     return controlplane
+
+
+def operator_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """A kubeconfig acting as the operator's ServiceAccount (a TokenRequest token)."""
+    from batteryop.testing.controlplane import admin_client, request_token
+
+    api = admin_client(cp)
+    try:
+        token = request_token(
+            api, names.OPERATOR_NAMESPACE, rbac.OPERATOR_SERVICE_ACCOUNT, seconds=3600
+        )
+    finally:
+        api.close()
+    return cp.write_kubeconfig(path, token=token)
 
 
 @pytest_asyncio.fixture
 async def stack(cluster: ControlPlane, tmp_path: Path) -> AsyncIterator[Stack]:
     from batteryop.testing.controlplane import admin_client
 
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "operator.kubeconfig")
+    kubeconfig = operator_kubeconfig(cluster, tmp_path / "operator.kubeconfig")
     async with contextlib.AsyncExitStack() as stack:
         hosts = {
             name: await stack.enter_async_context(FakeFlintlockd.start(address=addr))

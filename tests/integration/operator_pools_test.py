@@ -29,7 +29,9 @@ async def test_a_pool_is_created_in_battery_and_reports_ready(stack: Stack, name
         wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
     )
     assert body is not None
-    assert names.POOL_FINALIZER in body["metadata"]["finalizers"]
+    # Our finalizer only, and nothing of kopf's (no kopf finalizer, no progress annotations).
+    assert body["metadata"]["finalizers"] == [names.POOL_FINALIZER]
+    assert not [a for a in body["metadata"].get("annotations") or {} if "kopf" in a]
     status = body["status"]
     assert status["available"] + status.get("leased", 0) + status.get("provisioning", 0) >= 2
     assert status["observedGeneration"] == body["metadata"]["generation"]

@@ -171,6 +171,9 @@ class Operator:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.persistence.finalizer = f"{names.GROUP}/kopf-unused"
+        # No CRD or Namespace watching: the kinds are fixed and clusterwide, and the
+        # operator's RBAC grants nothing on CRDs or Namespaces.
+        settings.scanning.disabled = True
         return settings
 
     # -- background loops --------------------------------------------------------------------
