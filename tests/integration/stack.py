@@ -5,29 +5,31 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import watch
 
 from batteryop.api import names
-from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.fake_battery import FakeBattery
-from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.localstack import LocalStack
 from batteryop.testing.operator_runner import OperatorProcess
-
-HOSTS = {"host-a": "127.0.0.21", "host-b": "127.0.0.22"}
 
 
 @dataclass
 class Stack:
-    cp: ControlPlane
+    """The local stack plus an admin client for the test's own reads and writes."""
+
+    local: LocalStack
     api: k8s.ApiClient
-    battery: FakeBattery
-    hosts: dict[str, FakeFlintlockd]
-    operator: OperatorProcess
-    kubeconfig: Path
+
+    @property
+    def battery(self) -> FakeBattery:
+        return self.local.battery
+
+    @property
+    def operator(self) -> OperatorProcess:
+        return self.local.operator
 
     @property
     def custom(self) -> k8s.CustomObjectsApi:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batteryop.testing.controlplane.server import free_port
+from batteryop.testing.processes import module_command
 
 PEX_IN_SANDBOX = Path("src.python.batteryop.operator/battery-operator.pex")
 
@@ -34,18 +35,19 @@ class OperatorStartError(RuntimeError):
     """The operator process exited or never answered its health probe."""
 
 
-def operator_command() -> list[str]:
+def operator_command() -> tuple[list[str], dict[str, str]]:
+    """The command that runs the operator, and its environment: the pex when there is one."""
     pex = os.environ.get("BATTERYOP_OPERATOR_PEX")
     if pex:
-        return [pex]
+        return [pex], dict(os.environ)
     if PEX_IN_SANDBOX.exists():
-        return [sys.executable, str(PEX_IN_SANDBOX)]
-    return [sys.executable, "-m", "batteryop.operator.main"]
+        return [sys.executable, str(PEX_IN_SANDBOX)], dict(os.environ)
+    return module_command("batteryop.operator.main")
 
 
-def _spawn(argv: Sequence[str], log_fd: int) -> subprocess.Popen[bytes]:
+def _spawn(argv: Sequence[str], log_fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with os.fdopen(log_fd, "wb") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 @dataclass
@@ -88,8 +90,9 @@ class OperatorProcess:
     ) -> OperatorProcess:
         health, metrics = free_port(), free_port()
         fd, log_name = tempfile.mkstemp(prefix="battery-operator-", suffix=".log")
+        command, env = operator_command()
         argv = [
-            *operator_command(),
+            *command,
             f"--kubeconfig={kubeconfig}",
             f"--battery-address={battery_target}",
             f"--health-probe-bind-address=127.0.0.1:{health}",
@@ -98,7 +101,7 @@ class OperatorProcess:
             "--log-level=debug",
             *extra_args,
         ]
-        proc = cls(_spawn(argv, fd), Path(log_name), health, metrics)
+        proc = cls(_spawn(argv, fd, env), Path(log_name), health, metrics)
         await proc._wait_healthy(ready_timeout)
         return proc
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from batteryop.testing.processes import module_command
 
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 5.0
@@ -65,10 +65,9 @@ class FakeBatteryProcess:
         ready_timeout: float = READY_TIMEOUT_SECONDS,
     ) -> AsyncIterator[FakeBatteryProcess]:
         """Run the fake battery (extra CLI args in args) until the block ends."""
+        command, env = module_command("batteryop.testing.fake_battery")
         argv = [
-            sys.executable,
-            "-m",
-            "batteryop.testing.fake_battery",
+            *command,
             f"--listen={listen}",
             "--exit-on-stdin-eof",
             *(f"--host={name}={target}" for name, target in hosts.items()),
@@ -76,8 +75,6 @@ class FakeBatteryProcess:
         ]
         if fake_clock:
             argv.append("--fake-clock")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         with tempfile.TemporaryDirectory(prefix="fake-battery-") as workdir:
             log_path = Path(workdir) / "fake-battery.log"
             process: asyncio.subprocess.Process | None = None

@@ -16,10 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_p
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.testing.fake_flintlock.faults import DEFAULT_CUT_CODE, DEFAULT_CUT_MESSAGE
 from batteryop.testing.fake_flintlock.server import TLSFiles
+from batteryop.testing.processes import module_command
 
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 5.0
@@ -89,10 +88,9 @@ class FakeFlintlockd:
     ) -> AsyncIterator[FakeFlintlockd]:
         """Run a fake flintlockd on address (port 0: any free port) until the block ends."""
         workdir = Path(tempfile.mkdtemp(prefix="fake-flintlockd-"))
+        command, env = module_command("batteryop.testing.fake_flintlock")
         argv = [
-            sys.executable,
-            "-m",
-            "batteryop.testing.fake_flintlock",
+            *command,
             f"--address={address}",
             f"--port={port}",
             f"--state-dir={workdir / 'state'}",
@@ -110,8 +108,6 @@ class FakeFlintlockd:
             argv.append("--disable-exec")
         if not server_info:
             argv.append("--no-server-info")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         log_path = workdir / "fake-flintlockd.log"
         process: asyncio.subprocess.Process | None = None
         session: aiohttp.ClientSession | None = None

@@ -1,0 +1,122 @@
+"""The local stack: everything around the operator, on one machine, on loopback.
+
+Used by the integration tests and by the README's main job (`devstack`), so both run the
+same stack:
+
+- the real control plane with both CRDs, the operator's namespace, its ServiceAccount and
+  the least-privilege RBAC exactly as `install.yaml` has them (`prepare_cluster`);
+- one Node per simulated Host, labelled as a Host, and the Host set published on the battery
+  config ConfigMap as the host registry will publish it;
+- a fake flintlockd process per Host, each on its own loopback address;
+- the fake battery (poolmgrd v0.4.0 semantics) over those Hosts;
+- the operator as a real process, authenticated as its ServiceAccount (`LocalStack.start`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes import utils
+
+from batteryop.api import crds, names
+from batteryop.manifests import rbac
+from batteryop.manifests.render import COMMON_LABELS
+from batteryop.testing.controlplane import (
+    ControlPlane,
+    admin_client,
+    install_crd,
+    request_token,
+)
+from batteryop.testing.fake_battery import FakeBattery
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.operator_runner import OperatorProcess
+
+HOSTS: Mapping[str, str] = {"host-a": "127.0.0.21", "host-b": "127.0.0.22"}
+"""Simulated Hosts: Node name -> the loopback address its fake flintlockd listens on."""
+
+HOST_NODE_LABELS: Mapping[str, str] = {
+    names.HOST_LABEL: names.HOST_LABEL_VALUE,
+    "kubernetes.io/arch": "amd64",
+}
+
+
+def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
+    """CRDs, namespace, RBAC, Nodes and the published Host set; idempotent."""
+    api = admin_client(cp)
+    try:
+        for crd in crds.all_crds():
+            install_crd(api, crd)
+        core = k8s.CoreV1Api(api)
+        with contextlib.suppress(k8s.ApiException):
+            core.create_namespace(
+                k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=names.OPERATOR_NAMESPACE))
+            )
+        for host in hosts:
+            with contextlib.suppress(k8s.ApiException):
+                core.create_node(
+                    k8s.V1Node(metadata=k8s.V1ObjectMeta(name=host, labels=dict(HOST_NODE_LABELS)))
+                )
+        # Until the host registry exists, the Host set is published here as it will publish it.
+        with contextlib.suppress(k8s.ApiException):
+            core.create_namespaced_config_map(
+                names.OPERATOR_NAMESPACE,
+                k8s.V1ConfigMap(
+                    metadata=k8s.V1ObjectMeta(
+                        name=names.BATTERY_CONFIG_MAP,
+                        annotations={names.HOSTS_ANNOTATION: json.dumps(sorted(hosts))},
+                    )
+                ),
+            )
+        # The operator's identity and RBAC as install.yaml has them: the stack fails if the
+        # operator needs a permission the Manifests do not grant.
+        for obj in rbac.objects(namespace=names.OPERATOR_NAMESPACE, labels=COMMON_LABELS):
+            with contextlib.suppress(k8s.ApiException):
+                utils.create_from_dict(api, obj)
+    finally:
+        api.close()
+
+
+def operator_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """A kubeconfig acting as the operator's ServiceAccount (a TokenRequest token)."""
+    api = admin_client(cp)
+    try:
+        token = request_token(
+            api, names.OPERATOR_NAMESPACE, rbac.OPERATOR_SERVICE_ACCOUNT, seconds=3600
+        )
+    finally:
+        api.close()
+    return cp.write_kubeconfig(path, token=token)
+
+
+@dataclass
+class LocalStack:
+    cp: ControlPlane
+    battery: FakeBattery
+    hosts: dict[str, FakeFlintlockd]
+    operator: OperatorProcess
+    kubeconfig: Path
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(
+        cls, cp: ControlPlane, workdir: Path, hosts: Mapping[str, str] = HOSTS
+    ) -> AsyncIterator[LocalStack]:
+        prepare_cluster(cp, hosts)
+        kubeconfig = operator_kubeconfig(cp, workdir / "operator.kubeconfig")
+        async with contextlib.AsyncExitStack() as stack:
+            flintlocks = {
+                name: await stack.enter_async_context(FakeFlintlockd.start(address=addr))
+                for name, addr in hosts.items()
+            }
+            battery = await stack.enter_async_context(
+                FakeBattery.start(hosts={name: h.target for name, h in flintlocks.items()})
+            )
+            operator = await stack.enter_async_context(
+                OperatorProcess.start(kubeconfig=kubeconfig, battery_target=battery.target)
+            )
+            yield cls(cp, battery, flintlocks, operator, kubeconfig)
