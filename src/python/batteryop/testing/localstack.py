@@ -75,8 +75,11 @@ def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
         # The operator's identity and RBAC as install.yaml has them: the stack fails if the
         # operator needs a permission the Manifests do not grant.
         for obj in rbac.objects(namespace=names.OPERATOR_NAMESPACE, labels=COMMON_LABELS):
-            with contextlib.suppress(k8s.ApiException):
+            try:
                 utils.create_from_dict(api, obj)
+            except utils.FailToCreateError as e:
+                if any(x.status != 409 for x in e.api_exceptions):
+                    raise
     finally:
         api.close()
 
