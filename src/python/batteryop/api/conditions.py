@@ -157,6 +157,9 @@ class EventType(enum.StrEnum):
 class EventReason(enum.StrEnum):
     HOOK_FAILED = "HookFailed"
     """Warning on a Pool: battery reported VM_HOOK_FAILED for one of its MicroVMs (PO-041)."""
+    RELEASED = "Released"
+    """Normal, on a deleted claim: battery released its Lease and the finalizer goes (CL-020).
+    The only claim Event with no condition behind it; the others reuse `ClaimReason`."""
 
 
 class CSRReason(enum.StrEnum):

@@ -1,10 +1,11 @@
 """`reconcile_pool` against the fake battery over fake flintlockd processes, with the real client.
 
 Each test gets its own FakeBattery (in process) on two fake flintlockd Hosts started once per
-module, and drives `reconcile_pool` with dict bodies. The runtime is played by `applied`,
-which writes an Outcome back into the body as the runtime would. battery calls made by the
-reconcile are counted by a `CallObserver` on its client; the test's own calls (waiting for
-counts, claiming, releasing) go through a second client that is not observed.
+module, and drives `reconcile_pool` with dict bodies. The runtime is played by
+`operator_env.apply_outcome`, which writes an Outcome back into the body as the runtime
+would. battery calls made by the reconcile are counted by a `CallObserver` on its client; the
+test's own calls (waiting for counts, claiming, releasing) go through a second client that is
+not observed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from batteryop.api import names, samples
+from batteryop.api import names
 from batteryop.api.conditions import (
     Condition,
     ConditionStatus,
@@ -33,11 +34,9 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import PoolStatus
 from batteryop.battery import (
     BatteryClient,
-    BatteryConfig,
     NotFoundError,
     Pool,
     PoolRef,
-    ReconnectPolicy,
 )
 from batteryop.battery import EventType as BatteryEventType
 from batteryop.operator.outcome import Outcome
@@ -46,7 +45,13 @@ from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.hosts import HostSet
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
-from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.operator_env import (
+    CallLog,
+    apply_outcome,
+    battery_config,
+    flintlock_hosts,
+    pool_body,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -66,26 +71,8 @@ T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def flintlock_targets() -> AsyncIterator[dict[str, str]]:
-    async with contextlib.AsyncExitStack() as stack:
-        hosts = {
-            name: await stack.enter_async_context(FakeFlintlockd.start(address="127.0.0.1"))
-            for name in ("host-a", "host-b")
-        }
+    async with flintlock_hosts() as hosts:
         yield {name: host.target for name, host in hosts.items()}
-
-
-class CallLog:
-    """A `CallObserver` keeping the names of the battery calls a client made."""
-
-    def __init__(self) -> None:
-        self.rpcs: list[str] = []
-
-    def on_call(self, rpc: str, code: str, seconds: float) -> None:
-        self.rpcs.append(rpc)
-
-    def take(self) -> list[str]:
-        taken, self.rpcs = self.rpcs, []
-        return taken
 
 
 @dataclass
@@ -117,16 +104,6 @@ class Env:
             pytest.fail(f"timed out after {WAIT}s waiting for {what}")
 
 
-def _config(target: str) -> BatteryConfig:
-    return BatteryConfig(
-        target=target,
-        call_timeout=timedelta(seconds=5),
-        reconnect=ReconnectPolicy(
-            initial=timedelta(milliseconds=10), maximum=timedelta(milliseconds=50)
-        ),
-    )
-
-
 @pytest_asyncio.fixture(loop_scope="module")
 async def env(flintlock_targets: dict[str, str]) -> AsyncIterator[Env]:
     timings = Timings(sweep_interval=1.0, warning_window=3.0, reconcile_interval=10.0)
@@ -136,9 +113,9 @@ async def env(flintlock_targets: dict[str, str]) -> AsyncIterator[Env]:
         )
         calls = CallLog()
         client = await stack.enter_async_context(
-            BatteryClient.connect(_config(fake.target), observer=calls)
+            BatteryClient.connect(battery_config(fake.target), observer=calls)
         )
-        ctl = await stack.enter_async_context(BatteryClient.connect(_config(fake.target)))
+        ctl = await stack.enter_async_context(BatteryClient.connect(battery_config(fake.target)))
         now = [T0]
         deps = PoolDeps(battery=client, hosts=HOSTS, clock=lambda: now[0])
         yield Env(fake, ctl, calls, deps, f"po-{uuid.uuid4().hex[:8]}", now)
@@ -147,44 +124,8 @@ async def env(flintlock_targets: dict[str, str]) -> AsyncIterator[Env]:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def pool_body(
-    namespace: str,
-    *,
-    name: str = "pool",
-    size: int = 2,
-    selector: dict[str, str] | None = None,
-    finalizer: bool = True,
-) -> dict[str, Any]:
-    """The sample Pool (Tap interface, amd64 Hosts) as the API server would return it."""
-    body = samples.sample_pool(name=name, namespace=namespace)
-    body["spec"]["size"] = size
-    # flintlockd requires a volume id; the sample leaves it to the user.
-    body["spec"]["template"]["rootVolume"]["id"] = "root"
-    if selector is not None:
-        body["spec"]["placement"] = {"nodeSelector": selector}
-    body["metadata"].update(uid=str(uuid.uuid4()), generation=1, resourceVersion="1")
-    if finalizer:
-        body["metadata"]["finalizers"] = [names.POOL_FINALIZER]
-    return body
-
-
 def ref_of(body: dict[str, Any]) -> PoolRef:
     return PoolRef(namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])
-
-
-def applied(body: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
-    """`body` after the runtime applied `outcome` (finalizer, status merge-patch, finalizer)."""
-    out = copy.deepcopy(body)
-    meta = out["metadata"]
-    if outcome.add_finalizer is not None:
-        meta["finalizers"] = [*meta.get("finalizers", []), outcome.add_finalizer]
-    if outcome.status is not None:
-        out["status"] = {**out.get("status", {}), **copy.deepcopy(outcome.status)}
-    if outcome.remove_finalizer is not None:
-        meta["finalizers"] = [
-            f for f in meta.get("finalizers", []) if f != outcome.remove_finalizer
-        ]
-    return out
 
 
 def changed(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -226,7 +167,7 @@ async def declared(env: Env, body: dict[str, Any]) -> dict[str, Any]:
     """Create the Pool in battery through one reconcile; return the body as written back."""
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "CreatePool"]
-    return applied(body, outcome)
+    return apply_outcome(body, outcome)
 
 
 async def filled(env: Env, body: dict[str, Any]) -> Pool:
@@ -252,7 +193,7 @@ async def test_a_new_pool_only_gets_its_finalizer_and_battery_is_not_called(env:
     assert env.calls.take() == []
     await raises_not_found(env.ctl.get_pool(ref_of(body)))
 
-    outcome = await env.reconcile(applied(body, outcome))
+    outcome = await env.reconcile(apply_outcome(body, outcome))
     assert outcome.add_finalizer is None
     assert env.calls.take() == ["GetPool", "CreatePool"], "created once the finalizer is stored"
 
@@ -284,7 +225,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
     assert started == T0
     assert condition(status, PoolConditionType.READY).observed_generation == 1
 
-    body = applied(body, outcome)
+    body = apply_outcome(body, outcome)
     await filled(env, body)
     env.tick(7)
     outcome = await env.reconcile(body)
@@ -306,7 +247,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
 async def test_a_steady_pool_costs_one_get_pool_and_writes_nothing(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     await filled(env, body)
-    body = applied(body, await env.reconcile(body))
+    body = apply_outcome(body, await env.reconcile(body))
     env.calls.take()
 
     env.tick(30)
@@ -327,7 +268,7 @@ async def test_a_size_change_is_sent_with_update_pool_and_observed(env: Env) -> 
     assert status.observed_generation == 2
     assert ready(status)[2].endswith(" of 3 MicroVMs are available, leased or provisioning")
 
-    await env.reconcile(applied(body, outcome))
+    await env.reconcile(apply_outcome(body, outcome))
     assert env.calls.take() == ["GetPool"], "sent once"
 
 
@@ -341,7 +282,7 @@ async def test_a_host_set_change_is_sent_with_update_pool(env: Env) -> None:
     assert env.calls.take() == ["GetPool", "UpdatePool"]
     held = await env.ctl.get_pool(ref_of(body))
     assert held.spec.flintlock_hosts == ("host-a", "host-b")
-    body = applied(body, outcome)
+    body = apply_outcome(body, outcome)
     assert body["status"]["observedGeneration"] == 1, "same generation, new Hosts"
 
     await env.reconcile(body)
@@ -362,7 +303,7 @@ async def test_a_selector_matching_no_host_is_no_eligible_host_until_one_matches
         PoolReason.NO_ELIGIBLE_HOST,
         "No Host matches kubernetes.io/arch=riscv64",
     )
-    body = applied(body, outcome)
+    body = apply_outcome(body, outcome)
 
     env.deps.hosts = HostSet({"host-a": {ARCH: "amd64"}, "host-b": {ARCH: "riscv64"}})
     outcome = await env.reconcile(body)
@@ -402,7 +343,7 @@ async def test_a_refused_update_keeps_the_accepted_generation_and_batterys_spec(
     held = await env.ctl.get_pool(ref_of(body))
     assert held.spec.template.interfaces[0].guest_mac is None
 
-    await env.reconcile(applied(body, outcome))
+    await env.reconcile(apply_outcome(body, outcome))
     assert env.calls.take() == ["GetPool", "UpdatePool"], "sent again until battery takes it"
 
 
@@ -424,7 +365,7 @@ async def test_nothing_is_sent_before_the_host_set_is_published(env: Env) -> Non
 async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     await filled(env, body)
-    body = applied(body, await env.reconcile(body))
+    body = apply_outcome(body, await env.reconcile(body))
     before = PoolStatus.from_dict(body["status"])
     env.calls.take()
 
@@ -444,7 +385,7 @@ async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> N
         before, PoolConditionType.EXHAUSTED
     )
     assert outcome.requeue_after == 1.0
-    body = applied(body, outcome)
+    body = apply_outcome(body, outcome)
     delays = [(await env.reconcile(body)).requeue_after for _ in range(6)]
     assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
@@ -474,7 +415,7 @@ async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: En
     ref = ref_of(body)
     await filled(env, body)
     claimed = await env.ctl.claim_vm(ref, request_id=str(uuid.uuid4()))
-    body = applied(body, await env.reconcile(body))
+    body = apply_outcome(body, await env.reconcile(body))
     env.calls.take()
 
     body = deleted(body)
@@ -490,7 +431,7 @@ async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: En
     assert "1 MicroVM is leased" in message
     assert status.leased == 1
     assert outcome.requeue_after == 1.0
-    body = applied(body, outcome)
+    body = apply_outcome(body, outcome)
 
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["DeletePool", "GetPool"], "drained once"

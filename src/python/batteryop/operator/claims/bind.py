@@ -1,0 +1,155 @@
+"""Step 3, bind: ClaimVM for a claim with no Lease, guarded, and the Lease recorded at once.
+
+Runs for a claim (not being deleted, finalizer stored) whose status records no lease id.
+
+ClaimVM hands out a MicroVM. Since battery v0.4.0 it is idempotent per request id, and the
+request id is the claim's `metadata.uid` (CL-060): a retry after a lost answer, or after an
+Operator restart before the status was written, gets the same Lease and MicroVM back, never a
+second one (CL-061). The call is still guarded as a non-idempotent one would be, because a
+guard costs one GET and a mistake costs a MicroVM:
+
+1. Read the claim from the API server, not the cache (`deps.read_fresh`). Do nothing if it is
+   gone, is another object of the same name (uid differs), is being deleted, already records
+   a lease id (the cache is behind our own status write), or lacks the stored finalizer
+   (CL-001). Continue from the fresh read (`scope.rebase`), so the status written next is
+   computed against what the API server holds.
+2. The Pool, from the cache (`deps.pool`): absent -> Pending `PoolNotFound`; being deleted ->
+   Pending `PoolDeleting`, without calling ClaimVM (CL-063; a Bound claim is not affected, it
+   never gets here). Known race, accepted: a Pool deleted between this read and ClaimVM can
+   still lease a MicroVM, which then holds the Pool's deletion like any Bound claim.
+3. Take a ClaimVM slot (`deps.claim_slots`); if none is free, queue again after the slot wait
+   and end, so the worker serves renewals meanwhile (CL-018).
+4. ClaimVM(Pool, request_id = uid). On success write the lease id, MicroVM uid, Host name as
+   node name, bind time, observedRenewTime = spec.renewTime (so the bind itself is not taken
+   for a renewal) and no expiry, phase Bound, Bound=True (CL-002), and only an id from this
+   answer (CL-008); then stop the chain, so that the status write is the very next thing the
+   runtime does. Until it lands, the Lease exists only in battery: that window is what CL-061
+   closes, and stopping keeps it as short as a reconcile can.
+5. PoolExhausted, NotFound, in transit, ABORTED: handed to `pending` (CL-003, CL-004, CL-007,
+   CL-062). Any other error: the phase stays, `synced` reports BatteryError and backs off.
+"""
+
+from __future__ import annotations
+
+from batteryop.api import names
+from batteryop.api.claim import MicroVMClaim
+from batteryop.api.conditions import (
+    ClaimConditionType,
+    ClaimPhase,
+    ClaimReason,
+    EventType,
+)
+from batteryop.api.meta import ObjectMeta
+from batteryop.battery.errors import (
+    BatteryError,
+    BatteryUnavailableError,
+    ClaimAbortedError,
+    NotFoundError,
+    PoolExhaustedError,
+)
+from batteryop.operator.claims.scope import ClaimScope, PendingCause
+
+
+def _fresh_refusal(scope: ClaimScope, fresh: MicroVMClaim) -> str | None:
+    """Why the fresh read forbids ClaimVM, or None if it allows it."""
+    if fresh.metadata.uid != scope.claim.metadata.uid:
+        return "the claim was replaced by another of the same name"
+    if fresh.status.lease_id is not None:
+        return "the claim already records a Lease"
+    if fresh.metadata.deleting:
+        return "the claim is being deleted"
+    if not fresh.metadata.has_finalizer(names.CLAIM_FINALIZER):
+        return "the claim's finalizer is not stored yet"  # CL-001
+    return None
+
+
+def _pool_blocks_bind(scope: ClaimScope) -> PendingCause | None:
+    """PoolNotFound or PoolDeleting from the cached Pool (CL-004, CL-063), else None."""
+    pool = scope.pool
+    body = scope.deps.pool(pool.namespace, pool.name)
+    if body is None:
+        return PendingCause(ClaimReason.POOL_NOT_FOUND, f"Pool {pool.name} does not exist")
+    if ObjectMeta.from_dict(body.get("metadata")).deleting:
+        return PendingCause(  # CL-063: no ClaimVM on a Pool being deleted
+            ClaimReason.POOL_DELETING,
+            f"Pool {pool.name} is being deleted; no MicroVM is claimed from it",
+        )
+    return None
+
+
+async def bind(scope: ClaimScope) -> None:
+    """Claim a MicroVM for an unbound claim; see the module docstring for the guard."""
+    if scope.status.lease_id is not None or scope.status.phase is ClaimPhase.EXPIRED:
+        return
+    fresh_body = await scope.deps.read_fresh()
+    fresh = None if fresh_body is None else MicroVMClaim.from_dict(fresh_body)
+    refusal = "the claim is gone" if fresh is None else _fresh_refusal(scope, fresh)
+    if fresh is None or refusal is not None:
+        scope.logger.debug("Skipped ClaimVM", extra=scope.log_extra(reason=refusal))
+        scope.stop()
+        return
+    scope.rebase(fresh)
+
+    blocked = _pool_blocks_bind(scope)
+    if blocked is not None:
+        scope.pending = blocked
+        return
+
+    pool = scope.pool
+    uid = scope.claim.metadata.uid
+    with scope.deps.claim_slots.try_acquire() as acquired:
+        if not acquired:  # CL-018: every ClaimVM slot is busy; leave the worker to renewals
+            scope.outcome.requeue(scope.deps.claim_slots.retry_after)
+            scope.stop()
+            return
+        try:
+            claimed = await scope.deps.battery.claim_vm(pool.ref, request_id=uid)  # CL-060
+        except PoolExhaustedError as err:
+            scope.answered(err.rpc, err)
+            scope.pending = PendingCause(  # CL-003
+                ClaimReason.POOL_EXHAUSTED, f"Pool {pool.name} has no available MicroVM"
+            )
+            return
+        except NotFoundError as err:
+            scope.answered(err.rpc, err)
+            scope.pending = PendingCause(  # CL-004
+                ClaimReason.POOL_NOT_FOUND, f"battery does not hold Pool {pool.name}"
+            )
+            return
+        except ClaimAbortedError as err:
+            scope.answered(err.rpc, err)
+            scope.pending = PendingCause(  # CL-062
+                ClaimReason.CLAIM_ABORTED,
+                "battery is still releasing the MicroVM an earlier ClaimVM for this claim "
+                f"leased; retrying: {err.message}",
+            )
+            return
+        except BatteryUnavailableError as err:
+            scope.failed(err)
+            scope.pending = PendingCause(ClaimReason.BATTERY_UNAVAILABLE, str(err))  # CL-007
+            return
+        except BatteryError as err:
+            scope.failed(err)  # CL-041: phase unchanged; synced backs off
+            scope.logger.warning("ClaimVM failed", extra=scope.log_extra(error=str(err)))
+            scope.stop()
+            return
+    scope.answered("ClaimVM")
+
+    node = claimed.host.name
+    message = f"MicroVM {claimed.vm_uid} on Node {node} is leased to this claim"
+    scope.update(  # CL-002, CL-008: only what this claim's own ClaimVM answered
+        phase=ClaimPhase.BOUND,
+        lease_id=claimed.lease_id,
+        microvm_uid=claimed.vm_uid,
+        node_name=node,
+        bound_time=scope.now,
+        lease_expires_at=None,
+        observed_renew_time=scope.claim.spec.renew_time,
+    )
+    scope.set_condition(ClaimConditionType.BOUND, True, ClaimReason.BOUND, message)
+    scope.event(EventType.NORMAL, ClaimReason.BOUND, message)
+    scope.logger.info(
+        "Bound MicroVMClaim",
+        extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
+    )
+    scope.stop()  # the status write is the next thing the runtime does

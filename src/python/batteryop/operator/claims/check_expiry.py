@@ -1,0 +1,63 @@
+"""Step 7, check expiry: a Bound claim's Lease read back from battery when its expiry is due
+(CL-012, CL-014, CL-016, CL-017, CL-032).
+
+For a Bound claim, not being deleted, with no renewal pending (a pending renewal is `renew`'s
+and would extend the Lease):
+
+- `leaseExpiresAt` in the future: nothing to ask; queue the claim for when it passes (CL-032).
+- Absent (just bound) or passed: ListLeases for the claim's Pool, and look for the recorded
+  lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
+  - Not listed: battery released or expired it: Expired, `LeaseExpired` (CL-012).
+  - Listed with an expiry that has passed: Expired too, even if battery's sweeper has not yet
+    removed it (CL-014).
+  - Listed with a future expiry: write it as `leaseExpiresAt` and queue the claim for then
+    (CL-016, CL-032). The requeue uses battery's exact time, not the status field, which
+    Kubernetes keeps to the second.
+- In transit: stay Bound with the expiry as it is; `synced` queues a retry (CL-017). Another
+  error: the same, as BatteryError (CL-041).
+
+So a Holder that stops renewing sees its claim Expired once battery's expiry passes, by
+battery's word only (CL-011).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from batteryop.battery.errors import BatteryError, BatteryUnavailableError
+from batteryop.operator.claims.expiry import expire
+from batteryop.operator.claims.scope import ClaimScope
+
+
+def _until(scope: ClaimScope, when: datetime) -> float:
+    return max(0.0, (when - scope.now).total_seconds())
+
+
+async def check_expiry(scope: ClaimScope) -> None:
+    """Requeue at the recorded expiry, or read the Lease from battery once it is due."""
+    lease_id = scope.status.lease_id
+    if not scope.bound or lease_id is None or scope.renewal_pending:
+        return
+    recorded = scope.status.lease_expires_at
+    if recorded is not None and recorded > scope.now:
+        scope.outcome.requeue(_until(scope, recorded))  # CL-032
+        return
+    try:
+        leases = await scope.deps.battery.list_leases(scope.pool.ref)  # CL-016
+    except BatteryUnavailableError as err:
+        scope.failed(err)  # CL-017: keep Bound; retry with backoff
+        return
+    except BatteryError as err:
+        scope.failed(err)  # CL-041
+        scope.stop()
+        return
+    scope.answered("ListLeases")
+    lease = next((lease for lease in leases if lease.lease_id == lease_id), None)
+    if lease is None:
+        expire(scope, f"battery no longer holds Lease {lease_id}")  # CL-012
+        return
+    if lease.expires_at <= scope.now:
+        expire(scope, f"Lease {lease_id} expired at {lease.expires_at.isoformat()}")  # CL-014
+        return
+    scope.update(lease_expires_at=lease.expires_at)  # CL-016: battery's expiry
+    scope.outcome.requeue(_until(scope, lease.expires_at))  # CL-032

@@ -1,0 +1,40 @@
+"""Step 4, pending: a claim `bind` could not bind stays Pending, says why, and retries.
+
+Takes `bind`'s `PendingCause` and writes phase Pending with Bound=False and its reason:
+
+- `PoolExhausted`: ClaimVM found no available MicroVM (CL-003).
+- `PoolNotFound`: the Pool does not exist, in Kubernetes or in battery (CL-004, CL-063).
+- `PoolDeleting`: the Pool is being deleted; ClaimVM was not called (CL-063).
+- `BatteryUnavailable`: ClaimVM failed in transit (CL-007).
+- `ClaimAborted`: battery answered ABORTED, the Lease of an earlier ClaimVM for this claim is
+  being released (CL-062).
+
+The retry waits the time the claim has already been pending, measured from Bound's
+lastTransitionTime and clamped to 1-30 s, so the wait grows while the claim waits and an
+Operator restart does not reset it. A Warning Event is posted when the reason changes, not on
+every retry. The chain stops here: an unbound claim has nothing to renew or check.
+"""
+
+from __future__ import annotations
+
+from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ConditionStatus, EventType
+from batteryop.operator.claims.scope import ClaimScope
+from batteryop.operator.claims.status import backoff_since
+
+
+async def pending(scope: ClaimScope) -> None:
+    """Write why the claim is still Pending and queue the retry; stop the chain."""
+    cause = scope.pending
+    if cause is None:
+        return
+    before = scope.condition(ClaimConditionType.BOUND)
+    scope.update(phase=ClaimPhase.PENDING)
+    bound = scope.set_condition(ClaimConditionType.BOUND, False, cause.reason, cause.message)
+    if before is None or before.status != ConditionStatus.FALSE or before.reason != cause.reason:
+        scope.event(EventType.WARNING, cause.reason, cause.message)
+        scope.logger.info(
+            "MicroVMClaim is pending",
+            extra=scope.log_extra(reason=str(cause.reason), detail=cause.message),
+        )
+    scope.outcome.requeue(backoff_since(bound, scope.now))  # retry with backoff
+    scope.stop()

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import pytest
+
+from batteryop.operator.claims.slots import ClaimSlots
+
+
+@pytest.mark.req("CL-018")
+def test_slots_are_taken_up_to_the_limit_and_never_waited_for() -> None:
+    slots = ClaimSlots(2)
+    with slots.try_acquire() as first, slots.try_acquire() as second:
+        assert (first, second) == (True, True)
+        with slots.try_acquire() as third:
+            assert third is False
+            assert slots.in_use == 2, "a refused acquire holds nothing"
+    assert slots.in_use == 0
+    with slots.try_acquire() as again:
+        assert again
+
+
+@pytest.mark.req("CL-018")
+def test_a_slot_is_freed_when_the_claim_vm_raises() -> None:
+    slots = ClaimSlots(1)
+
+    def claim_vm() -> None:
+        with slots.try_acquire() as held:
+            assert held
+            raise RuntimeError("ClaimVM failed")
+
+    with pytest.raises(RuntimeError):
+        claim_vm()
+    assert slots.in_use == 0
+
+
+@pytest.mark.req("CL-018")
+def test_one_worker_is_always_kept_for_renewals() -> None:
+    assert ClaimSlots.for_workers(4).limit == 3
+    assert ClaimSlots.for_workers(2).limit == 1
+    with pytest.raises(ValueError, match="at least 2 workers"):
+        ClaimSlots.for_workers(1)
+    with pytest.raises(ValueError):
+        ClaimSlots(0)
+    with pytest.raises(ValueError):
+        ClaimSlots(1, retry_after=0)
