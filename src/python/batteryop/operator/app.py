@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -38,12 +39,17 @@ from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeError
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, POOLS
+from batteryop.obs.metrics import OperatorMetrics
+from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
+from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
+from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.keys import pool_key_for_claim
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
-from batteryop.operator.runtime import Controller, ObjectCache, key_of
+from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,7 @@ class Operator:
         kube: KubeClient,
         kube_config: KubeConfig,
         battery: BatteryAPI,
+        metrics: OperatorMetrics | None = None,
         instance: str = "battery-operator",
     ) -> None:
         self.config = config
@@ -71,6 +78,8 @@ class Operator:
         self.kube_config = kube_config
         self.battery = battery
         self.recorder = EventRecorder(kube, controller=CONTROLLER_NAME, instance=instance)
+        self.metrics = metrics
+        self._first_seen: dict[Key, float] = {}
         self.nodes = ObjectCache()
         self.published: tuple[str, ...] | None = None
         self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=_now)
@@ -81,19 +90,92 @@ class Operator:
             kube=kube,
             recorder=self.recorder,
             workers=config.pool_concurrent_reconciles,
+            on_reconciled=self._on_reconciled,
         )
-        self.claims: Controller | None = None
+        self.deleted_vms = DeletedVMs(_now)
+        self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
+        self.claims: Controller | None = Controller(
+            "claims",
+            CLAIMS,
+            self._reconcile_claim,
+            kube=kube,
+            recorder=self.recorder,
+            workers=config.claim_concurrent_reconciles,
+            on_reconciled=self._on_reconciled,
+        )
         self.stream: EventStream = battery.events()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _claim_deps(self, key: Key) -> ClaimDeps:
+        namespace, name = key
+
+        async def read_fresh() -> Mapping[str, Any] | None:
+            try:
+                return await self.kube.get(CLAIMS, name, namespace)
+            except KubeError as e:
+                if e.status == 404:
+                    return None
+                raise
+
+        return ClaimDeps(
+            battery=self.battery,
+            read_fresh=read_fresh,
+            pool=lambda ns, n: self.pools.cache.get((ns, n)),
+            node=lambda n: self.nodes.get(("", n)),
+            claim_slots=self.claim_slots,
+            deleted_vms=self.deleted_vms,
+            clock=_now,
+        )
+
+    async def _reconcile_claim(self, body: Mapping[str, Any]) -> Outcome:
+        return await reconcile_claim(body, self._claim_deps(key_of(body)))
+
+    def claims_holding(self, vm_uid: str) -> list[Key]:
+        if self.claims is None:
+            return []
+        return [
+            key_of(c)
+            for c in self.claims.cache
+            if ((c.get("status") or {}).get("microVM") or {}).get("uid") == vm_uid
+        ]
 
     # -- inputs ------------------------------------------------------------------------
 
     def on_pool(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         self.pools.observe(event_type, body)
 
+    def _on_reconciled(self, controller: str, result: str, seconds: float) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.observe_reconcile(controller, result, seconds)
+        queue = self.claims.queue if controller == "claims" and self.claims else self.pools.queue
+        self.metrics.set_workqueue_depth(controller, len(queue))
+
+    def _observe_claim_metrics(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if self.metrics is None or self.claims is None:
+            return
+        phases: dict[str, int] = {}
+        for claim in self.claims.cache:
+            phase = str((claim.get("status") or {}).get("phase") or "")
+            if phase:
+                phases[phase] = phases.get(phase, 0) + 1
+        self.metrics.set_claims_by_phase(phases)
+        key = key_of(body)
+        if event_type == "DELETED":
+            self._first_seen.pop(key, None)
+            return
+        bound = (body.get("status") or {}).get("phase") == "Bound"
+        if not bound:
+            self._first_seen.setdefault(key, time.monotonic())
+        elif key in self._first_seen:
+            # From the first watch event of an unbound claim to the first one showing it
+            # Bound: what a consumer waits, at this process's clock resolution.
+            self.metrics.observe_claim_bound(time.monotonic() - self._first_seen.pop(key))
+
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         if self.claims is not None:
             self.claims.observe(event_type, body)
+        self._observe_claim_metrics(event_type, body)
         finalizers = (body.get("metadata") or {}).get("finalizers") or []
         if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
             pool = pool_key_for_claim(body)
@@ -130,6 +212,10 @@ class Operator:
             self.pools.enqueue_all()  # PO-011
 
     async def on_battery_event(self, event: Any) -> None:
+        deleted = self.deleted_vms.observe(event)
+        if deleted is not None and self.claims is not None:
+            for key in self.claims_holding(deleted):
+                self.claims.enqueue(key)  # CL-013
         ref: PoolRef | None = getattr(event, "pool", None)
         if ref is not None:
             self.pools.enqueue((ref.namespace, ref.name))  # PO-023
@@ -227,6 +313,8 @@ class Operator:
         interval = self.config.pool_resync_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
+            if self.metrics is not None:
+                self.metrics.set_battery_subscribed(self.events_subscribed)
             if not self.events_subscribed:
                 self.pools.enqueue_all()
 

@@ -63,7 +63,9 @@ async def run(config: OperatorConfig, stop: asyncio.Event) -> None:
             battery_config(config), observer=BatteryCallMetrics(metrics)
         ) as battery,
     ):
-        operator = Operator(config, kube=kube, kube_config=kube_config, battery=battery)
+        operator = Operator(
+            config, kube=kube, kube_config=kube_config, battery=battery, metrics=metrics
+        )
         servers: list[HealthServer | MetricsServer] = []
         health_at = parse_bind_address(
             config.health_probe_bind_address, flag="--health-probe-bind-address"

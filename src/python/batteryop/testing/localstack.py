@@ -103,6 +103,20 @@ class LocalStack:
     hosts: dict[str, FakeFlintlockd]
     operator: OperatorProcess
     kubeconfig: Path
+    _exit: contextlib.AsyncExitStack
+
+    async def restart_operator(self, *, crash: bool = True) -> OperatorProcess:
+        """Stop the operator (SIGKILL when `crash`, as a crash would) and start a new one."""
+        if crash:
+            self.operator.kill()
+        else:
+            self.operator.stop()
+        self.operator = await OperatorProcess.launch(
+            kubeconfig=self.kubeconfig, battery_target=self.battery.target
+        )
+        self._exit.callback(self.operator.stop)
+        self._exit.callback(self.operator.log_path.unlink, missing_ok=True)
+        return self.operator
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -122,4 +136,4 @@ class LocalStack:
             operator = await stack.enter_async_context(
                 OperatorProcess.start(kubeconfig=kubeconfig, battery_target=battery.target)
             )
-            yield cls(cp, battery, flintlocks, operator, kubeconfig)
+            yield cls(cp, battery, flintlocks, operator, kubeconfig, stack)
