@@ -94,6 +94,7 @@ class Operator:
         )
         self.deleted_vms = DeletedVMs(_now)
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
+        self.claim_slots.on_free = self._slot_freed
         self.claims: Controller | None = Controller(
             "claims",
             CLAIMS,
@@ -126,6 +127,10 @@ class Operator:
             deleted_vms=self.deleted_vms,
             clock=_now,
         )
+
+    def _slot_freed(self, waiter: Any) -> None:
+        if self.claims is not None:
+            self.claims.enqueue(waiter)
 
     async def _reconcile_claim(self, body: Mapping[str, Any]) -> Outcome:
         return await reconcile_claim(body, self._claim_deps(key_of(body)))

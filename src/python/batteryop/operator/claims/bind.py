@@ -97,7 +97,8 @@ async def bind(scope: ClaimScope) -> None:
 
     pool = scope.pool
     uid = scope.claim.metadata.uid
-    with scope.deps.claim_slots.try_acquire() as acquired:
+    waiter = (scope.claim.namespace, scope.claim.name)
+    with scope.deps.claim_slots.try_acquire(waiter) as acquired:
         if not acquired:  # CL-018: every ClaimVM slot is busy; leave the worker to renewals
             scope.outcome.requeue(scope.deps.claim_slots.retry_after)
             scope.stop()

@@ -4,8 +4,11 @@ ClaimVM can take long (battery runs the Pool's pre-lease hooks inside it, under 
 deadline), while a renewal must reach battery within the Lease's expiry threshold. The claim
 controller runs N reconciles at once; ClaimVM may hold at most N-1 of them
 (`ClaimSlots.for_workers`), so at least one worker is always free for a Bound claim's
-Heartbeat or ListLeases. A bind that finds every slot taken does not wait for one: it asks to
-be queued again after `retry_after` seconds and ends, freeing its worker.
+Heartbeat or ListLeases. A bind that finds every slot taken does not wait for one: it leaves
+its key in a FIFO of waiters and ends, freeing its worker; when a slot frees, the first waiter
+is handed to `on_free` (the runtime queues it at once), so 100 claims created together bind
+back to back instead of in retry rounds. `retry_after` is the fallback requeue should a wake-up
+be lost (e.g. the waiter's reconcile failed meanwhile).
 
 The controller runs on one event loop, so a counter is enough (no lock).
 """
@@ -13,7 +16,8 @@ The controller runs on one event loop, so a counter is enough (no lock).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from typing import Final
 
 DEFAULT_RETRY_AFTER: Final = 1.0
@@ -30,7 +34,9 @@ class ClaimSlots:
             raise ValueError(f"ClaimSlots retry_after must be positive, got {retry_after}")
         self._limit = limit
         self._in_use = 0
+        self._waiting: OrderedDict[Hashable, None] = OrderedDict()
         self.retry_after = retry_after
+        self.on_free: Callable[[Hashable], None] | None = None
 
     @classmethod
     def for_workers(cls, workers: int, *, retry_after: float = DEFAULT_RETRY_AFTER) -> ClaimSlots:
@@ -50,15 +56,26 @@ class ClaimSlots:
     def in_use(self) -> int:
         return self._in_use
 
+    @property
+    def waiting(self) -> tuple[Hashable, ...]:
+        return tuple(self._waiting)
+
     @contextlib.contextmanager
-    def try_acquire(self) -> Iterator[bool]:
-        """`with slots.try_acquire() as acquired:` True holds a slot for the block, False
-        means every slot is taken (nothing is held)."""
+    def try_acquire(self, waiter: Hashable | None = None) -> Iterator[bool]:
+        """`with slots.try_acquire(key) as acquired:` True holds a slot for the block, False
+        means every slot is taken (nothing is held; `waiter` is woken when one frees)."""
         if self._in_use >= self._limit:
+            if waiter is not None:
+                self._waiting[waiter] = None
             yield False
             return
+        if waiter is not None:
+            self._waiting.pop(waiter, None)
         self._in_use += 1
         try:
             yield True
         finally:
             self._in_use -= 1
+            if self._waiting and self.on_free is not None:
+                first, _ = self._waiting.popitem(last=False)
+                self.on_free(first)

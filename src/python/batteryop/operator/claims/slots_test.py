@@ -42,3 +42,21 @@ def test_one_worker_is_always_kept_for_renewals() -> None:
         ClaimSlots(0)
     with pytest.raises(ValueError):
         ClaimSlots(1, retry_after=0)
+
+
+@pytest.mark.req("CL-018")
+def test_a_freed_slot_wakes_the_first_waiter_in_order() -> None:
+    slots = ClaimSlots(1)
+    woken: list[object] = []
+    slots.on_free = woken.append
+    with slots.try_acquire("a") as first:
+        assert first
+        for key in ("b", "c", "b"):
+            with slots.try_acquire(key) as acquired:
+                assert not acquired
+        assert slots.waiting == ("b", "c")
+    assert woken == ["b"]
+    with slots.try_acquire("b") as again:
+        assert again
+    assert woken == ["b", "c"]
+    assert not slots.waiting
