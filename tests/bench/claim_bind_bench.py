@@ -116,7 +116,13 @@ def figures(latencies: list[float]) -> dict[str, float]:
     }
 
 
-def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[str, Any]:
     api = admin_client(cp)
     custom = k8s.CustomObjectsApi(api)
     k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
@@ -140,6 +146,7 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
             )
         wait_pool_available(custom, namespace, N)
         claim_names = [f"par-{i}" for i in range(N)]
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=16) as pool_exec:
             sent_at = dict(
@@ -149,8 +156,10 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
                     strict=True,
                 )
             )
+        created_in = time.monotonic() - started
         watcher.wait(claim_names, 120)
         elapsed = max(watcher.bound[n] for n in claim_names) - started
+        cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
         concurrent = [watcher.bound[n] - sent_at[n] for n in claim_names]
     finally:
         watcher.stop()
@@ -158,13 +167,21 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     return {
         "bench": "claim_bind",
         "sequential": figures(sequential),
-        "concurrent": {**figures(concurrent), "claims_per_second": round(N / elapsed, 1)},
+        "concurrent": {
+            **figures(concurrent),
+            "claims_per_second": round(N / elapsed, 1),
+            "create_requests_s": round(created_in, 2),
+            "cpu_seconds": cpu,
+        },
     }
 
 
 async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_path: Path) -> None:
-    async with LocalStack.start(controlplane, tmp_path):
-        result = await asyncio.to_thread(run_bench, controlplane, "bench-claims")
+    async with LocalStack.start(controlplane, tmp_path) as stack:
+        pids = {p.name: p.popen.pid for p in controlplane._procs}
+        pids["operator"] = stack.operator.popen.pid
+        pids["test+fake-battery"] = os.getpid()
+        result = await asyncio.to_thread(run_bench, controlplane, "bench-claims", pids)
     print()
     print(json.dumps(result))
     assert result["sequential"]["n"] == N

@@ -97,8 +97,9 @@ class EventRecorder:
         self.instance = instance
         self._clock = clock or _utcnow
         self._recorded: dict[tuple[str, str, str], _Recorded] = {}
-        # One record at a time, so a repeat never races the create of its series' Event.
-        self._lock = asyncio.Lock()
+        # One record at a time per (object, reason, note), so a repeat never races the create
+        # of its series' Event; different objects' Events go out in parallel.
+        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
 
     async def record(
         self,
@@ -114,8 +115,9 @@ class EventRecorder:
         name = str(meta.get("name") or "")
         note = truncate_note(note)
         key = (str(meta.get("uid") or f"{meta.get('namespace')}/{name}"), reason, note)
+        lock = self._locks.setdefault(key, asyncio.Lock())
         try:
-            async with self._lock:
+            async with lock:
                 now = self._clock()
                 self._forget_before(now - SERIES_WINDOW)
                 seen = self._recorded.get(key)
@@ -138,6 +140,9 @@ class EventRecorder:
                 e,
                 extra={"reason": reason, "action": action},
             )
+        finally:
+            if not lock.locked() and self._locks.get(key) is lock:
+                del self._locks[key]
 
     async def _add_to_series(self, seen: _Recorded, now: datetime.datetime) -> bool:
         """Patch the series of an Event this recorder made; False if that Event is gone."""

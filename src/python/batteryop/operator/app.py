@@ -111,6 +111,9 @@ class Operator:
         namespace, name = key
 
         async def read_fresh() -> Mapping[str, Any] | None:
+            own = self.claims.take_fresh(key) if self.claims is not None else None
+            if own is not None:
+                return own
             try:
                 return await self.kube.get(CLAIMS, name, namespace)
             except KubeError as e:

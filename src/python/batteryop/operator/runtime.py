@@ -7,7 +7,7 @@ controller's `WorkQueue` runs the reconcile function on the cached body and appl
 
 1. finalizer added  — metadata merge-patch with the object's resourceVersion (optimistic lock);
 2. status           — status merge-patch, no lock (a recorded lease is never lost, CL-002);
-3. events           — best effort, through the `EventRecorder`;
+3. events           — best effort, through the `EventRecorder`, in the background;
 4. finalizer removed — metadata merge-patch locked to the resourceVersion the status write
    returned, so it is the last write and only lands on the state it was decided on.
 
@@ -18,6 +18,7 @@ means the object moved on: the watch brings the new body and queues the key agai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -100,6 +101,8 @@ class Controller:
         self._recorder = recorder
         self._on_reconciled = on_reconciled
         self.queue: WorkQueue[Key] = WorkQueue(self._handle, name=name, workers=workers)
+        self._event_tasks: set[asyncio.Task[None]] = set()
+        self._fresh: dict[Key, tuple[float, dict[str, Any]]] = {}
 
     # -- input -------------------------------------------------------------------------
 
@@ -119,11 +122,24 @@ class Controller:
         for body in self.cache:
             self.queue.add(key_of(body))
 
+    def take_fresh(self, key: Key, max_age: float = 1.0) -> dict[str, Any] | None:
+        """The API server's own answer to our last metadata write of `key`, if just made.
+
+        A write's answer is the stored object at that moment, as authoritative as a GET; the
+        bind guard (which must not trust the watch cache) uses it once instead of a GET.
+        """
+        entry = self._fresh.pop(key, None)
+        if entry is None or time.monotonic() - entry[0] > max_age:
+            return None
+        return entry[1]
+
     async def start(self) -> None:
         await self.queue.start()
 
     async def stop(self) -> None:
         await self.queue.stop()
+        if self._event_tasks:
+            await asyncio.wait(self._event_tasks, timeout=5)
 
     # -- one reconcile -------------------------------------------------------------------
 
@@ -162,9 +178,12 @@ class Controller:
                 )
                 self.cache.put(current)
             for ev in outcome.events:
-                await self._recorder.record(
-                    current, ev.type, ev.reason, ev.message, action=ev.reason
+                # Events are best effort and never delay the object's own writes.
+                task = asyncio.create_task(
+                    self._recorder.record(current, ev.type, ev.reason, ev.message, action=ev.reason)
                 )
+                self._event_tasks.add(task)
+                task.add_done_callback(self._event_tasks.discard)
             if outcome.remove_finalizer:
                 finalizers = list((current.get("metadata") or {}).get("finalizers") or [])
                 if outcome.remove_finalizer in finalizers:
@@ -193,4 +212,5 @@ class Controller:
         }
         updated = await self._kube.patch(self.resource, name, patch, namespace or None)
         self.cache.put(updated)
+        self._fresh[key] = (time.monotonic(), dict(updated))
         return updated

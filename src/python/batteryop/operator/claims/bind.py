@@ -153,4 +153,7 @@ async def bind(scope: ClaimScope) -> None:
         "Bound MicroVMClaim",
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
     )
-    scope.stop()  # the status write is the next thing the runtime does
+    scope.just_bound = True
+    # No other battery call before the status write (CL-002); only the cache-only steps
+    # (agent address, HostReady) may still add to that one write.
+    scope.stop()

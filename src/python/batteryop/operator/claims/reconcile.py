@@ -69,6 +69,9 @@ CHAIN: tuple[Step, ...] = (
 )
 """The steps after release and the finalizer, in order; `synced` follows them all."""
 
+AFTER_BIND: tuple[Step, ...] = (agent_address, host_ready)
+"""Steps that read only the cache (the Node report), run in the reconcile that binds."""
+
 
 @dataclass
 class ClaimDeps:
@@ -109,6 +112,11 @@ async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
         if scope.stopped:
             break
         await step(scope)
+    if scope.just_bound:
+        # Cache-only steps: they call nothing, so the bind's status write stays the next
+        # write and carries the agent address and HostReady too (one write instead of two).
+        for step in AFTER_BIND:
+            await step(scope)
     await synced(scope)
     outcome = scope.outcome
     outcome.status = status_patch(scope.claim.status, scope.status)

@@ -61,6 +61,7 @@ class ClaimScope:
     call: BatteryCall | None = None
     pending: PendingCause | None = None
     stopped: bool = False
+    just_bound: bool = False
 
     def __post_init__(self) -> None:
         self.status = self.claim.status
