@@ -140,7 +140,13 @@ async def test_metrics_report_claims_by_phase_and_bind_latency(
         lambda b: phase(b) == "Bound",
         what="phase Bound",
     )
+    # The operator sees the Bound claim through its own watch, maybe after this test did.
+    deadline = asyncio.get_running_loop().time() + 15
     text = await stack.operator.metrics()
-    assert 'battery_operator_claims_by_phase{phase="Bound"} 1.0' in text
+    while 'battery_operator_claims_by_phase{phase="Bound"} 1.0' not in text:
+        assert asyncio.get_running_loop().time() < deadline, text
+        await asyncio.sleep(0.1)
+        text = await stack.operator.metrics()
+    assert "battery_operator_battery_subscribed 1.0" in text
     assert "battery_operator_claim_bind_seconds_count 1.0" in text
     assert 'battery_operator_battery_call_seconds_count{code="OK",rpc="ClaimVM"}' in text

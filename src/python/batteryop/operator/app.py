@@ -316,13 +316,21 @@ class Operator:
             except Exception:
                 log.exception("Handling battery event %s failed", getattr(event, "id", "?"))
 
+    async def track_subscription(self) -> None:
+        """Mirror the Events stream's state into the battery_subscribed gauge."""
+        if self.metrics is None:
+            return
+        while True:
+            await self.stream.wait_subscribed()
+            self.metrics.set_battery_subscribed(True)
+            await self.stream.wait_unsubscribed()
+            self.metrics.set_battery_subscribed(False)
+
     async def resync_while_unsubscribed(self) -> None:
         """PO-024: refresh every Pool on the resync interval while Events are down."""
         interval = self.config.pool_resync_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
-            if self.metrics is not None:
-                self.metrics.set_battery_subscribed(self.events_subscribed)
             if not self.events_subscribed:
                 self.pools.enqueue_all()
 
@@ -334,6 +342,7 @@ class Operator:
             self.watch_battery_config(),
             self.follow_battery_events(),
             self.resync_while_unsubscribed(),
+            self.track_subscription(),
         ):
             self._tasks.append(asyncio.create_task(coro))
 

@@ -1,13 +1,26 @@
-"""How the harnesses start a Python module of ours as its own process.
+"""How the harnesses run a Python module of ours as its own process.
 
-`sys.executable -m <module>` with this process's `sys.path` as PYTHONPATH: the child imports
-exactly the code the parent runs, from a source tree, a Pants test sandbox or a pex alike.
+`sys.executable -m <module>` with this process's `sys.path` as PYTHONPATH, so the child
+imports exactly the code the parent runs (a source tree, a Pants sandbox or a pex alike).
+`run_module` is the one lifecycle every fake shares: start it in its own session with stdin
+as a lifeline (the fakes exit when it closes, so they die with the test), read the one JSON
+readiness line it prints on stdout, and on exit close stdin, SIGTERM, and SIGKILL after a
+grace period. Failures carry the tail of the process's log.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
+import signal
 import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+STOP_TIMEOUT_SECONDS = 5.0
 
 
 def module_command(module: str) -> tuple[list[str], dict[str, str]]:
@@ -15,3 +28,76 @@ def module_command(module: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return [sys.executable, "-m", module], env
+
+
+@contextlib.asynccontextmanager
+async def run_module(
+    module: str,
+    args: Sequence[str],
+    *,
+    log_path: Path,
+    ready_timeout: float,
+    error: Callable[[str], Exception],
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, dict[str, Any]]]:
+    """Run `python -m module args`, yield (process, its readiness line as a dict), stop it."""
+    command, env = module_command(module)
+    process: asyncio.subprocess.Process | None = None
+    try:
+        with log_path.open("wb") as log_file:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+                start_new_session=True,
+            )
+        yield process, await _wait_ready(process, log_path, ready_timeout, error)
+    finally:
+        if process is not None:
+            await stop_process(process)
+
+
+async def _wait_ready(
+    process: asyncio.subprocess.Process,
+    log_path: Path,
+    within: float,
+    error: Callable[[str], Exception],
+) -> dict[str, Any]:
+    assert process.stdout is not None
+
+    def failure(why: str) -> Exception:
+        log = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+        return error(f"{why}; its log:\n{log}")
+
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), within)
+    except TimeoutError:
+        raise failure(f"no readiness line within {within:.0f}s") from None
+    if not line:
+        code = await process.wait()
+        raise failure(f"exited with {code} before it was ready")
+    try:
+        ready = json.loads(line)
+    except ValueError as err:
+        raise failure(f"unexpected readiness line {line!r}: {err}") from None
+    if not isinstance(ready, dict):
+        raise failure(f"unexpected readiness line {line!r}")
+    return ready
+
+
+async def stop_process(process: asyncio.subprocess.Process) -> None:
+    """Close stdin, SIGTERM, and SIGKILL if it has not exited within the grace period."""
+    if process.returncode is not None:
+        return
+    if process.stdin is not None:
+        process.stdin.close()
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()

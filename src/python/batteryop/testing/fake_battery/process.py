@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -21,10 +20,9 @@ from typing import Any
 
 import aiohttp
 
-from batteryop.testing.processes import module_command
+from batteryop.testing.processes import run_module
 
 READY_TIMEOUT_SECONDS = 30.0
-STOP_TIMEOUT_SECONDS = 5.0
 
 
 class FakeBatteryProcessError(RuntimeError):
@@ -65,9 +63,7 @@ class FakeBatteryProcess:
         ready_timeout: float = READY_TIMEOUT_SECONDS,
     ) -> AsyncIterator[FakeBatteryProcess]:
         """Run the fake battery (extra CLI args in args) until the block ends."""
-        command, env = module_command("batteryop.testing.fake_battery")
         argv = [
-            *command,
             f"--listen={listen}",
             "--exit-on-stdin-eof",
             *(f"--host={name}={target}" for name, target in hosts.items()),
@@ -76,27 +72,17 @@ class FakeBatteryProcess:
         if fake_clock:
             argv.append("--fake-clock")
         with tempfile.TemporaryDirectory(prefix="fake-battery-") as workdir:
-            log_path = Path(workdir) / "fake-battery.log"
-            process: asyncio.subprocess.Process | None = None
-            session: aiohttp.ClientSession | None = None
-            try:
-                with log_path.open("wb") as log_file:
-                    process = await asyncio.create_subprocess_exec(
-                        *argv,
-                        stdin=asyncio.subprocess.PIPE,
-                        stdout=asyncio.subprocess.PIPE,
-                        stderr=log_file,
-                        env=env,
-                        start_new_session=True,
-                    )
-                ready = await _wait_ready(process, log_path, ready_timeout)
-                session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            async with (
+                run_module(
+                    "batteryop.testing.fake_battery",
+                    argv,
+                    log_path=Path(workdir) / "fake-battery.log",
+                    ready_timeout=ready_timeout,
+                    error=lambda detail: FakeBatteryProcessError("start", detail),
+                ) as (process, ready),
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            ):
                 yield cls(process, ready, session)
-            finally:
-                if session is not None:
-                    await session.close()
-                if process is not None:
-                    await _stop(process)
 
     async def control(
         self, method: str, path: str, body: dict[str, Any] | None = None
@@ -119,35 +105,3 @@ class FakeBatteryProcess:
 
     async def state(self) -> dict[str, Any]:
         return await self.control("GET", "/state")
-
-
-async def _wait_ready(
-    process: asyncio.subprocess.Process, log_path: Path, within: float
-) -> dict[str, Any]:
-    assert process.stdout is not None
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), within)
-    except TimeoutError:
-        line = b""
-    if not line:
-        detail = _tail(log_path)
-        raise FakeBatteryProcessError("start", f"no readiness line; log:\n{detail}")
-    ready: dict[str, Any] = json.loads(line)
-    return ready
-
-
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-2000:]
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.terminate()
-    try:
-        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
-import signal
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -32,10 +30,9 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_p
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.testing.fake_flintlock.faults import DEFAULT_CUT_CODE, DEFAULT_CUT_MESSAGE
 from batteryop.testing.fake_flintlock.server import TLSFiles
-from batteryop.testing.processes import module_command
+from batteryop.testing.processes import run_module
 
 READY_TIMEOUT_SECONDS = 30.0
-STOP_TIMEOUT_SECONDS = 5.0
 
 __all__ = ["FakeFlintlockd", "FakeFlintlockdError", "TLSFiles"]
 
@@ -88,9 +85,7 @@ class FakeFlintlockd:
     ) -> AsyncIterator[FakeFlintlockd]:
         """Run a fake flintlockd on address (port 0: any free port) until the block ends."""
         workdir = Path(tempfile.mkdtemp(prefix="fake-flintlockd-"))
-        command, env = module_command("batteryop.testing.fake_flintlock")
         argv = [
-            *command,
             f"--address={address}",
             f"--port={port}",
             f"--state-dir={workdir / 'state'}",
@@ -108,29 +103,25 @@ class FakeFlintlockd:
             argv.append("--disable-exec")
         if not server_info:
             argv.append("--no-server-info")
-        log_path = workdir / "fake-flintlockd.log"
-        process: asyncio.subprocess.Process | None = None
-        session: aiohttp.ClientSession | None = None
         try:
-            with log_path.open("wb") as log_file:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=log_file,
-                    env=env,
-                    start_new_session=True,
-                )
-            ready = await _wait_ready(process, log_path, ready_timeout)
-            session = aiohttp.ClientSession(
-                base_url=ready.control_url, timeout=aiohttp.ClientTimeout(total=30)
-            )
-            yield cls(process, ready, session)
+            async with run_module(
+                "batteryop.testing.fake_flintlock",
+                argv,
+                log_path=workdir / "fake-flintlockd.log",
+                ready_timeout=ready_timeout,
+                error=lambda detail: FakeFlintlockdError("start", detail),
+            ) as (process, line):
+                try:
+                    ready = _Ready(line["target"], line["control_url"], int(line["pid"]))
+                except (KeyError, ValueError) as err:
+                    raise FakeFlintlockdError(
+                        "start", f"unexpected readiness line: {err}"
+                    ) from None
+                async with aiohttp.ClientSession(
+                    base_url=ready.control_url, timeout=aiohttp.ClientTimeout(total=30)
+                ) as session:
+                    yield cls(process, ready, session)
         finally:
-            if session is not None:
-                await session.close()
-            if process is not None:
-                await _stop(process)
             shutil.rmtree(workdir, ignore_errors=True)
 
     # -- faults -----------------------------------------------------------------------------
@@ -214,38 +205,3 @@ class FakeFlintlockd:
             if response.status != 200:
                 raise FakeFlintlockdError(f"{method} {path}", str(answer.get("error", answer)))
             return answer
-
-
-async def _wait_ready(process: asyncio.subprocess.Process, log_path: Path, within: float) -> _Ready:
-    assert process.stdout is not None
-
-    def failure(why: str) -> FakeFlintlockdError:
-        log = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
-        return FakeFlintlockdError("start", f"{why}; its log:\n{log}")
-
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), within)
-    except TimeoutError:
-        raise failure(f"no readiness line within {within:.0f}s") from None
-    if not line:
-        code = await process.wait()
-        raise failure(f"exited with {code} before it was ready")
-    try:
-        data = json.loads(line)
-        return _Ready(data["target"], data["control_url"], int(data["pid"]))
-    except (ValueError, KeyError) as err:
-        raise failure(f"unexpected readiness line {line!r}: {err}") from None
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        if process.stdin is not None:
-            process.stdin.close()
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()

@@ -1,0 +1,823 @@
+"""Claim invariants under random claims, battery faults and Operator restarts (CL-*).
+
+A hypothesis `RuleBasedStateMachine` models the Operator at the reconcile level:
+
+- the API server is a dict of MicroVMClaim bodies (`ApiServer`), with resourceVersions, the
+  status subresource written without a lock, finalizers written with one, and deletion (a
+  deletionTimestamp; the body goes once its finalizers are empty);
+- the runtime is `reconcile_claim` plus the write order of `batteryop.operator.runtime`
+  (finalizer added alone; status; finalizer removed last, locked to the status write's
+  resourceVersion), over an Operator cache that may lag behind the API server, with battery's
+  Events fed to `DeletedVMs` by a rule of their own (the watcher may lag too);
+- battery is the real `FakeBattery` on a `FakeClock`, one per example, with one Pool of
+  `POOL_SIZE` warm MicroVMs on a fake flintlockd Host, reached through the real `BatteryClient`.
+
+Rules, in any order: create a claim; reconcile a claim one to three times (from the API
+server's body or from the Operator's possibly stale cache; the last write may stay in flight
+and land later, in its own rule); the Holder renews (spec.renewTime); delete a claim; deliver
+battery's Events; lose the next ClaimVM answer; battery unavailable / available; Heartbeats
+refused (UNAVAILABLE or INVALID_ARGUMENT) or accepted; time passes; time passes the Lease
+expiry threshold and battery sweeps; battery sweeps; battery starts deleting a leased MicroVM
+(its Lease stays until the next sweep: a ClaimVM retried for it answers ABORTED, CL-062); the
+Operator restarts (writes in flight are lost; new BatteryClient, ClaimSlots, DeletedVMs and
+cache; the claim bodies survive).
+
+Invariants, after every step:
+
+- at most one claim per MicroVM: no two claims record the same MicroVM uid (CL-008);
+- at most one MicroVM per claim: battery never holds two Leases made for one claim (CL-061);
+- a MicroVM whose Lease battery ended is never leased again nor newly recorded by a claim;
+- a claim's finalizer goes only once battery no longer holds the Lease it records (CL-020,
+  CL-021: an unrecorded Lease of a lost answer stays for battery to expire, CL-031);
+- phase Expired only once battery said so: the Lease is gone, listed as expired, or its
+  MicroVM's deletion is in battery's Events (CL-011..CL-014);
+- a lease id is recorded only from the claim's own ClaimVM: battery's Lease with that id has
+  request_id == the claim's uid (CL-008, CL-060), and every Lease battery made came from a
+  reconcile of the claim it names, after its finalizer was stored (CL-001).
+
+CI runs `CI_EXAMPLES` examples; `BATTERYOP_PROPERTIES=full` runs `FULL_EXAMPLES`. The run
+prints how many examples and steps it took, and how often the interesting states occurred.
+
+hypothesis drives the machine synchronously; every async call goes through one
+`asyncio.Runner` kept for the module, because the fake flintlockd handles (subprocess and
+control session) belong to the loop that started them. Each example starts its own FakeBattery
+and clients in that loop and closes them in `teardown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import copy
+import os
+import time
+import uuid
+from collections.abc import Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from battery_protos.poolmgr.v1alpha1 import types_pb2
+from batteryop.api import names, samples
+from batteryop.api.claim import ClaimStatus
+from batteryop.api.conditions import ClaimConditionType, ClaimPhase
+from batteryop.api.pool import Pool
+from batteryop.api.times import format_micro_time, format_time
+from batteryop.battery import BatteryClient, PoolRef
+from batteryop.battery.wire import event_from_pb
+from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
+from batteryop.operator.claims.slots import ClaimSlots
+from batteryop.operator.outcome import Outcome
+from batteryop.operator.pools.battery_spec import to_battery_spec
+from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
+from batteryop.testing.fake_battery.store import Phase
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.operator_env import battery_config, flintlock_hosts, merge_patch, pool_body
+
+T = TypeVar("T")
+
+FULL: Final = os.environ.get("BATTERYOP_PROPERTIES", "") == "full"
+CI_EXAMPLES: Final = 40
+FULL_EXAMPLES: Final = 500
+STEPS: Final = 40  # rules per example, at most
+WAIT: Final = 15.0  # seconds: bound on waiting for the fake battery to refill the Pool
+HOST: Final = "host-a"
+POOL: Final = "pool"
+POOL_SIZE: Final = 3
+MAX_CLAIMS: Final = 4  # live claims at once: more than the Pool's warm MicroVMs
+THRESHOLD: Final = 30.0  # the sample Pool's lease expiryThreshold, in seconds
+# The periodic sweeper never comes due: sweeps run when a rule says so. Fast provisioning.
+TIMINGS: Final = Timings(
+    sweep_interval=1e7,
+    warning_window=3.0,
+    reconcile_interval=10.0,
+    create_poll_interval=0.01,
+    agent_poll_interval=0.01,
+)
+DELETION_EVENTS: Final = frozenset(
+    {
+        types_pb2.VM_DELETED_DUE_TO_EXPIRY,
+        types_pb2.VM_DELETED_ON_RELEASE,
+        types_pb2.VM_DELETED_ON_POOL_DELETE,
+    }
+)
+PICK = st.integers(min_value=0, max_value=MAX_CLAIMS * 2)
+TIME_PASSING: Final = ("1s pass", "5s pass", "15s pass", "expiry threshold passes, sweep", "sweep")
+RECONCILE_PLAN = st.tuples(PICK, st.integers(1, 3), st.booleans(), st.booleans())
+FAULTS: Final = (
+    "lose the next ClaimVM answer",
+    "battery unavailable",
+    "battery available",
+    "Heartbeats refused UNAVAILABLE",
+    "Heartbeats refused INVALID_ARGUMENT",
+    "Heartbeats accepted",
+)
+
+SETTINGS: Final = settings(
+    max_examples=FULL_EXAMPLES if FULL else CI_EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+# --- the module's event loop and Host ----------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    """What the run did, printed at the end: examples, steps, and how often things happened."""
+
+    examples: int = 0
+    steps: int = 0
+    seen: collections.Counter[str] = field(default_factory=collections.Counter)
+    started: float = field(default_factory=time.monotonic)
+
+    def summary(self) -> str:
+        seen = ", ".join(f"{k}={v}" for k, v in sorted(self.seen.items()))
+        return (
+            f"claims_state: {self.examples} examples, {self.steps} steps in "
+            f"{time.monotonic() - self.started:.1f}s ({'full' if FULL else 'ci'} profile); "
+            f"seen: {seen}"
+        )
+
+
+@dataclass
+class Harness:
+    runner: asyncio.Runner
+    hosts: dict[str, FakeFlintlockd]
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(coro)
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    with asyncio.Runner() as runner:
+        stack = contextlib.AsyncExitStack()
+        hosts = runner.run(stack.enter_async_context(flintlock_hosts((HOST,))))
+        try:
+            yield Harness(runner, hosts)
+        finally:
+            runner.run(stack.aclose())
+
+
+# --- the API server ----------------------------------------------------------------------------
+
+
+class ConflictError(Exception):
+    """A write carried a resourceVersion the object has moved on from."""
+
+    def __init__(self, uid: str) -> None:
+        super().__init__(f"claim {uid}: resourceVersion conflict")
+        self.uid = uid
+
+
+class GoneError(Exception):
+    """A write to a claim the API server no longer holds."""
+
+    def __init__(self, uid: str) -> None:
+        super().__init__(f"claim {uid} is gone")
+        self.uid = uid
+
+
+class ApiServer:
+    """MicroVMClaim bodies by uid, as the API server holds them."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self._rv = 0
+
+    def _bump(self, body: dict[str, Any]) -> None:
+        self._rv += 1
+        body["metadata"]["resourceVersion"] = str(self._rv)
+
+    def _stored(self, uid: str) -> dict[str, Any]:
+        body = self.bodies.get(uid)
+        if body is None:
+            raise GoneError(uid)
+        return body
+
+    def get(self, uid: str) -> dict[str, Any] | None:
+        body = self.bodies.get(uid)
+        return None if body is None else copy.deepcopy(body)
+
+    def create(self, body: dict[str, Any]) -> None:
+        self._bump(body)
+        self.bodies[body["metadata"]["uid"]] = body
+
+    def patch_status(self, uid: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """The status subresource's merge-patch: no lock."""
+        body = self._stored(uid)
+        body["status"] = merge_patch(body.get("status") or {}, patch)
+        self._bump(body)
+        return copy.deepcopy(body)
+
+    def patch_finalizers(self, uid: str, finalizers: list[str], rv: object) -> dict[str, Any]:
+        """A metadata merge-patch locked to `rv`; a deleted body without finalizers goes."""
+        body = self._stored(uid)
+        if body["metadata"].get("resourceVersion") != rv:
+            raise ConflictError(uid)
+        body["metadata"]["finalizers"] = finalizers
+        self._bump(body)
+        if body["metadata"].get("deletionTimestamp") and not finalizers:
+            del self.bodies[uid]
+        return copy.deepcopy(body)
+
+    def renew(self, uid: str, when: datetime) -> None:
+        body = self._stored(uid)
+        body["spec"]["renewTime"] = format_micro_time(when)
+        self._bump(body)
+
+    def delete(self, uid: str, when: datetime) -> None:
+        body = self._stored(uid)
+        meta = body["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        meta["deletionTimestamp"] = format_time(when)
+        self._bump(body)
+        if not meta.get("finalizers"):
+            del self.bodies[uid]
+
+
+# --- the Operator ------------------------------------------------------------------------------
+
+
+@dataclass
+class Operator:
+    """What an Operator process holds; a restart replaces all of it."""
+
+    battery: BatteryClient
+    deleted_vms: DeletedVMs
+    slots: ClaimSlots = field(default_factory=lambda: ClaimSlots(3))
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events_delivered: int = 0  # battery's outbox is replayed whole to a new subscriber
+
+    def cache_put(self, body: Mapping[str, Any]) -> None:
+        """The runtime's ObjectCache: keep the newer body."""
+        uid = body["metadata"]["uid"]
+        old = self.cache.get(uid)
+        if old is None or _rv(old) <= _rv(body):
+            self.cache[uid] = copy.deepcopy(dict(body))
+
+
+def _rv(body: Mapping[str, Any]) -> int:
+    return int(body["metadata"].get("resourceVersion") or 0)
+
+
+@dataclass(frozen=True)
+class SeenLease:
+    """A Lease as battery first showed it, and the claim whose reconcile made it."""
+
+    lease_id: str
+    request_id: str
+    vm_uid: str
+    owner: str | None
+
+
+def _status(body: Mapping[str, Any] | None) -> ClaimStatus:
+    return ClaimStatus.from_dict(None if body is None else body.get("status"))
+
+
+def _expires(record: types_pb2.LeaseRecord) -> datetime:
+    return record.expires_at.ToDatetime(tzinfo=UTC)
+
+
+# --- the machine -------------------------------------------------------------------------------
+
+
+class ClaimsMachine(RuleBasedStateMachine):
+    def __init__(self, harness: Harness, stats: Stats) -> None:
+        super().__init__()
+        self.h = harness
+        self.stats = stats
+        stats.examples += 1
+        self.api = ApiServer()
+        self.clock = FakeClock()
+        self.namespace = f"prop-{uuid.uuid4().hex[:8]}"
+        self.pool_ref = PoolRef(self.namespace, POOL)
+        self.pool_body = pool_body(self.namespace, name=POOL, size=POOL_SIZE)
+        self.names: dict[str, str] = {}  # claim uid -> name
+        self.inflight: dict[str, tuple[dict[str, Any], Outcome]] = {}
+        # battery, as observed after every step that can change it
+        self.seen: dict[str, SeenLease] = {}
+        self.held: dict[str, types_pb2.LeaseRecord] = {}
+        self.ended_vms: set[str] = set()  # MicroVMs whose Lease battery no longer holds
+        self.deleted_in_battery: set[str] = set()  # MicroVMs in battery's deletion Events
+        self.violations: dict[str, list[str]] = collections.defaultdict(list)
+        self.stack = contextlib.AsyncExitStack()
+        self.fake: FakeBattery
+        self.ctl: BatteryClient
+        self.op: Operator
+        self.h.run(self._start())
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        host = self.h.hosts[HOST]
+        self.fake = await self.stack.enter_async_context(
+            FakeBattery.start(hosts={HOST: host.target}, clock=self.clock, timings=TIMINGS)
+        )
+        self.ctl = await self.stack.enter_async_context(
+            BatteryClient.connect(battery_config(self.fake.target))
+        )
+        await self.ctl.create_pool(to_battery_spec(Pool.from_dict(self.pool_body), [HOST]))
+        await self._settle()
+        self.op = self._new_operator()
+
+    def _new_operator(self) -> Operator:
+        client = BatteryClient.connect(battery_config(self.fake.target))
+        return Operator(client, DeletedVMs(self.clock.now))
+
+    def teardown(self) -> None:
+        self.h.run(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self.op.battery.aclose()
+            self.fake.clear_faults()
+            # The Host outlives the example: give its MicroVMs back.
+            await self.ctl.delete_pool(self.pool_ref, force=True)
+        finally:
+            await self.stack.aclose()
+
+    async def _settle(self) -> None:
+        """Wait until battery refilled the Pool, so every example replays the same way."""
+        key = (self.namespace, POOL)
+        await self.fake.wait_for(
+            lambda: self.fake.store.counts(key).available >= POOL_SIZE,
+            within=WAIT,
+            what=f"{POOL_SIZE} available MicroVMs in {self.pool_ref}",
+        )
+
+    def _step(self, what: str) -> None:
+        self.stats.steps += 1
+        self.stats.seen[f"rule:{what}"] += 1
+
+    # -- observing battery ----------------------------------------------------------------------
+
+    def _observe(self, reconciled: str | None = None) -> None:
+        """Read battery's Leases and Events; a new Lease belongs to the claim just reconciled."""
+        now_held = {rec.lease_id: rec for rec in self.fake.lease_records()}
+        for lease_id, rec in now_held.items():
+            if lease_id in self.seen:
+                continue
+            self.seen[lease_id] = SeenLease(lease_id, rec.request_id, rec.vm_uid, reconciled)
+            made = f"battery made Lease {lease_id} on MicroVM {rec.vm_uid} for request_id "
+            made += f"{rec.request_id!r}"
+            if reconciled is None:
+                self.violations["lease_only_from_own_claim_vm"].append(
+                    f"{made} outside any claim's reconcile"
+                )
+                continue
+            if rec.request_id != reconciled:  # CL-060
+                self.violations["lease_only_from_own_claim_vm"].append(
+                    f"{made} in a reconcile of claim {self._name(reconciled)}: the request_id "
+                    "is not the claim's uid"
+                )
+            stored = self.api.get(reconciled)
+            finalizers = [] if stored is None else stored["metadata"].get("finalizers") or []
+            if names.CLAIM_FINALIZER not in finalizers:  # CL-001
+                self.violations["lease_only_from_own_claim_vm"].append(
+                    f"{made} for claim {self._name(reconciled)}, whose finalizer the API server "
+                    f"does not hold (finalizers {finalizers}, body "
+                    f"{'gone' if stored is None else 'present'})"
+                )
+            if rec.vm_uid in self.ended_vms:
+                self.violations["released_microvm_never_reused"].append(
+                    f"{made} for claim {self._name(reconciled)}, but an earlier Lease on that "
+                    f"MicroVM had ended; battery holds: {self._battery_view()}"
+                )
+        for lease_id in self.held.keys() - now_held.keys():
+            self.ended_vms.add(self.seen[lease_id].vm_uid)
+        self.held = now_held
+        self.deleted_in_battery = {
+            e.vm_uid for e in self.fake.events() if e.type in DELETION_EVENTS
+        }
+
+    def _battery_view(self) -> str:
+        if not self.held:
+            return "no Leases"
+        now = self.clock.now()
+        rows = []
+        for rec in self.held.values():
+            left = (_expires(rec) - now).total_seconds()
+            vm = self.fake.store.vms.get(rec.vm_uid)
+            phase = "gone" if vm is None else Phase.Name(vm.phase)
+            rows.append(
+                f"Lease {rec.lease_id} (request_id {rec.request_id}, MicroVM {rec.vm_uid} "
+                f"{phase}, expires in {left:.0f}s)"
+            )
+        return "; ".join(rows)
+
+    def _name(self, uid: str) -> str:
+        return f"{self.namespace}/{self.names.get(uid, '?')} (uid {uid})"
+
+    # -- the runtime ----------------------------------------------------------------------------
+
+    def _deps(self, uid: str) -> ClaimDeps:
+        async def read_fresh() -> Mapping[str, Any] | None:
+            return self.api.get(uid)
+
+        def pool(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return self.pool_body if (namespace, name) == (self.namespace, POOL) else None
+
+        return ClaimDeps(
+            battery=self.op.battery,
+            read_fresh=read_fresh,
+            pool=pool,
+            node=lambda name: None,
+            claim_slots=self.op.slots,
+            deleted_vms=self.op.deleted_vms,
+            clock=self.clock.now,
+        )
+
+    async def _reconcile(self, uid: str, caught_up: bool, hold: bool) -> bool:
+        """One reconcile of the Operator's cached body; False if the Operator has none."""
+        op = self.op
+        server = self.api.get(uid)
+        if caught_up or uid not in op.cache:  # the watch delivered the API server's body
+            if server is None:
+                op.cache.pop(uid, None)
+            else:
+                op.cache_put(server)
+        body = op.cache.get(uid)
+        if body is None:
+            return False
+        outcome = await reconcile_claim(copy.deepcopy(body), self._deps(uid))
+        self._observe(reconciled=uid)
+        self._check_decision(uid, body, outcome)
+        if hold:
+            self.inflight[uid] = (body, outcome)
+        else:
+            self._apply(uid, body, outcome)
+        await self._settle()
+        return True
+
+    def _check_decision(self, uid: str, body: Mapping[str, Any], outcome: Outcome) -> None:
+        """What a reconcile decided, against what battery held when it decided."""
+        before = _status(body)
+        status = body.get("status") or {}
+        after = ClaimStatus.from_dict(
+            merge_patch(status, outcome.status) if outcome.status is not None else status
+        )
+        for ev in outcome.events:
+            self.stats.seen[f"event:{ev.reason}"] += 1
+        bound = after.condition(ClaimConditionType.BOUND)
+        if bound is not None and after.phase is ClaimPhase.PENDING:
+            self.stats.seen[f"pending:{bound.reason}"] += 1
+        if after.lease_id is not None and after.lease_id != before.lease_id:
+            rec = self.held.get(after.lease_id)
+            seen = self.seen.get(after.lease_id)
+            if (
+                rec is None
+                or seen is None
+                or rec.request_id != uid
+                or seen.owner != uid
+                or rec.vm_uid != after.microvm_uid
+            ):  # CL-008, CL-060
+                self.violations["lease_only_from_own_claim_vm"].append(
+                    f"claim {self._name(uid)} recorded Lease {after.lease_id} on MicroVM "
+                    f"{after.microvm_uid} (made in a reconcile of "
+                    f"{'nobody' if seen is None else seen.owner}); battery holds: "
+                    f"{self._battery_view()}"
+                )
+            if after.microvm_uid in self.ended_vms:
+                self.violations["released_microvm_never_reused"].append(
+                    f"claim {self._name(uid)} newly recorded MicroVM {after.microvm_uid}, whose "
+                    f"Lease had ended; battery holds: {self._battery_view()}"
+                )
+        if after.phase is ClaimPhase.EXPIRED and before.phase is not ClaimPhase.EXPIRED:
+            self._check_expired(uid, after)
+
+    def _check_expired(self, uid: str, after: ClaimStatus) -> None:
+        """CL-011..CL-014: Expired only on battery's word."""
+        lease_id, vm = after.lease_id, after.microvm_uid
+        rec = None if lease_id is None else self.held.get(lease_id)
+        now = self.clock.now()
+        if rec is None:
+            self.stats.seen["expired:lease gone"] += 1
+        elif _expires(rec) <= now:
+            self.stats.seen["expired:listed as expired"] += 1
+        elif vm is not None and vm in self.deleted_in_battery:
+            self.stats.seen["expired:deletion event"] += 1
+        else:
+            self.violations["expired_only_from_battery"].append(
+                f"claim {self._name(uid)} went Expired at {now.isoformat()} although battery "
+                f"holds its Lease {lease_id} unexpired and reported no deletion of MicroVM {vm}; "
+                f"battery holds: {self._battery_view()}"
+            )
+
+    def _apply(self, uid: str, body: Mapping[str, Any], outcome: Outcome) -> None:
+        """Write `outcome` as `batteryop.operator.runtime.Controller.apply` does."""
+        op, api = self.op, self.api
+        meta = body["metadata"]
+        try:
+            if outcome.add_finalizer:
+                finalizers = list(meta.get("finalizers") or [])
+                if outcome.add_finalizer not in finalizers:
+                    op.cache_put(
+                        api.patch_finalizers(
+                            uid, [*finalizers, outcome.add_finalizer], meta.get("resourceVersion")
+                        )
+                    )
+                return
+            current: Mapping[str, Any] = body
+            if outcome.status is not None:
+                current = api.patch_status(uid, outcome.status)
+                op.cache_put(current)
+            if outcome.remove_finalizer:
+                finalizers = list(current["metadata"].get("finalizers") or [])
+                if outcome.remove_finalizer in finalizers:
+                    finalizers.remove(outcome.remove_finalizer)
+                    stored = api.get(uid)
+                    updated = api.patch_finalizers(
+                        uid, finalizers, current["metadata"].get("resourceVersion")
+                    )
+                    op.cache_put(updated)
+                    self._check_finalizer_removed(uid, stored)
+        except ConflictError:
+            self.stats.seen["write:conflict"] += 1
+        except GoneError:
+            self.stats.seen["write:gone"] += 1
+            op.cache.pop(uid, None)
+
+    def _check_finalizer_removed(self, uid: str, stored: Mapping[str, Any] | None) -> None:
+        """CL-020, CL-021: the finalizer goes only once battery no longer holds the Lease."""
+        self._observe()
+        lease_id = _status(stored).lease_id
+        orphans = [r.lease_id for r in self.held.values() if r.request_id == uid]
+        if lease_id is not None and lease_id in self.held:
+            self.violations["finalizer_only_after_release"].append(
+                f"claim {self._name(uid)} lost its finalizer while battery still holds its "
+                f"Lease {lease_id}; battery holds: {self._battery_view()}"
+            )
+        elif lease_id is None and orphans:
+            self.stats.seen["released:orphan left to battery"] += 1  # CL-021, CL-031
+        else:
+            self.stats.seen["released:lease gone"] += 1
+
+    def _live(self) -> list[str]:
+        return list(self.api.bodies)
+
+    def _undeleted(self) -> list[str]:
+        return [
+            uid
+            for uid, body in self.api.bodies.items()
+            if not body["metadata"].get("deletionTimestamp")
+        ]
+
+    def _reconcilable(self) -> list[str]:
+        known = dict.fromkeys([*self.api.bodies, *self.op.cache])
+        return [uid for uid in known if uid not in self.inflight]
+
+    # -- rules: claims --------------------------------------------------------------------------
+
+    @initialize()
+    def first_claim(self) -> None:
+        self._create()
+
+    @precondition(lambda self: len(self.api.bodies) < MAX_CLAIMS)
+    @rule()
+    def create_claim(self) -> None:
+        self._step("create")
+        self._create()
+
+    def _create(self) -> None:
+        name = f"claim-{len(self.names)}"
+        body = samples.sample_claim(name=name, pool=POOL, namespace=self.namespace)
+        uid = str(uuid.uuid4())
+        body["metadata"].update(uid=uid, generation=1)
+        self.names[uid] = name
+        self.api.create(body)
+
+    def _reconcile_rule(self, plan: tuple[int, int, bool, bool]) -> None:
+        pick, times, caught_up, hold = plan
+        self._step("reconcile")
+        candidates = self._reconcilable()
+        uid = candidates[pick % len(candidates)]
+
+        async def go() -> None:
+            for i in range(times):
+                if not await self._reconcile(uid, caught_up, hold and i == times - 1):
+                    return
+
+        self.h.run(go())
+
+    # hypothesis has no rule weights, and it draws rules with fewer arguments more often: two
+    # rules, one argument each, give reconciles the share a controller's work has.
+    @precondition(lambda self: bool(self._reconcilable()))
+    @rule(plan=RECONCILE_PLAN)
+    def reconcile(self, plan: tuple[int, int, bool, bool]) -> None:
+        """Reconcile a claim 1-3 times, from the API server's body (the watch caught up) or
+        the Operator's cache; the last write may stay in flight."""
+        self._reconcile_rule(plan)
+
+    @precondition(lambda self: bool(self._reconcilable()))
+    @rule(plan=RECONCILE_PLAN)
+    def reconcile_again(self, plan: tuple[int, int, bool, bool]) -> None:
+        self._reconcile_rule(plan)
+
+    @precondition(lambda self: bool(self.inflight))
+    @rule(pick=PICK)
+    def write_lands(self, pick: int) -> None:
+        self._step("write lands")
+        uid = list(self.inflight)[pick % len(self.inflight)]
+        body, outcome = self.inflight.pop(uid)
+        self._apply(uid, body, outcome)
+
+    @precondition(lambda self: bool(self._undeleted()))
+    @rule(pick=PICK)
+    def holder_renews(self, pick: int) -> None:
+        self._step("renew")
+        candidates = self._undeleted()
+        self.api.renew(candidates[pick % len(candidates)], self.clock.now())
+
+    @precondition(lambda self: bool(self._undeleted()))
+    @rule(pick=PICK)
+    def delete_claim(self, pick: int) -> None:
+        self._step("delete")
+        candidates = self._undeleted()
+        self.api.delete(candidates[pick % len(candidates)], self.clock.now())
+
+    @rule()
+    def deliver_events(self) -> None:
+        """The Operator's Events watcher catches up with battery's outbox."""
+        self._step("events")
+        op = self.op
+        events = self.fake.events()
+        for event in events[op.events_delivered :]:
+            op.deleted_vms.observe(event_from_pb(event))
+        op.events_delivered = len(events)
+
+    @rule()
+    def operator_restarts(self) -> None:
+        """Writes in flight are lost; the claim bodies survive; the Operator relists them."""
+        self._step("restart")
+        self.inflight.clear()
+        old = self.op
+        self.h.run(old.battery.aclose())
+        self.op = self._new_operator()
+        for body in self.api.bodies.values():
+            self.op.cache_put(body)
+
+    # -- rules: battery -------------------------------------------------------------------------
+
+    @rule(fault=st.sampled_from(FAULTS))
+    def battery_fault(self, fault: str) -> None:
+        """Lose the next ClaimVM answer; battery unavailable or available again; Heartbeats
+        refused in transit, refused otherwise, or accepted again."""
+        self._step(fault)
+        if fault == "lose the next ClaimVM answer":
+            self.fake.lose_claim_answers(times=1)
+        elif fault.startswith("battery "):
+            self.fake.set_unavailable(fault == "battery unavailable")
+        elif fault == "Heartbeats accepted":
+            self.fake.refuse_heartbeats(None)
+        else:
+            self.fake.refuse_heartbeats(fault.rsplit(" ", 1)[1])
+
+    @rule(passing=st.sampled_from(TIME_PASSING))
+    def time_passes(self, passing: str) -> None:
+        """A few seconds pass (battery's ticks run), or more than the Lease expiry threshold
+        and battery sweeps (its expiry, the only one, CL-011), or battery just sweeps (it
+        finishes the deletions it started)."""
+        self._step(passing)
+
+        async def go() -> None:
+            if passing == "expiry threshold passes, sweep":
+                await self.fake.advance(THRESHOLD + 1)
+            elif passing != "sweep":
+                await self.fake.advance(float(passing.removesuffix("s pass")))
+            if "sweep" in passing:
+                await self.fake.sweep()
+            self._observe()
+            await self._settle()
+
+        self.h.run(go())
+
+    @precondition(lambda self: bool(self.held))
+    @rule(pick=PICK)
+    def battery_starts_deleting_a_leased_microvm(self, pick: int) -> None:
+        """As ReleaseVM does before flintlockd confirms: the MicroVM goes DELETING, the Lease
+        stays until a sweep finishes the deletion; meanwhile a ClaimVM retried for that Lease's
+        request_id answers ABORTED (CL-062)."""
+        self._step("start deleting")
+        leases = sorted(self.held.values(), key=lambda rec: rec.lease_id)
+        rec = leases[pick % len(leases)]
+        self.fake.store.set_phase(rec.vm_uid, Phase.DELETING)
+
+    # -- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def one_claim_per_microvm(self) -> None:
+        recorded: dict[str, list[str]] = collections.defaultdict(list)
+        for uid, body in self.api.bodies.items():
+            vm = _status(body).microvm_uid
+            if vm is not None:
+                recorded[vm].append(self._name(uid))
+        shared = {vm: claims for vm, claims in recorded.items() if len(claims) > 1}
+        assert not shared, (
+            f"MicroVMs recorded by more than one claim: {shared}; battery holds: "
+            f"{self._battery_view()}"
+        )
+        by_vm = collections.Counter(rec.vm_uid for rec in self.held.values())
+        doubled = [vm for vm, n in by_vm.items() if n > 1]
+        assert not doubled, f"battery leases MicroVMs {doubled} twice: {self._battery_view()}"
+
+    @invariant()
+    def one_microvm_per_claim(self) -> None:
+        """CL-061: never two Leases for one claim, by request_id or by the reconcile that made
+        them."""
+        for key, label in ((lambda s: s.request_id, "request_id"), (lambda s: s.owner, "owner")):
+            groups: dict[str | None, list[str]] = collections.defaultdict(list)
+            for lease_id in self.held:
+                groups[key(self.seen[lease_id])].append(lease_id)
+            for claim, leases in groups.items():
+                assert claim is None or len(leases) <= 1, (
+                    f"claim {self._name(claim)} has {len(leases)} Leases in battery (by "
+                    f"{label}): {leases}; battery holds: {self._battery_view()}"
+                )
+
+    @invariant()
+    def released_microvm_never_reused(self) -> None:
+        reused = [rec for rec in self.held.values() if rec.vm_uid in self.ended_vms]
+        assert not reused, (
+            f"battery leases again a MicroVM whose Lease had ended: {self._battery_view()}"
+        )
+        found = self.violations.get("released_microvm_never_reused")
+        assert not found, "\n".join(found or [])
+
+    @invariant()
+    def finalizer_only_after_release(self) -> None:
+        found = self.violations.get("finalizer_only_after_release")
+        assert not found, "\n".join(found or [])
+        for uid, body in self.api.bodies.items():
+            lease_id = _status(body).lease_id
+            if lease_id in self.held:
+                assert names.CLAIM_FINALIZER in (body["metadata"].get("finalizers") or []), (
+                    f"claim {self._name(uid)} records Lease {lease_id}, which battery holds, "
+                    f"without its finalizer; battery holds: {self._battery_view()}"
+                )
+
+    @invariant()
+    def expired_only_from_battery(self) -> None:
+        found = self.violations.get("expired_only_from_battery")
+        assert not found, "\n".join(found or [])
+
+    @invariant()
+    def lease_only_from_own_claim_vm(self) -> None:
+        found = self.violations.get("lease_only_from_own_claim_vm")
+        assert not found, "\n".join(found or [])
+        for uid, body in self.api.bodies.items():
+            status = _status(body)
+            if status.lease_id is None:
+                continue
+            seen = self.seen.get(status.lease_id)
+            assert (
+                seen is not None
+                and seen.request_id == uid
+                and seen.owner == uid
+                and seen.vm_uid == status.microvm_uid
+            ), (
+                f"claim {self._name(uid)} records Lease {status.lease_id} on MicroVM "
+                f"{status.microvm_uid}, but battery made that Lease as {seen}; battery holds: "
+                f"{self._battery_view()}"
+            )
+
+
+@pytest.mark.req(
+    "CL-001",
+    "CL-008",
+    "CL-011",
+    "CL-012",
+    "CL-013",
+    "CL-014",
+    "CL-020",
+    "CL-021",
+    "CL-031",
+    "CL-060",
+    "CL-061",
+    "CL-062",
+)
+def test_claim_invariants_hold_through_faults_restarts_and_stale_reads(harness: Harness) -> None:
+    stats = Stats()
+    try:
+        run_state_machine_as_test(lambda: ClaimsMachine(harness, stats), settings=SETTINGS)
+    finally:
+        print(f"\n{stats.summary()}")
