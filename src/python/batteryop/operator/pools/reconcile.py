@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from batteryop.api.pool import Pool
+from batteryop.api.conditions import (
+    ConditionStatus,
+    EventType,
+    PoolConditionType,
+    PoolReason,
+    find_condition,
+)
+from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery.errors import BatteryError
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.outcome import Outcome
@@ -60,6 +67,32 @@ class PoolDeps:
 
 async def reconcile_pool(body: Mapping[str, Any], deps: PoolDeps) -> Outcome:
     """Reconcile the Pool `body` (as the API server returned it) with battery."""
+    outcome = await _reconcile(body, deps)
+    _event_on_ready_change(body, outcome)
+    return outcome
+
+
+def _event_on_ready_change(body: Mapping[str, Any], outcome: Outcome) -> None:
+    """Every change of the Ready reason is also a Kubernetes Event a person can read.
+
+    Normal for AtSize, Warning for every reason that needs attention (Rejected with battery's
+    message, NoEligibleHost, DeletionBlocked with the leased count, ...).
+    """
+    if not outcome.status or "conditions" not in outcome.status:
+        return
+    old = find_condition(
+        PoolStatus.from_dict(body.get("status")).conditions, PoolConditionType.READY
+    )
+    new = find_condition(PoolStatus.from_dict(outcome.status).conditions, PoolConditionType.READY)
+    if new is None or (old is not None and old.reason == new.reason):
+        return
+    kind = EventType.NORMAL if new.status == ConditionStatus.TRUE else EventType.WARNING
+    if new.reason == PoolReason.BELOW_SIZE:
+        kind = EventType.NORMAL  # filling up is the normal way to Ready
+    outcome.event(kind, new.reason, new.message)
+
+
+async def _reconcile(body: Mapping[str, Any], deps: PoolDeps) -> Outcome:
     pool = Pool.from_dict(body)
     key = PoolKey(pool.namespace, pool.name)
     now = deps.clock()

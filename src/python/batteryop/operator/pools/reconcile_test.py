@@ -498,3 +498,31 @@ async def test_a_failed_create_hook_becomes_a_hook_failed_warning(env: Env) -> N
     assert record is not None
     assert (record.type, record.reason) == (EventType.WARNING, EventReason.HOOK_FAILED)
     assert event.vm_uid and event.vm_uid in record.message
+
+
+def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
+    from batteryop.api.conditions import EventType
+    from batteryop.operator.outcome import Outcome
+    from batteryop.operator.pools.reconcile import _event_on_ready_change
+
+    def ready(reason: str, status: str) -> dict[str, Any]:
+        return {
+            "type": "Ready",
+            "status": status,
+            "reason": reason,
+            "message": f"m-{reason}",
+            "lastTransitionTime": "2026-11-29T00:00:00Z",
+        }
+
+    body = {"status": {"conditions": [ready("BelowSize", "False")]}}
+    same = Outcome(status={"conditions": [ready("BelowSize", "False")]})
+    _event_on_ready_change(body, same)
+    assert same.events == []
+    rejected = Outcome(status={"conditions": [ready("Rejected", "False")]})
+    _event_on_ready_change(body, rejected)
+    assert [(e.type, e.reason, e.message) for e in rejected.events] == [
+        (EventType.WARNING, "Rejected", "m-Rejected")
+    ]
+    at_size = Outcome(status={"conditions": [ready("AtSize", "True")]})
+    _event_on_ready_change(body, at_size)
+    assert [(e.type, e.reason) for e in at_size.events] == [(EventType.NORMAL, "AtSize")]
