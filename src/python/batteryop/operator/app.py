@@ -95,7 +95,7 @@ class Operator:
         self.deleted_vms = DeletedVMs(_now)
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
         self.claim_slots.on_free = self._slot_freed
-        self.claims: Controller | None = Controller(
+        self.claims = Controller(
             "claims",
             CLAIMS,
             self._reconcile_claim,
@@ -111,7 +111,7 @@ class Operator:
         namespace, name = key
 
         async def read_fresh() -> Mapping[str, Any] | None:
-            own = self.claims.take_fresh(key) if self.claims is not None else None
+            own = self.claims.take_fresh(key)
             if own is not None:
                 return own
             try:
@@ -132,15 +132,12 @@ class Operator:
         )
 
     def _slot_freed(self, waiter: Any) -> None:
-        if self.claims is not None:
-            self.claims.enqueue(waiter)
+        self.claims.enqueue(waiter)
 
     async def _reconcile_claim(self, body: Mapping[str, Any]) -> Outcome:
         return await reconcile_claim(body, self._claim_deps(key_of(body)))
 
     def claims_holding(self, vm_uid: str) -> list[Key]:
-        if self.claims is None:
-            return []
         return [
             key_of(c)
             for c in self.claims.cache
@@ -156,11 +153,11 @@ class Operator:
         if self.metrics is None:
             return
         self.metrics.observe_reconcile(controller, result, seconds)
-        queue = self.claims.queue if controller == "claims" and self.claims else self.pools.queue
+        queue = self.claims.queue if controller == "claims" else self.pools.queue
         self.metrics.set_workqueue_depth(controller, len(queue))
 
     def _observe_claim_metrics(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        if self.metrics is None or self.claims is None:
+        if self.metrics is None:
             return
         phases: dict[str, int] = {}
         for claim in self.claims.cache:
@@ -181,8 +178,7 @@ class Operator:
             self.metrics.observe_claim_bound(time.monotonic() - self._first_seen.pop(key))
 
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        if self.claims is not None:
-            self.claims.observe(event_type, body)
+        self.claims.observe(event_type, body)
         self._observe_claim_metrics(event_type, body)
         finalizers = (body.get("metadata") or {}).get("finalizers") or []
         if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
@@ -196,11 +192,10 @@ class Operator:
         elif not self.nodes.put(body):
             return
         self._refresh_hosts()
-        if self.claims is not None:
-            node = key_of(body)[1]
-            for claim in self.claims.cache:
-                if ((claim.get("status") or {}).get("host") or {}).get("nodeName") == node:
-                    self.claims.enqueue(key_of(claim))
+        node = key_of(body)[1]
+        for claim in self.claims.cache:
+            if ((claim.get("status") or {}).get("host") or {}).get("nodeName") == node:
+                self.claims.enqueue(key_of(claim))
 
     def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
         try:
@@ -221,7 +216,7 @@ class Operator:
 
     async def on_battery_event(self, event: Any) -> None:
         deleted = self.deleted_vms.observe(event)
-        if deleted is not None and self.claims is not None:
+        if deleted is not None:
             for key in self.claims_holding(deleted):
                 self.claims.enqueue(key)  # CL-013
         ref: PoolRef | None = getattr(event, "pool", None)
@@ -307,7 +302,7 @@ class Operator:
         """battery's Events stream; the client reconnects and drops replayed events."""
         generation = 0
         async for event in self.stream:
-            if self.stream.generation != generation and self.claims is not None:
+            if self.stream.generation != generation:
                 # CL-030: on (re)connect, every claim is checked against battery's Leases.
                 generation = self.stream.generation
                 self.claims.enqueue_all()
@@ -336,8 +331,7 @@ class Operator:
 
     async def start(self) -> None:
         await self.pools.start()
-        if self.claims is not None:
-            await self.claims.start()
+        await self.claims.start()
         for coro in (
             self.watch_battery_config(),
             self.follow_battery_events(),
@@ -355,8 +349,7 @@ class Operator:
         self._tasks.clear()
         await self.stream.aclose()
         await self.pools.stop()
-        if self.claims is not None:
-            await self.claims.stop()
+        await self.claims.stop()
 
     async def run(self, stop_flag: asyncio.Event, ready_flag: asyncio.Event | None = None) -> None:
         await self.start()
@@ -373,4 +366,4 @@ class Operator:
             await self.stop()
 
 
-__all__ = ["CLAIMS", "Operator"]
+__all__ = ["Operator"]
