@@ -43,7 +43,7 @@ def wait_for(
     name: str,
     predicate: Callable[[dict[str, Any] | None], bool],
     *,
-    timeout: int = 60,
+    timeout: int = 120,
     what: str = "",
 ) -> dict[str, Any] | None:
     """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last."""

@@ -12,20 +12,27 @@ A hypothesis `RuleBasedStateMachine` models the Operator at the reconcile level:
 - battery is the real `FakeBattery` on a `FakeClock`, one per example, with one Pool of
   `POOL_SIZE` warm MicroVMs on a fake flintlockd Host, reached through the real `BatteryClient`.
 
-Rules, in any order: create a claim; reconcile a claim one to three times (from the API
-server's body or from the Operator's possibly stale cache; the last write may stay in flight
-and land later, in its own rule); the Holder renews (spec.renewTime); delete a claim; deliver
-battery's Events; lose the next ClaimVM answer; battery unavailable / available; Heartbeats
-refused (UNAVAILABLE or INVALID_ARGUMENT) or accepted; time passes; time passes the Lease
-expiry threshold and battery sweeps; battery sweeps; battery starts deleting a leased MicroVM
-(its Lease stays until the next sweep: a ClaimVM retried for it answers ABORTED, CL-062); the
-Operator restarts (writes in flight are lost; new BatteryClient, ClaimSlots, DeletedVMs and
-cache; the claim bodies survive).
+Rules, in any order (hypothesis also turns random subsets of them off per example):
+
+- claims: create one (at most `MAX_CLAIMS` live); reconcile one 1-4 times, from the API
+  server's body (the watch caught up) or the Operator's cache, the last write possibly left in
+  flight; a write in flight lands; the Holder renews (spec.renewTime); the claim is deleted;
+- Operator: its Events watcher delivers battery's outbox; it restarts (writes in flight are
+  lost, the bodies survive; new BatteryClient, ClaimSlots, DeletedVMs and cache, relisted);
+- battery: lose the next ClaimVM answer; unavailable / available; Heartbeats refused
+  UNAVAILABLE or INVALID_ARGUMENT, or accepted; start deleting a leased MicroVM, preferably
+  one whose Lease no claim records (the Lease stays until a sweep, so a ClaimVM retried for it
+  answers ABORTED, CL-062);
+- time: 0.4, 1, 5 or 15 s pass; to just before, or exactly to, the next Lease expiry (the
+  status keeps battery's expiry to the second, the clock runs off the whole second); past the
+  expiry threshold, with or without a sweep; a sweep alone.
 
 Invariants, after every step:
 
 - at most one claim per MicroVM: no two claims record the same MicroVM uid (CL-008);
-- at most one MicroVM per claim: battery never holds two Leases made for one claim (CL-061);
+- at most one MicroVM per claim: battery never holds two Leases made for one claim (by
+  request_id, or by whose reconcile made them), and a recorded lease id is never replaced
+  (CL-061);
 - a MicroVM whose Lease battery ended is never leased again nor newly recorded by a claim;
 - a claim's finalizer goes only once battery no longer holds the Lease it records (CL-020,
   CL-021: an unrecorded Lease of a lost answer stays for battery to expire, CL-031);
@@ -33,7 +40,9 @@ Invariants, after every step:
   MicroVM's deletion is in battery's Events (CL-011..CL-014);
 - a lease id is recorded only from the claim's own ClaimVM: battery's Lease with that id has
   request_id == the claim's uid (CL-008, CL-060), and every Lease battery made came from a
-  reconcile of the claim it names, after its finalizer was stored (CL-001).
+  reconcile of the claim it names;
+- ClaimVM only for a claim whose finalizer is stored (CL-001) and that is not being deleted
+  (the bind guard's fresh read).
 
 CI runs `CI_EXAMPLES` examples; `BATTERYOP_PROPERTIES=full` runs `FULL_EXAMPLES`. The run
 prints how many examples and steps it took, and how often the interesting states occurred.
@@ -55,7 +64,7 @@ import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import pytest
@@ -86,20 +95,27 @@ from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
 from batteryop.testing.fake_battery.store import Phase
 from batteryop.testing.fake_flintlock import FakeFlintlockd
-from batteryop.testing.operator_env import battery_config, flintlock_hosts, merge_patch, pool_body
+from batteryop.testing.operator_env import (
+    CallLog,
+    battery_config,
+    flintlock_hosts,
+    merge_patch,
+    pool_body,
+)
 
 T = TypeVar("T")
 
 FULL: Final = os.environ.get("BATTERYOP_PROPERTIES", "") == "full"
-CI_EXAMPLES: Final = 40
-FULL_EXAMPLES: Final = 500
-STEPS: Final = 40  # rules per example, at most
+CI_EXAMPLES: Final = 300  # about 30 s here
+FULL_EXAMPLES: Final = 2000
+STEPS: Final = 60 if FULL else 40  # rules per example, at most
 WAIT: Final = 15.0  # seconds: bound on waiting for the fake battery to refill the Pool
 HOST: Final = "host-a"
 POOL: Final = "pool"
 POOL_SIZE: Final = 3
 MAX_CLAIMS: Final = 4  # live claims at once: more than the Pool's warm MicroVMs
 THRESHOLD: Final = 30.0  # the sample Pool's lease expiryThreshold, in seconds
+BEFORE: Final = timedelta(milliseconds=200)
 # The periodic sweeper never comes due: sweeps run when a rule says so. Fast provisioning.
 TIMINGS: Final = Timings(
     sweep_interval=1e7,
@@ -116,8 +132,18 @@ DELETION_EVENTS: Final = frozenset(
     }
 )
 PICK = st.integers(min_value=0, max_value=MAX_CLAIMS * 2)
-TIME_PASSING: Final = ("1s pass", "5s pass", "15s pass", "expiry threshold passes, sweep", "sweep")
-RECONCILE_PLAN = st.tuples(PICK, st.integers(1, 3), st.booleans(), st.booleans())
+TIME_PASSING: Final = (
+    "0.4s pass",  # off the whole second: the status keeps battery's expiry to the second
+    "1s pass",
+    "5s pass",
+    "15s pass",
+    "to just before the next Lease expires",
+    "to the next Lease expiry",
+    "expiry threshold passes",
+    "expiry threshold passes, sweep",
+    "sweep",
+)
+RECONCILE_PLAN = st.tuples(PICK, st.integers(1, 4), st.booleans(), st.booleans())
 FAULTS: Final = (
     "lose the next ClaimVM answer",
     "battery unavailable",
@@ -131,7 +157,8 @@ SETTINGS: Final = settings(
     max_examples=FULL_EXAMPLES if FULL else CI_EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
-    database=None,
+    database=None,  # nothing written to the work tree; a failure prints its reproduce blob
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 
@@ -149,11 +176,17 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
 
     def summary(self) -> str:
-        seen = ", ".join(f"{k}={v}" for k, v in sorted(self.seen.items()))
+        def listed(rules: bool) -> str:
+            return ", ".join(
+                f"{k.removeprefix('rule:')}={v}"
+                for k, v in sorted(self.seen.items())
+                if k.startswith("rule:") == rules
+            )
+
         return (
             f"claims_state: {self.examples} examples, {self.steps} steps in "
-            f"{time.monotonic() - self.started:.1f}s ({'full' if FULL else 'ci'} profile); "
-            f"seen: {seen}"
+            f"{time.monotonic() - self.started:.1f}s ({'full' if FULL else 'ci'} profile)\n"
+            f"  rules: {listed(True)}\n  seen: {listed(False)}"
         )
 
 
@@ -263,6 +296,7 @@ class Operator:
     """What an Operator process holds; a restart replaces all of it."""
 
     battery: BatteryClient
+    calls: CallLog
     deleted_vms: DeletedVMs
     slots: ClaimSlots = field(default_factory=lambda: ClaimSlots(3))
     cache: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -308,7 +342,9 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.stats = stats
         stats.examples += 1
         self.api = ApiServer()
-        self.clock = FakeClock()
+        # Off the whole second, as real clocks are: battery's expiries then fall between the
+        # seconds the status keeps them to.
+        self.clock = FakeClock(datetime.now(UTC).replace(microsecond=400_000))
         self.namespace = f"prop-{uuid.uuid4().hex[:8]}"
         self.pool_ref = PoolRef(self.namespace, POOL)
         self.pool_body = pool_body(self.namespace, name=POOL, size=POOL_SIZE)
@@ -324,7 +360,11 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.fake: FakeBattery
         self.ctl: BatteryClient
         self.op: Operator
-        self.h.run(self._start())
+        try:
+            self.h.run(self._start())
+        except BaseException:
+            self.h.run(self.stack.aclose())
+            raise
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -341,8 +381,9 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.op = self._new_operator()
 
     def _new_operator(self) -> Operator:
-        client = BatteryClient.connect(battery_config(self.fake.target))
-        return Operator(client, DeletedVMs(self.clock.now))
+        calls = CallLog()
+        client = BatteryClient.connect(battery_config(self.fake.target), observer=calls)
+        return Operator(client, calls, DeletedVMs(self.clock.now))
 
     def teardown(self) -> None:
         self.h.run(self._stop())
@@ -390,13 +431,20 @@ class ClaimsMachine(RuleBasedStateMachine):
                     f"{made} in a reconcile of claim {self._name(reconciled)}: the request_id "
                     "is not the claim's uid"
                 )
+            # CL-001 and the bind guard: reconciles here are atomic, so the API server's body
+            # is the one the guard's fresh read saw.
             stored = self.api.get(reconciled)
             finalizers = [] if stored is None else stored["metadata"].get("finalizers") or []
-            if names.CLAIM_FINALIZER not in finalizers:  # CL-001
-                self.violations["lease_only_from_own_claim_vm"].append(
+            if stored is None or names.CLAIM_FINALIZER not in finalizers:
+                self.violations["claim_vm_only_for_a_stored_undeleted_claim"].append(
                     f"{made} for claim {self._name(reconciled)}, whose finalizer the API server "
-                    f"does not hold (finalizers {finalizers}, body "
-                    f"{'gone' if stored is None else 'present'})"
+                    f"does not hold (body {'gone' if stored is None else 'present'}, "
+                    f"finalizers {finalizers})"
+                )
+            elif stored["metadata"].get("deletionTimestamp"):
+                self.violations["claim_vm_only_for_a_stored_undeleted_claim"].append(
+                    f"{made} for claim {self._name(reconciled)}, which the API server holds as "
+                    f"being deleted since {stored['metadata']['deletionTimestamp']}"
                 )
             if rec.vm_uid in self.ended_vms:
                 self.violations["released_microvm_never_reused"].append(
@@ -459,9 +507,10 @@ class ClaimsMachine(RuleBasedStateMachine):
         body = op.cache.get(uid)
         if body is None:
             return False
+        op.calls.take()
         outcome = await reconcile_claim(copy.deepcopy(body), self._deps(uid))
         self._observe(reconciled=uid)
-        self._check_decision(uid, body, outcome)
+        self._check_decision(uid, body, outcome, op.calls.take())
         if hold:
             self.inflight[uid] = (body, outcome)
         else:
@@ -469,7 +518,9 @@ class ClaimsMachine(RuleBasedStateMachine):
         await self._settle()
         return True
 
-    def _check_decision(self, uid: str, body: Mapping[str, Any], outcome: Outcome) -> None:
+    def _check_decision(
+        self, uid: str, body: Mapping[str, Any], outcome: Outcome, calls: list[str]
+    ) -> None:
         """What a reconcile decided, against what battery held when it decided."""
         before = _status(body)
         status = body.get("status") or {}
@@ -503,19 +554,20 @@ class ClaimsMachine(RuleBasedStateMachine):
                     f"Lease had ended; battery holds: {self._battery_view()}"
                 )
         if after.phase is ClaimPhase.EXPIRED and before.phase is not ClaimPhase.EXPIRED:
-            self._check_expired(uid, after)
+            self._check_expired(uid, after, calls)
 
-    def _check_expired(self, uid: str, after: ClaimStatus) -> None:
+    def _check_expired(self, uid: str, after: ClaimStatus, calls: list[str]) -> None:
         """CL-011..CL-014: Expired only on battery's word."""
         lease_id, vm = after.lease_id, after.microvm_uid
         rec = None if lease_id is None else self.held.get(lease_id)
         now = self.clock.now()
+        said = "/".join(calls) or "Events"
         if rec is None:
-            self.stats.seen["expired:lease gone"] += 1
+            self.stats.seen[f"expired:lease gone ({said})"] += 1
         elif _expires(rec) <= now:
-            self.stats.seen["expired:listed as expired"] += 1
+            self.stats.seen[f"expired:listed as expired ({said})"] += 1
         elif vm is not None and vm in self.deleted_in_battery:
-            self.stats.seen["expired:deletion event"] += 1
+            self.stats.seen[f"expired:deletion reported ({said})"] += 1
         else:
             self.violations["expired_only_from_battery"].append(
                 f"claim {self._name(uid)} went Expired at {now.isoformat()} although battery "
@@ -539,8 +591,14 @@ class ClaimsMachine(RuleBasedStateMachine):
                 return
             current: Mapping[str, Any] = body
             if outcome.status is not None:
+                recorded = _status(api.get(uid)).lease_id
                 current = api.patch_status(uid, outcome.status)
                 op.cache_put(current)
+                if recorded is not None and _status(current).lease_id != recorded:
+                    self.violations["one_microvm_per_claim"].append(
+                        f"claim {self._name(uid)} recorded Lease {recorded}, then "
+                        f"{_status(current).lease_id}; battery holds: {self._battery_view()}"
+                    )
             if outcome.remove_finalizer:
                 finalizers = list(current["metadata"].get("finalizers") or [])
                 if outcome.remove_finalizer in finalizers:
@@ -561,16 +619,17 @@ class ClaimsMachine(RuleBasedStateMachine):
         """CL-020, CL-021: the finalizer goes only once battery no longer holds the Lease."""
         self._observe()
         lease_id = _status(stored).lease_id
-        orphans = [r.lease_id for r in self.held.values() if r.request_id == uid]
         if lease_id is not None and lease_id in self.held:
             self.violations["finalizer_only_after_release"].append(
                 f"claim {self._name(uid)} lost its finalizer while battery still holds its "
                 f"Lease {lease_id}; battery holds: {self._battery_view()}"
             )
-        elif lease_id is None and orphans:
-            self.stats.seen["released:orphan left to battery"] += 1  # CL-021, CL-031
+        elif lease_id is not None:
+            self.stats.seen["released:Lease gone"] += 1
+        elif any(r.request_id == uid for r in self.held.values()):
+            self.stats.seen["released:no Lease recorded, orphan left to battery"] += 1  # CL-031
         else:
-            self.stats.seen["released:lease gone"] += 1
+            self.stats.seen["released:no Lease recorded"] += 1  # CL-021
 
     def _live(self) -> list[str]:
         return list(self.api.bodies)
@@ -624,7 +683,7 @@ class ClaimsMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._reconcilable()))
     @rule(plan=RECONCILE_PLAN)
     def reconcile(self, plan: tuple[int, int, bool, bool]) -> None:
-        """Reconcile a claim 1-3 times, from the API server's body (the watch caught up) or
+        """Reconcile a claim 1-4 times, from the API server's body (the watch caught up) or
         the Operator's cache; the last write may stay in flight."""
         self._reconcile_rule(plan)
 
@@ -655,26 +714,25 @@ class ClaimsMachine(RuleBasedStateMachine):
         candidates = self._undeleted()
         self.api.delete(candidates[pick % len(candidates)], self.clock.now())
 
-    @rule()
-    def deliver_events(self) -> None:
-        """The Operator's Events watcher catches up with battery's outbox."""
-        self._step("events")
+    @rule(action=st.sampled_from(("deliver battery's Events", "restart")))
+    def operator(self, action: str) -> None:
+        """The Operator's Events watcher catches up with battery's outbox (CL-013); or the
+        Operator restarts: writes in flight are lost, the claim bodies survive, a new Operator
+        (new BatteryClient, ClaimSlots, DeletedVMs) relists them and its Events watcher gets
+        battery's whole outbox again."""
+        self._step(action)
+        if action == "restart":
+            self.inflight.clear()
+            self.h.run(self.op.battery.aclose())
+            self.op = self._new_operator()
+            for body in self.api.bodies.values():
+                self.op.cache_put(body)
+            return
         op = self.op
         events = self.fake.events()
         for event in events[op.events_delivered :]:
             op.deleted_vms.observe(event_from_pb(event))
         op.events_delivered = len(events)
-
-    @rule()
-    def operator_restarts(self) -> None:
-        """Writes in flight are lost; the claim bodies survive; the Operator relists them."""
-        self._step("restart")
-        self.inflight.clear()
-        old = self.op
-        self.h.run(old.battery.aclose())
-        self.op = self._new_operator()
-        for body in self.api.bodies.values():
-            self.op.cache_put(body)
 
     # -- rules: battery -------------------------------------------------------------------------
 
@@ -700,7 +758,17 @@ class ClaimsMachine(RuleBasedStateMachine):
         self._step(passing)
 
         async def go() -> None:
-            if passing == "expiry threshold passes, sweep":
+            if passing.startswith("to "):
+                # The boundaries: where battery's expiry and the status' copy of it (kept to
+                # the second) disagree.
+                now = self.clock.now()
+                expiries = sorted(_expires(rec) for rec in self.held.values())
+                before = passing == "to just before the next Lease expires"
+                targets = [e - BEFORE if before else e for e in expiries]
+                target = next((t for t in targets if t > now), None)
+                if target is not None:
+                    await self.fake.advance((target - now).total_seconds())
+            elif passing.startswith("expiry threshold passes"):
                 await self.fake.advance(THRESHOLD + 1)
             elif passing != "sweep":
                 await self.fake.advance(float(passing.removesuffix("s pass")))
@@ -712,13 +780,17 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.h.run(go())
 
     @precondition(lambda self: bool(self.held))
-    @rule(pick=PICK)
-    def battery_starts_deleting_a_leased_microvm(self, pick: int) -> None:
+    @rule(which=st.sampled_from(("unrecorded", "any")), pick=PICK)
+    def battery_starts_deleting_a_leased_microvm(self, which: str, pick: int) -> None:
         """As ReleaseVM does before flintlockd confirms: the MicroVM goes DELETING, the Lease
-        stays until a sweep finishes the deletion; meanwhile a ClaimVM retried for that Lease's
-        request_id answers ABORTED (CL-062)."""
-        self._step("start deleting")
+        stays until a sweep finishes the deletion. A ClaimVM retried for an unrecorded Lease
+        (its answer was lost) answers ABORTED meanwhile (CL-062); a claim recording the Lease
+        learns of its end from battery's Events or Heartbeat/ListLeases (CL-012, CL-013)."""
+        self._step(f"start deleting ({which})")
         leases = sorted(self.held.values(), key=lambda rec: rec.lease_id)
+        if which == "unrecorded":
+            recorded = {_status(body).lease_id for body in self.api.bodies.values()}
+            leases = [rec for rec in leases if rec.lease_id not in recorded] or leases
         rec = leases[pick % len(leases)]
         self.fake.store.set_phase(rec.vm_uid, Phase.DELETING)
 
@@ -743,7 +815,9 @@ class ClaimsMachine(RuleBasedStateMachine):
     @invariant()
     def one_microvm_per_claim(self) -> None:
         """CL-061: never two Leases for one claim, by request_id or by the reconcile that made
-        them."""
+        them; a recorded lease id is never replaced."""
+        found = self.violations.get("one_microvm_per_claim")
+        assert not found, "\n".join(found or [])
         for key, label in ((lambda s: s.request_id, "request_id"), (lambda s: s.owner, "owner")):
             groups: dict[str | None, list[str]] = collections.defaultdict(list)
             for lease_id in self.held:
@@ -757,9 +831,9 @@ class ClaimsMachine(RuleBasedStateMachine):
     @invariant()
     def released_microvm_never_reused(self) -> None:
         reused = [rec for rec in self.held.values() if rec.vm_uid in self.ended_vms]
-        assert not reused, (
-            f"battery leases again a MicroVM whose Lease had ended: {self._battery_view()}"
-        )
+        assert (
+            not reused
+        ), f"battery leases again a MicroVM whose Lease had ended: {self._battery_view()}"
         found = self.violations.get("released_microvm_never_reused")
         assert not found, "\n".join(found or [])
 
@@ -778,6 +852,13 @@ class ClaimsMachine(RuleBasedStateMachine):
     @invariant()
     def expired_only_from_battery(self) -> None:
         found = self.violations.get("expired_only_from_battery")
+        assert not found, "\n".join(found or [])
+
+    @invariant()
+    def claim_vm_only_for_a_stored_undeleted_claim(self) -> None:
+        """CL-001: every Lease battery makes is covered by a stored finalizer; and the bind
+        guard's fresh read keeps ClaimVM from a claim being deleted."""
+        found = self.violations.get("claim_vm_only_for_a_stored_undeleted_claim")
         assert not found, "\n".join(found or [])
 
     @invariant()
@@ -817,7 +898,12 @@ class ClaimsMachine(RuleBasedStateMachine):
 )
 def test_claim_invariants_hold_through_faults_restarts_and_stale_reads(harness: Harness) -> None:
     stats = Stats()
+
+    class Run(ClaimsMachine):
+        def __init__(self) -> None:
+            super().__init__(harness, stats)
+
     try:
-        run_state_machine_as_test(lambda: ClaimsMachine(harness, stats), settings=SETTINGS)
+        run_state_machine_as_test(Run, settings=SETTINGS)
     finally:
         print(f"\n{stats.summary()}")
