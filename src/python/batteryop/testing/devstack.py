@@ -4,7 +4,7 @@ Starts the real control plane (etcd + kube-apiserver, built once from the pinned
 and the local stack around the operator (`batteryop.testing.localstack`): two simulated
 Hosts (fake flintlockd processes with their Nodes), the fake battery, and the operator as a
 process with its own ServiceAccount and RBAC. It then applies the demo Pool, waits until it
-is Ready, writes an admin kubeconfig to `.devstack/kubeconfig` (ignored by git), prints how
+is Ready, claims a MicroVM from it with a demo MicroVMClaim and waits until it is Bound, writes an admin kubeconfig to `.devstack/kubeconfig` (ignored by git), prints how
 to reach everything with kubectl, and runs until interrupted.
 
     ./pants run src/python/batteryop/testing:devstack            # until Ctrl-C
@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s
 
@@ -65,23 +66,48 @@ def apply_demo(cp: ControlPlane) -> None:
         api.close()
 
 
-def wait_ready(cp: ControlPlane, timeout: float = 120) -> dict[str, object]:
+def wait_until(
+    cp: ControlPlane, plural: str, name: str, done: Any, what: str, timeout: float = 120
+) -> dict[str, Any]:
+    """Read the object every 0.2 s until done(body) (a person's demo, not a test)."""
     api = admin_client(cp)
     custom = k8s.CustomObjectsApi(api)
     deadline = time.monotonic() + timeout
-    body: dict[str, object] = {}
+    body: dict[str, Any] = {}
     try:
         while time.monotonic() < deadline:
             body = custom.get_namespaced_custom_object(
-                names.GROUP, names.VERSION, DEMO_NAMESPACE, names.POOL_PLURAL, "demo"
+                names.GROUP, names.VERSION, DEMO_NAMESPACE, plural, name
             )
-            conds = (body.get("status") or {}).get("conditions") or []  # type: ignore[attr-defined]
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+            if done(body):
                 return body
-            time.sleep(0.5)
+            time.sleep(0.2)
     finally:
         api.close()
-    raise TimeoutError(f"the demo Pool was not Ready in {timeout}s: {json.dumps(body)[:2000]}")
+    raise TimeoutError(f"{plural}/{name} not {what} in {timeout}s: {json.dumps(body)[:2000]}")
+
+
+def pool_ready(body: dict[str, Any]) -> bool:
+    conds = (body.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def claim_bound(body: dict[str, Any]) -> bool:
+    return bool((body.get("status") or {}).get("phase") == "Bound")
+
+
+def apply_demo_claim(cp: ControlPlane) -> None:
+    api = admin_client(cp)
+    try:
+        k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            DEMO_NAMESPACE,
+            names.CLAIM_PLURAL,
+            samples.sample_claim(name="demo-claim", pool="demo", namespace=DEMO_NAMESPACE),
+        )
+    finally:
+        api.close()
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -103,9 +129,21 @@ async def run(args: argparse.Namespace) -> int:
             print(f"operator running (pid {stack.operator.popen.pid})", flush=True)
             apply_demo(cp)
             started = time.monotonic()
-            await asyncio.to_thread(wait_ready, cp)
+            await asyncio.to_thread(wait_until, cp, names.POOL_PLURAL, "demo", pool_ready, "Ready")
             print(f"demo Pool Ready in {time.monotonic() - started:.1f}s", flush=True)
-            print(kubectl(kubeconfig, "get", "pools", "-A"), end="")
+            apply_demo_claim(cp)
+            started = time.monotonic()
+            claim = await asyncio.to_thread(
+                wait_until, cp, names.CLAIM_PLURAL, "demo-claim", claim_bound, "Bound"
+            )
+            status = claim["status"]
+            print(
+                f"demo claim Bound in {(time.monotonic() - started) * 1000:.0f} ms: MicroVM "
+                f"{status['microVM']['uid']} on {status['host']['nodeName']}, "
+                f"lease {status['leaseID']}",
+                flush=True,
+            )
+            print(kubectl(kubeconfig, "get", "pools,microvmclaims", "-A"), end="")
             print("reach it with kubectl:")
             print(f"  export KUBECONFIG={kubeconfig}")
             print("  kubectl get pools,microvmclaims -A")
