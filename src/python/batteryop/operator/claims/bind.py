@@ -6,9 +6,10 @@ ClaimVM hands out a MicroVM. Since battery v0.4.0 it is idempotent per request i
 request id is the claim's `metadata.uid` (CL-060): a retry after a lost answer, or after an
 Operator restart before the status was written, gets the same Lease and MicroVM back, never a
 second one (CL-061). The call is still guarded as a non-idempotent one would be, because a
-guard costs one GET and a mistake costs a MicroVM:
+guard costs one read and a mistake costs a MicroVM:
 
-1. Read the claim from the API server, not the cache (`deps.read_fresh`). Do nothing if it is
+1. Read the claim from the API server, not the cache (`deps.read_fresh`: a GET, or the API
+   server's answer to the finalizer write made a moment ago). Do nothing if it is
    gone, is another object of the same name (uid differs), is being deleted, already records
    a lease id (the cache is behind our own status write), or lacks the stored finalizer
    (CL-001). Continue from the fresh read (`scope.rebase`), so the status written next is
@@ -22,9 +23,10 @@ guard costs one GET and a mistake costs a MicroVM:
 4. ClaimVM(Pool, request_id = uid). On success write the lease id, MicroVM uid, Host name as
    node name, bind time, observedRenewTime = spec.renewTime (so the bind itself is not taken
    for a renewal) and no expiry, phase Bound, Bound=True (CL-002), and only an id from this
-   answer (CL-008); then stop the chain, so that the status write is the very next thing the
-   runtime does. Until it lands, the Lease exists only in battery: that window is what CL-061
-   closes, and stopping keeps it as short as a reconcile can.
+   answer (CL-008); then stop the chain: no other battery call comes before the status write
+   (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
+   it lands, the Lease exists only in battery: that window is what CL-061 closes, and
+   stopping keeps it as short as a reconcile can.
 5. PoolExhausted, NotFound, in transit, ABORTED: handed to `pending` (CL-003, CL-004, CL-007,
    CL-062). Any other error: the phase stays, `synced` reports BatteryError and backs off.
 """
