@@ -24,8 +24,7 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
-from batteryop.api.errors import MalformedObjectError
-from batteryop.api.meta import ObjectMeta
+from batteryop.api.meta import ObjectMeta, read_object, write_object
 from batteryop.api.times import format_micro_time, format_time
 
 
@@ -153,24 +152,9 @@ class MicroVMClaim:
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> MicroVMClaim:
-        metadata = ObjectMeta.from_dict(body.get("metadata"))
-        try:
-            return cls(
-                metadata=metadata,
-                spec=ClaimSpec.from_dict(body.get("spec")),
-                status=ClaimStatus.from_dict(body.get("status")),
-            )
-        except MalformedObjectError as e:
-            raise e.about(names.CLAIM_KIND, metadata.name) from None
+        return cls(*read_object(body, names.CLAIM_KIND, ClaimSpec.from_dict, ClaimStatus.from_dict))
 
     def to_dict(self) -> dict[str, Any]:
         """The whole body; `status` only when it is not the empty status."""
-        body: dict[str, Any] = {
-            "apiVersion": names.API_VERSION,
-            "kind": names.CLAIM_KIND,
-            "metadata": self.metadata.to_dict(),
-            "spec": self.spec.to_dict(),
-        }
-        if self.status != ClaimStatus():
-            body["status"] = self.status.to_dict()
-        return body
+        status = None if self.status == ClaimStatus() else self.status.to_dict()
+        return write_object(names.CLAIM_KIND, self.metadata, self.spec.to_dict(), status)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from batteryop.api import names
 from batteryop.api._fields import Fields
+from batteryop.api.errors import MalformedObjectError
 from batteryop.api.times import format_time
 
 
@@ -81,3 +83,36 @@ class ObjectMeta:
         if self.annotations:
             out["annotations"] = dict(self.annotations)
         return out
+
+
+S = TypeVar("S")
+T = TypeVar("T")
+
+
+def read_object(
+    body: Mapping[str, Any],
+    kind: str,
+    spec: Callable[[Any], S],
+    status: Callable[[Any], T],
+) -> tuple[ObjectMeta, S, T]:
+    """Metadata, spec and status of a body; a malformed field names the object it is in."""
+    metadata = ObjectMeta.from_dict(body.get("metadata"))
+    try:
+        return metadata, spec(body.get("spec")), status(body.get("status"))
+    except MalformedObjectError as e:
+        raise e.about(kind, metadata.name) from None
+
+
+def write_object(
+    kind: str, metadata: ObjectMeta, spec: dict[str, Any], status: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The whole body of one of our kinds; `status` only when there is one."""
+    body: dict[str, Any] = {
+        "apiVersion": names.API_VERSION,
+        "kind": kind,
+        "metadata": metadata.to_dict(),
+        "spec": spec,
+    }
+    if status is not None:
+        body["status"] = status
+    return body

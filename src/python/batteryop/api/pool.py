@@ -29,8 +29,7 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
-from batteryop.api.errors import MalformedObjectError
-from batteryop.api.meta import ObjectMeta
+from batteryop.api.meta import ObjectMeta, read_object, write_object
 from batteryop.api.times import format_duration
 
 
@@ -419,24 +418,9 @@ class Pool:
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> Pool:
-        metadata = ObjectMeta.from_dict(body.get("metadata"))
-        try:
-            return cls(
-                metadata=metadata,
-                spec=PoolSpec.from_dict(body.get("spec")),
-                status=PoolStatus.from_dict(body.get("status")),
-            )
-        except MalformedObjectError as e:
-            raise e.about(names.POOL_KIND, metadata.name) from None
+        return cls(*read_object(body, names.POOL_KIND, PoolSpec.from_dict, PoolStatus.from_dict))
 
     def to_dict(self) -> dict[str, Any]:
         """The whole body; `status` only when it is not the empty status."""
-        body: dict[str, Any] = {
-            "apiVersion": names.API_VERSION,
-            "kind": names.POOL_KIND,
-            "metadata": self.metadata.to_dict(),
-            "spec": self.spec.to_dict(),
-        }
-        if self.status != PoolStatus():
-            body["status"] = self.status.to_dict()
-        return body
+        status = None if self.status == PoolStatus() else self.status.to_dict()
+        return write_object(names.POOL_KIND, self.metadata, self.spec.to_dict(), status)
