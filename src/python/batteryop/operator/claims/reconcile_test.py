@@ -263,6 +263,19 @@ def leases_of(env: Env, uid: str) -> list[Any]:
     return [lease for lease in env.fake.lease_records() if lease.request_id == uid]
 
 
+async def claim_with_lost_answer(env: Env) -> tuple[Outcome, dict[str, Any], str, Any]:
+    """A claim whose first ClaimVM committed a Lease in battery but lost the answer.
+
+    Returns the outcome and body after that reconcile, the claim's uid and battery's Lease.
+    """
+    env.fake.lose_claim_answers(times=1)
+    body = claim_body(env)
+    uid = body["metadata"]["uid"]
+    outcome, body = await env.step(body)
+    (committed,) = leases_of(env, uid)  # battery leased it; the answer was lost
+    return outcome, body, uid, committed
+
+
 async def lease(env: Env, body: Mapping[str, Any]) -> Lease | None:
     """The Lease the claim records, as battery lists it now."""
     lease_id = status(body).lease_id
@@ -400,12 +413,8 @@ async def test_a_lost_claim_vm_answer_is_retried_into_the_same_lease_and_microvm
     env: Env,
 ) -> None:
     ref = await add_pool(env)
-    env.fake.lose_claim_answers(times=1)
-    body = claim_body(env)
-    uid = body["metadata"]["uid"]
-    outcome, body = await env.step(body)
+    outcome, body, uid, committed = await claim_with_lost_answer(env)
     assert env.calls.take() == ["ClaimVM"]
-    (committed,) = leases_of(env, uid)  # battery leased it; the answer was lost
     assert status(body).phase is ClaimPhase.PENDING
     assert status(body).lease_id is None
     assert reason(body, ClaimConditionType.BOUND) == (
@@ -581,11 +590,7 @@ async def test_claim_aborted_while_the_earlier_lease_is_released_then_a_fresh_cl
     env: Env,
 ) -> None:
     ref = await add_pool(env)
-    env.fake.lose_claim_answers(times=1)
-    body = claim_body(env)
-    uid = body["metadata"]["uid"]
-    _, body = await env.step(body)
-    (first,) = leases_of(env, uid)
+    _, body, uid, first = await claim_with_lost_answer(env)
     await filled(env, ref, 1)  # battery topped the Pool up after the claim
 
     host = env.hosts[HOST]
@@ -979,11 +984,7 @@ async def test_a_deleted_claim_without_a_lease_loses_its_finalizer_without_batte
 @pytest.mark.req("CL-021", "CL-031", "CL-008")
 async def test_a_lease_whose_answer_was_lost_is_never_released_or_adopted(env: Env) -> None:
     await add_pool(env)
-    env.fake.lose_claim_answers(times=1)
-    body = claim_body(env)
-    uid = body["metadata"]["uid"]
-    _, body = await env.step(body)
-    (orphan,) = leases_of(env, uid)
+    _, body, uid, orphan = await claim_with_lost_answer(env)
     env.calls.take()
     outcome, body = await env.step(deleting(body))
     assert env.calls.take() == [], "no ReleaseVM for a Lease the claim does not record"
