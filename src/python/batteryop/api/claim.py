@@ -24,7 +24,7 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
-from batteryop.api.meta import ObjectMeta, read_object, write_object
+from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
 from batteryop.api.times import format_micro_time, format_time
 
 
@@ -122,18 +122,10 @@ class ClaimStatus:
 
 
 @dataclass(frozen=True)
-class MicroVMClaim:
+class MicroVMClaim(Named):
     metadata: ObjectMeta
     spec: ClaimSpec
     status: ClaimStatus = field(default_factory=ClaimStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
 
     @property
     def exec_secret_name(self) -> str:

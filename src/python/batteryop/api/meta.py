@@ -85,6 +85,20 @@ class ObjectMeta:
         return out
 
 
+class Named:
+    """`name` and `namespace` of an object with `metadata` (Pool, MicroVMClaim)."""
+
+    metadata: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+
 S = TypeVar("S")
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
-from batteryop.api.meta import ObjectMeta, read_object, write_object
+from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
 from batteryop.api.times import format_duration
 
 
@@ -403,18 +403,10 @@ class PoolStatus:
 
 
 @dataclass(frozen=True)
-class Pool:
+class Pool(Named):
     metadata: ObjectMeta
     spec: PoolSpec
     status: PoolStatus = field(default_factory=PoolStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> Pool:
