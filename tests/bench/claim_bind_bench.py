@@ -122,6 +122,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
+    """apiserver_request_total from the API server's /metrics, keyed "VERB resource[/sub]"."""
+    response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
+    counts: dict[str, float] = {}
+    for line in response.read().decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
+        labels = dict(
+            part.split("=", 1) for part in labels_text.replace('"', "").split(",") if "=" in part
+        )
+        key = f'{labels.get("verb")} {labels.get("resource")}'
+        if labels.get("subresource"):
+            key += f'/{labels["subresource"]}'
+        counts[key] = counts.get(key, 0) + float(value)
+    return counts
+
+
 def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[str, Any]:
     api = admin_client(cp)
     custom = k8s.CustomObjectsApi(api)
@@ -147,6 +165,7 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
         wait_pool_available(custom, namespace, N)
         claim_names = [f"par-{i}" for i in range(N)]
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        requests_before = apiserver_requests(api)
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=16) as pool_exec:
             sent_at = dict(
@@ -161,6 +180,12 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
         elapsed = max(watcher.bound[n] for n in claim_names) - started
         cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
         concurrent = [watcher.bound[n] - sent_at[n] for n in claim_names]
+        requests_after = apiserver_requests(api)
+        requests = {
+            key: round((count - requests_before.get(key, 0)) / N, 2)
+            for key, count in sorted(requests_after.items())
+            if count > requests_before.get(key, 0) and key != "GET metrics"
+        }
     finally:
         watcher.stop()
         api.close()
@@ -172,6 +197,7 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
             "claims_per_second": round(N / elapsed, 1),
             "create_requests_s": round(created_in, 2),
             "cpu_seconds": cpu,
+            "apiserver_requests_per_claim": requests,
         },
     }
 

@@ -238,16 +238,18 @@ class Operator:
         def login(**_: Any) -> kopf.ConnectionInfo:
             return self.kube_config.to_kopf_connection_info()
 
+        # The handlers are coroutines: kopf runs a plain function in its thread pool, and the
+        # caches and work queues they feed belong to the event loop alone.
         @kopf.on.event(names.GROUP, names.VERSION, names.POOL_PLURAL, registry=registry)
-        def pool_event(event: Mapping[str, Any], **_: Any) -> None:
+        async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
             self.on_pool(event.get("type"), event.get("object") or {})
 
         @kopf.on.event(names.GROUP, names.VERSION, names.CLAIM_PLURAL, registry=registry)
-        def claim_event(event: Mapping[str, Any], **_: Any) -> None:
+        async def claim_event(event: Mapping[str, Any], **_: Any) -> None:
             self.on_claim(event.get("type"), event.get("object") or {})
 
         @kopf.on.event("", "v1", "nodes", registry=registry)
-        def node_event(event: Mapping[str, Any], **_: Any) -> None:
+        async def node_event(event: Mapping[str, Any], **_: Any) -> None:
             self.on_node(event.get("type"), event.get("object") or {})
 
         return registry
