@@ -1,7 +1,10 @@
 """Create-to-Bound latency of MicroVMClaims against a warm Pool, through the whole stack.
 
-The real kube-apiserver, the operator as its own process (with its RBAC), the fake battery
-and two fake flintlockd Hosts (`batteryop.testing.localstack`). A watch on the namespace
+The real kube-apiserver with install.yaml's finalizer policy and RBAC, the operator as its own
+process, the fake battery as its own process (as poolmgrd would be, so it does not share this
+process's interpreter with the benchmark's client) and two fake flintlockd Hosts; the stack
+of `batteryop.testing.localstack`. The Hosts' Nodes carry a ready Exec Agent report, as a
+healthy Host's would (the Exec Agent itself is not run). A watch on the namespace
 records when each claim is first seen Bound; latency is that minus the moment its create
 request was sent. Two runs: N claims one at a time (each waits for the previous to bind),
 then N at once (created from a thread pool). Prints one JSON object:
@@ -16,6 +19,7 @@ once); otherwise N=10 as a smoke run that proves the benchmark works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -30,7 +34,10 @@ from kubernetes import watch
 
 from batteryop.api import names, samples
 from batteryop.testing.controlplane import ControlPlane, admin_client
-from batteryop.testing.localstack import LocalStack
+from batteryop.testing.fake_battery.process import FakeBatteryProcess
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.localstack import HOSTS, operator_kubeconfig, prepare_cluster
+from batteryop.testing.operator_runner import OperatorProcess
 
 FULL = os.environ.get("BATTERYOP_BENCH") == "1"
 N = 100 if FULL else 10
@@ -202,11 +209,45 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
     }
 
 
+def report_agents_ready(cp: ControlPlane) -> None:
+    """Each Host's Node as a healthy Exec Agent would annotate it (ready, with an address)."""
+    api = admin_client(cp)
+    try:
+        for node, address in HOSTS.items():
+            k8s.CoreV1Api(api).patch_node(
+                node,
+                {
+                    "metadata": {
+                        "annotations": {
+                            names.EXEC_AGENT_READY_ANNOTATION: names.EXEC_AGENT_READY_TRUE,
+                            names.EXEC_AGENT_ADDRESS_ANNOTATION: f"{address}:7070",
+                        }
+                    }
+                },
+            )
+    finally:
+        api.close()
+
+
 async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_path: Path) -> None:
-    async with LocalStack.start(controlplane, tmp_path) as stack:
+    prepare_cluster(controlplane, HOSTS)
+    report_agents_ready(controlplane)
+    kubeconfig = operator_kubeconfig(controlplane, tmp_path / "operator.kubeconfig")
+    async with contextlib.AsyncExitStack() as stack:
+        flintlocks = {
+            name: await stack.enter_async_context(FakeFlintlockd.start(address=address))
+            for name, address in HOSTS.items()
+        }
+        battery = await stack.enter_async_context(
+            FakeBatteryProcess.start(hosts={name: f.target for name, f in flintlocks.items()})
+        )
+        operator = await stack.enter_async_context(
+            OperatorProcess.start(kubeconfig=kubeconfig, battery_target=battery.target)
+        )
         pids = {p.name: p.popen.pid for p in controlplane._procs}
-        pids["operator"] = stack.operator.popen.pid
-        pids["test+fake-battery"] = os.getpid()
+        pids["operator"] = operator.popen.pid
+        pids["fake-battery"] = battery.pid
+        pids["test+fake-flintlockd"] = os.getpid()
         result = await asyncio.to_thread(run_bench, controlplane, "bench-claims", pids)
     print()
     print(json.dumps(result))

@@ -9,6 +9,8 @@ import pytest
 from integration.stack import Stack, condition, wait_for
 
 from batteryop.api import names, samples
+from batteryop.manifests import admission
+from batteryop.testing.localstack import install_finalizer_policy, wait_finalizer_policy
 
 
 def phase(body: dict[str, Any] | None) -> str | None:
@@ -40,6 +42,38 @@ def create_claim(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
             names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
         )
     )
+
+
+@pytest.mark.req("CL-001")
+async def test_without_the_finalizer_policy_the_operator_stores_the_finalizer_first(
+    stack: Stack, namespace: str
+) -> None:
+    """The policy only saves a write: a claim created without it still gets the finalizer,
+    from the operator, before it is bound."""
+    await ready_pool(stack, namespace)
+    stack.custom.delete_cluster_custom_object(
+        admission.GROUP,
+        admission.VERSION,
+        admission.PLURALS["MutatingAdmissionPolicyBinding"],
+        names.FINALIZER_POLICY,
+    )
+    try:
+        await asyncio.to_thread(wait_finalizer_policy, stack.api, False)
+        created = create_claim(stack, namespace, "bare")
+        assert "finalizers" not in created["metadata"]
+        bound = await asyncio.to_thread(
+            wait_for,
+            stack,
+            names.CLAIM_PLURAL,
+            namespace,
+            "bare",
+            lambda b: phase(b) == "Bound",
+            what="phase Bound",
+        )
+        assert bound is not None
+        assert bound["metadata"]["finalizers"] == [names.CLAIM_FINALIZER]
+    finally:
+        await asyncio.to_thread(install_finalizer_policy, stack.api)
 
 
 @pytest.mark.req("CL-001", "CL-002", "CL-008", "CL-060", "CL-020")

@@ -33,6 +33,7 @@ from batteryop.testing.controlplane import (
     service_account_client,
     user_client,
 )
+from batteryop.testing.localstack import wait_finalizer_policy
 
 pytestmark = pytest.mark.controlplane
 
@@ -223,6 +224,52 @@ def test_every_object_is_accepted_as_written(
         assert theirs["metadata"]["uid"]
         lost = subset({k: v for k, v in ours.items() if k != "status"}, theirs)
         assert not lost, f"{ours['kind']} {meta['name']}: {lost}"
+
+
+@pytest.mark.req("CL-001", "PO-001")
+def test_new_pools_and_claims_carry_the_finalizer_from_their_create(
+    kube_admin: k8s.ApiClient, namespace: str, installed: list[dict[str, Any]]
+) -> None:
+    """The finalizer policy: the API server's answer to the create already holds it."""
+    wait_finalizer_policy(kube_admin, active=True)
+    co = k8s.CustomObjectsApi(kube_admin)
+    pool = co.create_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.POOL_PLURAL,
+        samples.sample_pool(name="p", namespace=namespace),
+    )
+    assert pool["metadata"]["finalizers"] == [names.POOL_FINALIZER]
+    bare = samples.sample_claim(name="bare", pool="p", namespace=namespace)
+    assert "finalizers" not in bare["metadata"]
+    claim = co.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, bare
+    )
+    assert claim["metadata"]["finalizers"] == [names.CLAIM_FINALIZER]
+    # Another finalizer is kept, ours appended once; ours already there is not repeated.
+    for given, stored in [
+        (["example.com/keep"], ["example.com/keep", names.CLAIM_FINALIZER]),
+        ([names.CLAIM_FINALIZER, "example.com/keep"], [names.CLAIM_FINALIZER, "example.com/keep"]),
+    ]:
+        body = samples.sample_claim(
+            name=f"c{len(given)}{given[0][0]}", pool="p", namespace=namespace
+        )
+        body["metadata"]["finalizers"] = given
+        answer = co.create_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
+        )
+        assert answer["metadata"]["finalizers"] == stored
+    # Updates are not touched: a finalizer removed (as the controller does) stays removed.
+    patched = co.patch_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.CLAIM_PLURAL,
+        "bare",
+        {"metadata": {"finalizers": None}},
+    )
+    assert "finalizers" not in patched["metadata"]
 
 
 def content(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """install.yaml: every object the Operator needs, in apply order, rendered from code.
 
 `render()` returns, in the order `kubectl apply -f install.yaml` must create them: the
-Namespace, both CRDs, the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
+Namespace, both CRDs, the MutatingAdmissionPolicy storing our finalizers at create and its
+binding (`admission`), the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
 its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim and the
 Operator Deployment. `to_yaml()` writes them as one multi-document stream; `main()` writes the
 file.
@@ -44,7 +45,7 @@ from typing import Any, Final
 import yaml
 
 from batteryop.api import crds, names
-from batteryop.manifests import rbac
+from batteryop.manifests import admission, rbac
 
 Obj = dict[str, Any]
 
@@ -483,6 +484,7 @@ def render(
         raise ValueError("operator_image must name an image")
     registry_image = host_registry_image or host_registry_image_for(operator_image)
     objects: list[Obj] = [namespace_object(namespace), *crd_objects()]
+    objects += admission.finalizer_policy_objects(labels(COMPONENT_OPERATOR))
     objects += rbac.objects(namespace=namespace, labels=labels(COMPONENT_OPERATOR))
     objects += [
         config_map_object(namespace),

@@ -22,6 +22,8 @@ APPLY_ORDER = [
     "Namespace",
     "CustomResourceDefinition",
     "CustomResourceDefinition",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "ServiceAccount",
     "ClusterRole",
     "ClusterRole",
@@ -97,7 +99,14 @@ def test_the_pod_template_and_selector_carry_the_component() -> None:
 def test_every_namespaced_object_is_in_the_namespace_given() -> None:
     objs = objects(namespace="elsewhere")
     assert one(objs, "Namespace")["metadata"]["name"] == "elsewhere"
-    cluster_kinds = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_kinds = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }
     for obj in objs:
         if obj["kind"] not in cluster_kinds:
             assert obj["metadata"]["namespace"] == "elsewhere", obj["kind"]

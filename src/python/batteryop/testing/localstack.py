@@ -3,8 +3,9 @@
 Used by the integration tests and by the README's main job (`devstack`), so both run the
 same stack:
 
-- the real control plane with both CRDs, the operator's namespace, its ServiceAccount and
-  the least-privilege RBAC exactly as `install.yaml` has them (`prepare_cluster`);
+- the real control plane with both CRDs, the finalizer policy, the operator's namespace, its
+  ServiceAccount and the least-privilege RBAC exactly as `install.yaml` has them
+  (`prepare_cluster`);
 - one Node per simulated Host, labelled as a Host, and the Host set published on the battery
   config ConfigMap as the host registry will publish it;
 - a fake flintlockd process per Host, each on its own loopback address;
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +25,8 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes import utils
 
-from batteryop.api import crds, names
-from batteryop.manifests import rbac
+from batteryop.api import crds, names, samples
+from batteryop.manifests import admission, rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import (
     ControlPlane,
@@ -45,8 +47,56 @@ HOST_NODE_LABELS: Mapping[str, str] = {
 }
 
 
+def finalizer_policy_active(api: k8s.ApiClient, namespace: str = names.OPERATOR_NAMESPACE) -> bool:
+    """Whether the API server applies the finalizer policy now (a dry-run claim create).
+
+    Right after a CRD is installed, the policy's admission step can answer 503 ("kind not
+    found") until the API server's type information catches up; that counts as not yet.
+    """
+    try:
+        answer = k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.CLAIM_PLURAL,
+            samples.sample_claim(name="finalizer-policy-probe", pool="probe", namespace=namespace),
+            dry_run="All",
+        )
+    except k8s.ApiException as e:
+        if e.status == 503:
+            return False
+        raise
+    return names.CLAIM_FINALIZER in (answer["metadata"].get("finalizers") or [])
+
+
+def wait_finalizer_policy(api: k8s.ApiClient, active: bool, timeout: float = 30.0) -> None:
+    """Wait until the API server has loaded (or dropped) the finalizer policy."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while finalizer_policy_active(api) != active:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the finalizer policy never became {'active' if active else 'inactive'}"
+            )
+        time.sleep(0.1)
+
+
+def install_finalizer_policy(api: k8s.ApiClient) -> None:
+    """The MutatingAdmissionPolicy and binding of install.yaml; returns once it applies."""
+    custom = k8s.CustomObjectsApi(api)
+    for obj in admission.finalizer_policy_objects(COMMON_LABELS):
+        try:
+            custom.create_cluster_custom_object(
+                admission.GROUP, admission.VERSION, admission.PLURALS[obj["kind"]], obj
+            )
+        except k8s.ApiException as e:
+            if e.status != 409:
+                raise
+    wait_finalizer_policy(api, active=True)
+
+
 def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
-    """CRDs, namespace, RBAC, Nodes and the published Host set; idempotent."""
+    """CRDs, finalizer policy, namespace, RBAC, Nodes and the published Host set; idempotent."""
     api = admin_client(cp)
     try:
         for crd in crds.all_crds():
@@ -56,6 +106,7 @@ def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
             core.create_namespace(
                 k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=names.OPERATOR_NAMESPACE))
             )
+        install_finalizer_policy(api)
         for host in hosts:
             with contextlib.suppress(k8s.ApiException):
                 core.create_node(
