@@ -43,7 +43,7 @@ async def operator_with(stack: Stack, *flags: str) -> AsyncIterator[OperatorProc
         battery_target=stack.battery.target,
         extra_args=flags,
     ) as proc:
-        stack.local.operator = proc  # so stack.wait_for's failure messages show its log
+        stack.local.operator = proc  # failure messages (wait_for) show its log
         yield proc
 
 
@@ -182,7 +182,6 @@ async def test_pools_are_refreshed_on_the_resync_interval_while_events_are_down(
                 seen = await lease_behind_the_operators_back(
                     stack, battery, namespace, leased=1, request_id="po-024-resync"
                 )
-                print("SEEN", seen)
                 # PO-024: while not subscribed to Events, the Pool is refreshed on the interval.
                 assert seen is not None, (
                     f"status still {status_counts(await get_pool(stack, namespace))} "
