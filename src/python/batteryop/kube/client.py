@@ -110,6 +110,25 @@ class KubeClient:
         joined; `limit=None` asks for everything at once. When a continue token has expired
         (410) the list starts again in one request, as client-go's pager does.
         """
+        items, _ = await self.list_for_watch(
+            res,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+        )
+        return items
+
+    async def list_for_watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = DEFAULT_PAGE_SIZE,
+    ) -> tuple[Objects, str]:
+        """`list`, and the list's resourceVersion: where a watch continues without a gap."""
         params: dict[str, str] = {}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -136,9 +155,10 @@ class KubeClient:
                 if kind:
                     item.setdefault("kind", kind)
                 items.append(item)
-            token = (page.get("metadata") or {}).get("continue")
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
             if not token:
-                return items
+                return items, str(metadata.get("resourceVersion") or "")
             params["continue"] = str(token)
 
     async def watch(

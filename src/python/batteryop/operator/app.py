@@ -6,7 +6,10 @@ the requirements (CL-001, PO-001: stored before battery is called; CL-020, PO-04
 only after battery answered), and a claim's status must be written in one patch right after
 ClaimVM (CL-002). So kopf is used for what it does well — resilient list+watch streams with
 resourceVersion resumption, login, and the event loop — through `@kopf.on.event` handlers
-only, which add no finalizer and write nothing. Reconciliation is ours (`runtime`): a keyed
+only, which add no finalizer and write nothing, for Pools and claims. The Nodes and the
+battery config ConfigMap are listed and watched by `informer.list_watch`, which says when a
+list is complete: the Host set is only computed from every Node (a partial one would declare a
+Pool to battery on too few Hosts after a restart). Reconciliation is ours (`runtime`): a keyed
 queue per kind and an `Outcome` applied in a fixed order.
 
 Inputs and who they queue:
@@ -38,13 +41,14 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeError
 from batteryop.kube.events import EventRecorder
-from batteryop.kube.resources import CLAIMS, CONFIGMAPS, POOLS
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
+from batteryop.operator.informer import list_watch
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.keys import pool_key_for_claim
@@ -54,6 +58,9 @@ from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = f"{names.GROUP}/operator"
+
+POOL_EVENT_COALESCE_SECONDS = 0.2
+"""A battery Event refreshes its Pool this much later; the events meanwhile add nothing."""
 
 
 def _now() -> datetime:
@@ -81,6 +88,7 @@ class Operator:
         self.metrics = metrics
         self._first_seen: dict[Key, float] = {}
         self.nodes = ObjectCache()
+        self.nodes_listed = False
         self.published: tuple[str, ...] | None = None
         self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=_now)
         self.pools = Controller(
@@ -197,6 +205,17 @@ class Operator:
             if ((claim.get("status") or {}).get("host") or {}).get("nodeName") == node:
                 self.claims.enqueue(key_of(claim))
 
+    def on_nodes_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of Nodes: replaces the cache; the Host set is known from now on."""
+        listed = {key_of(body) for body in items}
+        for body in self.nodes:
+            if key_of(body) not in listed:
+                self.on_node("DELETED", body)
+        for body in items:
+            self.on_node("ADDED", body)
+        self.nodes_listed = True
+        self._refresh_hosts()
+
     def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
         try:
             published = published_hosts(body)
@@ -208,6 +227,8 @@ class Operator:
             self._refresh_hosts()
 
     def _refresh_hosts(self) -> None:
+        if not self.nodes_listed:
+            return  # a Host set without every Node would place Pools on too few Hosts
         nodes = {key[1]: body for body in self.nodes for key in [key_of(body)]}
         hosts = host_set(self.published, nodes)
         if hosts != self.pool_deps.hosts:
@@ -221,7 +242,9 @@ class Operator:
                 self.claims.enqueue(key)  # CL-013
         ref: PoolRef | None = getattr(event, "pool", None)
         if ref is not None:
-            self.pools.enqueue((ref.namespace, ref.name))  # PO-023
+            # PO-023, coalesced: a burst of claims makes a burst of events for one Pool, and
+            # one refresh a moment later serves them all.
+            self.pools.enqueue((ref.namespace, ref.name), after=POOL_EVENT_COALESCE_SECONDS)
             record = hook_failed_event(event)
             pool = self.pools.cache.get((ref.namespace, ref.name))
             if record is not None and pool is not None:
@@ -248,10 +271,6 @@ class Operator:
         async def claim_event(event: Mapping[str, Any], **_: Any) -> None:
             self.on_claim(event.get("type"), event.get("object") or {})
 
-        @kopf.on.event("", "v1", "nodes", registry=registry)
-        async def node_event(event: Mapping[str, Any], **_: Any) -> None:
-            self.on_node(event.get("type"), event.get("object") or {})
-
         return registry
 
     @staticmethod
@@ -270,30 +289,19 @@ class Operator:
     # -- background loops --------------------------------------------------------------------
 
     async def watch_battery_config(self) -> None:
-        """List then watch the one ConfigMap by name (RBAC allows nothing wider)."""
-        selector = f"metadata.name={self.config.battery_config_map}"
-        backoff = 1.0
-        while True:
-            try:
-                items = await self.kube.list(
-                    CONFIGMAPS, self.config.namespace, field_selector=selector
-                )
-                self.on_battery_config(items[0] if items else None)
-                rv = max((str(i["metadata"]["resourceVersion"]) for i in items), default=None)
-                while True:
-                    async for kind, obj in self.kube.watch(
-                        CONFIGMAPS,
-                        self.config.namespace,
-                        field_selector=selector,
-                        resource_version=rv,
-                    ):
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                        self.on_battery_config(None if kind == "DELETED" else obj)
-                        backoff = 1.0
-            except KubeError as e:
-                log.warning("Watch of the battery config failed; retrying: %s", e)
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
+        """The one battery config ConfigMap, by name (RBAC allows nothing wider)."""
+        await list_watch(
+            self.kube,
+            CONFIGMAPS,
+            namespace=self.config.namespace,
+            field_selector=f"metadata.name={self.config.battery_config_map}",
+            on_list=lambda items: self.on_battery_config(items[0] if items else None),
+            on_event=lambda kind, obj: self.on_battery_config(None if kind == "DELETED" else obj),
+        )
+
+    async def watch_nodes(self) -> None:
+        """Every Node: their labels place Pools (PO-010), their reports feed claims (CL-005)."""
+        await list_watch(self.kube, NODES, on_list=self.on_nodes_listed, on_event=self.on_node)
 
     @property
     def events_subscribed(self) -> bool:
@@ -336,6 +344,7 @@ class Operator:
         await self.claims.start()
         for coro in (
             self.watch_battery_config(),
+            self.watch_nodes(),
             self.follow_battery_events(),
             self.resync_while_unsubscribed(),
             self.track_subscription(),

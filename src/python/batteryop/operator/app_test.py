@@ -1,6 +1,11 @@
+import contextlib
 import inspect
+import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
+
+import pytest
 
 from batteryop.api import names
 from batteryop.battery.client import BatteryClient
@@ -9,6 +14,7 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.operator.app import Operator
 from batteryop.operator.config import parse
+from batteryop.operator.pools.hosts import HostSet
 
 
 def claim(name: str) -> dict[str, object]:
@@ -25,21 +31,50 @@ def plural(handler: Any) -> object:
     return handler.selector.plural or handler.selector.any_name
 
 
-async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
-    # kopf runs a sync handler in its thread pool; the caches and work queues it feeds are
-    # the event loop's alone (an asyncio.Event set from another thread may not wake it).
+@contextlib.asynccontextmanager
+async def offline_operator() -> AsyncIterator[Operator]:
+    """An Operator whose API server and battery are unreachable (nothing here calls them)."""
     kube_config = KubeConfig(server="http://127.0.0.1:9", ca_data=None)
     kube = KubeClient(kube_config)
     battery = BatteryClient.connect(
         BatteryConfig(target="127.0.0.1:9", call_timeout=timedelta(seconds=1))
     )
-    operator = Operator(parse([]), kube=kube, kube_config=kube_config, battery=battery)
     try:
+        yield Operator(parse([]), kube=kube, kube_config=kube_config, battery=battery)
+    finally:
+        await battery.aclose()
+        await kube.aclose()
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1", "labels": labels}}
+
+
+@pytest.mark.req("PO-010", "PO-011")
+async def test_the_host_set_is_unknown_until_every_node_is_listed() -> None:
+    async with offline_operator() as operator:
+        published = {names.HOSTS_ANNOTATION: json.dumps(["host-a", "host-b"])}
+        operator.on_battery_config({"metadata": {"annotations": published}})
+        operator.on_node("ADDED", node("host-a", zone="a"))  # an event before the list ended
+        # Not "host-a only": a Pool reconciled now keeps the Hosts battery already holds.
+        assert operator.pool_deps.hosts is None
+        operator.on_nodes_listed([node("host-a", zone="a"), node("host-b", zone="b")])
+        assert operator.pool_deps.hosts == HostSet(
+            {"host-a": {"zone": "a"}, "host-b": {"zone": "b"}}
+        )
+        # A later list (after a watch failure) drops a Node deleted meanwhile.
+        operator.on_nodes_listed([node("host-a", zone="a")])
+        assert operator.pool_deps.hosts == HostSet({"host-a": {"zone": "a"}})
+
+
+async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
+    # kopf runs a sync handler in its thread pool; the caches and work queues it feeds are
+    # the event loop's alone (an asyncio.Event set from another thread may not wake it).
+    async with offline_operator() as operator:
         handlers = list(operator.registry()._watching.get_all_handlers())
         assert {plural(h) for h in handlers} == {
             names.POOL_PLURAL,
             names.CLAIM_PLURAL,
-            "nodes",
         }
         for handler in handlers:
             assert inspect.iscoroutinefunction(handler.fn), handler.id
@@ -47,6 +82,3 @@ async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
         handle: Any = claim_handler.fn  # kopf passes many more keywords; ours takes **_
         await handle(event={"type": "ADDED", "object": claim("c1")})
         assert operator.claims.queue.pending(("ns", "c1"))
-    finally:
-        await battery.aclose()
-        await kube.aclose()

@@ -5,8 +5,8 @@ For a Bound claim, not being deleted, with no renewal pending (a pending renewal
 and would extend the Lease):
 
 - `leaseExpiresAt` in the future: nothing to ask; queue the claim for when it passes (CL-032).
-- Absent (just bound) or passed: ListLeases for the claim's Pool, and look for the recorded
-  lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
+- Absent (just bound) or passed: ListLeases for the claim's Pool (shared with the other
+  checks of that Pool, `lease_reads`), and look for the recorded lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
   - Not listed: battery released or expired it: Expired, `LeaseExpired` (CL-012).
   - Listed with an expiry that has passed: Expired too, even if battery's sweeper has not yet
     removed it (CL-014).
@@ -43,7 +43,7 @@ async def check_expiry(scope: ClaimScope) -> None:
         scope.outcome.requeue(_until(scope, recorded))  # CL-032
         return
     try:
-        leases = await scope.deps.battery.list_leases(scope.pool.ref)  # CL-016
+        leases = await scope.deps.list_leases(scope.pool.ref)  # CL-016
     except BatteryUnavailableError as err:
         scope.failed(err)  # CL-017: keep Bound; retry with backoff
         return

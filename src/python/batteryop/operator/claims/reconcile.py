@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from batteryop.api.claim import MicroVMClaim
+from batteryop.battery.models import Lease, PoolRef
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.claims.agent import agent_address
 from batteryop.operator.claims.bind import bind
@@ -45,6 +46,7 @@ from batteryop.operator.claims.check_expiry import check_expiry
 from batteryop.operator.claims.expiry import DeletedVMs, expire_deleted
 from batteryop.operator.claims.finalizer import ensure_finalizer
 from batteryop.operator.claims.host_ready import host_ready
+from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.pending import pending
 from batteryop.operator.claims.release import release
 from batteryop.operator.claims.renew import renew
@@ -88,6 +90,8 @@ class ClaimDeps:
     - `claim_slots`: the bound on concurrent ClaimVM calls (CL-018).
     - `deleted_vms`: MicroVM uids battery's Events reported deleted (CL-013).
     - `clock`: now, timezone-aware; read once per reconcile.
+    - `lease_reads`: ListLeases shared by the expiry checks of one Pool (`LeaseReads`);
+      None calls `battery` directly.
     """
 
     battery: BatteryAPI
@@ -98,6 +102,13 @@ class ClaimDeps:
     deleted_vms: DeletedVMs
     clock: Callable[[], datetime]
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
+    lease_reads: LeaseReads | None = None
+
+    async def list_leases(self, pool: PoolRef) -> list[Lease]:
+        """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""
+        if self.lease_reads is not None:
+            return await self.lease_reads.list_leases(pool)
+        return await self.battery.list_leases(pool)
 
 
 async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
