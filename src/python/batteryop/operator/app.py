@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -87,6 +88,8 @@ class Operator:
         self.recorder = EventRecorder(kube, controller=CONTROLLER_NAME, instance=instance)
         self.metrics = metrics
         self._first_seen: dict[Key, float] = {}
+        self._phases: dict[Key, str] = {}
+        self._phase_counts: Counter[str] = Counter()
         self.nodes = ObjectCache()
         self.nodes_listed = False
         self.published: tuple[str, ...] | None = None
@@ -167,13 +170,17 @@ class Operator:
     def _observe_claim_metrics(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         if self.metrics is None:
             return
-        phases: dict[str, int] = {}
-        for claim in self.claims.cache:
-            phase = str((claim.get("status") or {}).get("phase") or "")
-            if phase:
-                phases[phase] = phases.get(phase, 0) + 1
-        self.metrics.set_claims_by_phase(phases)
         key = key_of(body)
+        phase = None if event_type == "DELETED" else (body.get("status") or {}).get("phase")
+        before = self._phases.pop(key, None)
+        if phase:
+            self._phases[key] = str(phase)
+        if before != phase:  # counted as they change: no walk over every claim per event
+            if before:
+                self._phase_counts[before] -= 1
+            if phase:
+                self._phase_counts[str(phase)] += 1
+            self.metrics.set_claims_by_phase(+self._phase_counts)
         if event_type == "DELETED":
             self._first_seen.pop(key, None)
             return

@@ -6,12 +6,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from batteryop.api import names
 from batteryop.battery.client import BatteryClient
 from batteryop.battery.config import BatteryConfig
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
+from batteryop.obs.metrics import NAMESPACE, OperatorMetrics
 from batteryop.operator.app import Operator
 from batteryop.operator.config import parse
 from batteryop.operator.pools.hosts import HostSet
@@ -32,7 +34,7 @@ def plural(handler: Any) -> object:
 
 
 @contextlib.asynccontextmanager
-async def offline_operator() -> AsyncIterator[Operator]:
+async def offline_operator(metrics: OperatorMetrics | None = None) -> AsyncIterator[Operator]:
     """An Operator whose API server and battery are unreachable (nothing here calls them)."""
     kube_config = KubeConfig(server="http://127.0.0.1:9", ca_data=None)
     kube = KubeClient(kube_config)
@@ -40,7 +42,9 @@ async def offline_operator() -> AsyncIterator[Operator]:
         BatteryConfig(target="127.0.0.1:9", call_timeout=timedelta(seconds=1))
     )
     try:
-        yield Operator(parse([]), kube=kube, kube_config=kube_config, battery=battery)
+        yield Operator(
+            parse([]), kube=kube, kube_config=kube_config, battery=battery, metrics=metrics
+        )
     finally:
         await battery.aclose()
         await kube.aclose()
@@ -82,3 +86,26 @@ async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
         handle: Any = claim_handler.fn  # kopf passes many more keywords; ours takes **_
         await handle(event={"type": "ADDED", "object": claim("c1")})
         assert operator.claims.queue.pending(("ns", "c1"))
+
+
+def with_phase(body: dict[str, object], phase: str, rv: str) -> dict[str, Any]:
+    meta = dict(body["metadata"])  # type: ignore[call-overload]
+    return {**body, "metadata": {**meta, "resourceVersion": rv}, "status": {"phase": phase}}
+
+
+async def test_claims_are_counted_by_phase_as_their_phases_change() -> None:
+    registry = CollectorRegistry()
+
+    def count(phase: str) -> float | None:
+        return registry.get_sample_value(f"{NAMESPACE}_claims_by_phase", {"phase": phase})
+
+    async with offline_operator(OperatorMetrics(registry)) as operator:
+        operator.on_claim("ADDED", with_phase(claim("a"), "Pending", "1"))
+        operator.on_claim("ADDED", with_phase(claim("b"), "Pending", "2"))
+        assert (count("Pending"), count("Bound")) == (2, 0)
+        operator.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "3"))
+        operator.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "4"))  # unchanged phase
+        assert (count("Pending"), count("Bound")) == (1, 1)
+        operator.on_claim("DELETED", with_phase(claim("a"), "Bound", "5"))
+        operator.on_claim("DELETED", with_phase(claim("b"), "Pending", "6"))
+        assert (count("Pending"), count("Bound")) == (0, 0)

@@ -58,10 +58,14 @@ class ObjectCache:
         self._bodies: dict[Key, dict[str, Any]] = {}
 
     def put(self, body: Mapping[str, Any]) -> bool:
-        """Store body unless an equal or newer resourceVersion is cached; True if stored."""
+        """Store body unless an equal or newer resourceVersion is cached; True if stored.
+
+        So the watch event echoing one of our own writes (whose answer is cached already)
+        queues nothing: the reconcile that wrote asked for its own follow-up (`apply`).
+        """
         key = key_of(body)
         current = self._bodies.get(key)
-        if current is not None and _rv(body) > 0 and _rv(current) > _rv(body):
+        if current is not None and _rv(body) > 0 and _rv(current) >= _rv(body):
             return False
         self._bodies[key] = dict(body)
         return True
@@ -177,6 +181,10 @@ class Controller:
                     self.resource, name, {"status": outcome.status}, ns, subresource="status"
                 )
                 self.cache.put(current)
+                if outcome.requeue_after is None:
+                    # The echo of this write queues nothing (ObjectCache.put), and the chain
+                    # may have stopped at the write: reconcile again, as the echo would have.
+                    outcome.requeue(0.0)
             for ev in outcome.events:
                 # Events are best effort and never delay the object's own writes.
                 task = asyncio.create_task(

@@ -26,7 +26,8 @@ guard costs one read and a mistake costs a MicroVM:
    answer (CL-008); then stop the chain: no other battery call comes before the status write
    (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
    it lands, the Lease exists only in battery: that window is what CL-061 closes, and
-   stopping keeps it as short as a reconcile can.
+   stopping keeps it as short as a reconcile can. The claim comes back
+   `EXPIRY_READ_DELAY_SECONDS` later to read its expiry (CL-016).
 5. PoolExhausted, NotFound, in transit, ABORTED: handed to `pending` (CL-003, CL-004, CL-007,
    CL-062). Any other error: the phase stays, `synced` reports BatteryError and backs off.
 """
@@ -50,6 +51,9 @@ from batteryop.battery.errors import (
     PoolExhaustedError,
 )
 from batteryop.operator.claims.scope import ClaimScope, PendingCause
+
+EXPIRY_READ_DELAY_SECONDS = 1.0
+"""How long after binding a claim its Lease's expiry is read from battery (CL-016)."""
 
 
 def _fresh_refusal(scope: ClaimScope, fresh: MicroVMClaim) -> str | None:
@@ -156,6 +160,9 @@ async def bind(scope: ClaimScope) -> None:
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
     )
     scope.just_bound = True
+    # CL-016: the expiry is read from battery next, a moment later, so that when many claims
+    # bind at once their binds come first and their reads share ListLeases calls.
+    scope.outcome.requeue(EXPIRY_READ_DELAY_SECONDS)
     # No other battery call before the status write (CL-002); only the cache-only steps
     # (agent address, HostReady) may still add to that one write.
     scope.stop()

@@ -38,6 +38,7 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool
 from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
+from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
@@ -368,7 +369,7 @@ async def test_bind_records_batterys_answer_and_stops_so_the_status_is_written_n
     # No battery call after ClaimVM; the cache-only steps ride on the same status write.
     assert status(body).agent_address == AGENT
     assert reason(body, ClaimConditionType.AGENT_AVAILABLE)[0] == ConditionStatus.TRUE
-    assert outcome.requeue_after is None
+    assert outcome.requeue_after == EXPIRY_READ_DELAY_SECONDS
 
     # The next reconcile reads battery's expiry (CL-016) and the Node report (CL-005).
     outcome, body = await env.step(body)
