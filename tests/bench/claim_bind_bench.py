@@ -38,8 +38,12 @@ from kubernetes import watch
 from batteryop.api import names, samples
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.fake_battery.process import FakeBatteryProcess
-from batteryop.testing.fake_flintlock import FakeFlintlockd
-from batteryop.testing.localstack import HOSTS, operator_kubeconfig, prepare_cluster
+from batteryop.testing.localstack import (
+    HOSTS,
+    operator_kubeconfig,
+    prepare_cluster,
+    start_hosts,
+)
 from batteryop.testing.operator_runner import OperatorProcess
 
 FULL = os.environ.get("BATTERYOP_BENCH") == "1"
@@ -296,10 +300,7 @@ async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_p
     report_agents_ready(controlplane)
     kubeconfig = operator_kubeconfig(controlplane, tmp_path / "operator.kubeconfig")
     async with contextlib.AsyncExitStack() as stack:
-        flintlocks = {
-            name: await stack.enter_async_context(FakeFlintlockd.start(address=address))
-            for name, address in HOSTS.items()
-        }
+        flintlocks = await start_hosts(stack, HOSTS)
         battery = await stack.enter_async_context(
             FakeBatteryProcess.start(hosts={name: f.target for name, f in flintlocks.items()})
         )

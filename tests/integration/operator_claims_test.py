@@ -3,45 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from integration.stack import Stack, condition, wait_for
+from integration.stack import (
+    Stack,
+    condition,
+    create_claim,
+    ready_pool,
+    wait_for,
+    wait_phase,
+)
 
-from batteryop.api import names, samples
+from batteryop.api import names
 from batteryop.manifests import admission
 from batteryop.testing.localstack import install_finalizer_policy, wait_finalizer_policy
-
-
-def phase(body: dict[str, Any] | None) -> str | None:
-    return ((body or {}).get("status") or {}).get("phase")
-
-
-async def ready_pool(stack: Stack, namespace: str) -> None:
-    stack.custom.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        names.POOL_PLURAL,
-        samples.demo_pool(namespace=namespace),
-    )
-
-    def ready(body: dict[str, Any] | None) -> bool:
-        c = condition(body, "Ready")
-        return c is not None and c.get("status") == "True"
-
-    await asyncio.to_thread(
-        wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
-    )
-
-
-def create_claim(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
-    body = samples.sample_claim(name=name, pool="demo", namespace=namespace)
-    return dict(
-        stack.custom.create_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
-        )
-    )
 
 
 @pytest.mark.req("CL-001")
@@ -50,7 +25,7 @@ async def test_without_the_finalizer_policy_the_operator_stores_the_finalizer_fi
 ) -> None:
     """The policy only saves a write: a claim created without it still gets the finalizer,
     from the operator, before it is bound."""
-    await ready_pool(stack, namespace)
+    await asyncio.to_thread(ready_pool, stack, namespace)
     stack.custom.delete_cluster_custom_object(
         admission.GROUP,
         admission.VERSION,
@@ -61,16 +36,7 @@ async def test_without_the_finalizer_policy_the_operator_stores_the_finalizer_fi
         await asyncio.to_thread(wait_finalizer_policy, stack.api, False)
         created = create_claim(stack, namespace, "bare")
         assert "finalizers" not in created["metadata"]
-        bound = await asyncio.to_thread(
-            wait_for,
-            stack,
-            names.CLAIM_PLURAL,
-            namespace,
-            "bare",
-            lambda b: phase(b) == "Bound",
-            what="phase Bound",
-        )
-        assert bound is not None
+        bound = await asyncio.to_thread(wait_phase, stack, namespace, "bare", "Bound")
         assert bound["metadata"]["finalizers"] == [names.CLAIM_FINALIZER]
     finally:
         await asyncio.to_thread(install_finalizer_policy, stack.api)
@@ -78,18 +44,9 @@ async def test_without_the_finalizer_policy_the_operator_stores_the_finalizer_fi
 
 @pytest.mark.req("CL-001", "CL-002", "CL-008", "CL-060", "CL-020")
 async def test_a_claim_binds_one_warm_microvm_and_releases_it(stack: Stack, namespace: str) -> None:
-    await ready_pool(stack, namespace)
+    await asyncio.to_thread(ready_pool, stack, namespace)
     created = create_claim(stack, namespace, "c1")
-    bound = await asyncio.to_thread(
-        wait_for,
-        stack,
-        names.CLAIM_PLURAL,
-        namespace,
-        "c1",
-        lambda b: phase(b) == "Bound",
-        what="phase Bound",
-    )
-    assert bound is not None
+    bound = await asyncio.to_thread(wait_phase, stack, namespace, "c1", "Bound")
     status = bound["status"]
     assert bound["metadata"]["finalizers"] == [names.CLAIM_FINALIZER]
     assert condition(bound, "Bound")["reason"] == "Bound"  # type: ignore[index]
@@ -114,19 +71,10 @@ async def test_a_claim_binds_one_warm_microvm_and_releases_it(stack: Stack, name
 async def test_a_lost_claim_answer_is_retried_into_the_same_lease(
     stack: Stack, namespace: str
 ) -> None:
-    await ready_pool(stack, namespace)
+    await asyncio.to_thread(ready_pool, stack, namespace)
     stack.battery.lose_claim_answers(times=1)  # the Lease commits, the answer is lost
     create_claim(stack, namespace, "lost")
-    bound = await asyncio.to_thread(
-        wait_for,
-        stack,
-        names.CLAIM_PLURAL,
-        namespace,
-        "lost",
-        lambda b: phase(b) == "Bound",
-        what="phase Bound after a lost answer",
-    )
-    assert bound is not None
+    bound = await asyncio.to_thread(wait_phase, stack, namespace, "lost", "Bound")
     leases = [x for x in stack.battery.lease_records() if x.request_id == bound["metadata"]["uid"]]
     assert [x.lease_id for x in leases] == [bound["status"]["leaseID"]]
 
@@ -135,7 +83,7 @@ async def test_a_lost_claim_answer_is_retried_into_the_same_lease(
 async def test_an_operator_killed_after_battery_committed_gets_the_same_lease_after_restart(
     stack: Stack, namespace: str
 ) -> None:
-    await ready_pool(stack, namespace)
+    await asyncio.to_thread(ready_pool, stack, namespace)
     stack.battery.delay_claims(5.0, after_commit=True)  # committed, answer held back
     created = create_claim(stack, namespace, "crash")
     uid = created["metadata"]["uid"]
@@ -146,16 +94,7 @@ async def test_an_operator_killed_after_battery_committed_gets_the_same_lease_af
     )
     await stack.local.restart_operator(crash=True)  # dies before it could write the status
     stack.battery.clear_faults()
-    bound = await asyncio.to_thread(
-        wait_for,
-        stack,
-        names.CLAIM_PLURAL,
-        namespace,
-        "crash",
-        lambda b: phase(b) == "Bound",
-        what="phase Bound after the restart",
-    )
-    assert bound is not None
+    bound = await asyncio.to_thread(wait_phase, stack, namespace, "crash", "Bound")
     leases = [x for x in stack.battery.lease_records() if x.request_id == uid]
     assert [x.lease_id for x in leases] == [bound["status"]["leaseID"]]
 
@@ -163,17 +102,9 @@ async def test_an_operator_killed_after_battery_committed_gets_the_same_lease_af
 async def test_metrics_report_claims_by_phase_and_bind_latency(
     stack: Stack, namespace: str
 ) -> None:
-    await ready_pool(stack, namespace)
+    await asyncio.to_thread(ready_pool, stack, namespace)
     create_claim(stack, namespace, "c3")
-    await asyncio.to_thread(
-        wait_for,
-        stack,
-        names.CLAIM_PLURAL,
-        namespace,
-        "c3",
-        lambda b: phase(b) == "Bound",
-        what="phase Bound",
-    )
+    await asyncio.to_thread(wait_phase, stack, namespace, "c3", "Bound")
 
     # The operator sees the Bound claim through its own watch, maybe after this test did.
     # Claims of earlier tests live on (no namespace controller here), so count at least one.

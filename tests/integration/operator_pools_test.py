@@ -3,28 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from integration.stack import Stack, condition, wait_for
+from integration.stack import Stack, create_demo_pool, ready, wait_for
 
-from batteryop.api import names, samples
-
-
-def ready(body: dict[str, Any] | None) -> bool:
-    c = condition(body, "Ready")
-    return c is not None and c.get("status") == "True"
+from batteryop.api import names
 
 
 @pytest.mark.req("PO-001", "PO-010", "PO-020", "PO-022")
 async def test_a_pool_is_created_in_battery_and_reports_ready(stack: Stack, namespace: str) -> None:
-    stack.custom.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        names.POOL_PLURAL,
-        samples.demo_pool(namespace=namespace),
-    )
+    create_demo_pool(stack, namespace)
     body = await asyncio.to_thread(
         wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
     )
@@ -45,13 +33,7 @@ async def test_a_pool_is_created_in_battery_and_reports_ready(stack: Stack, name
 async def test_deleting_a_pool_removes_it_from_battery_then_the_finalizer(
     stack: Stack, namespace: str
 ) -> None:
-    stack.custom.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        names.POOL_PLURAL,
-        samples.demo_pool(namespace=namespace),
-    )
+    create_demo_pool(stack, namespace)
     await asyncio.to_thread(
         wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
     )

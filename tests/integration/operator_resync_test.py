@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from integration.stack import Stack, condition, wait_for
+from integration.stack import Stack, ready_pool, wait_for
 
-from batteryop.api import names, samples
+from batteryop.api import names
 from batteryop.battery import BatteryClient, PoolRef
 from batteryop.testing.operator_env import battery_config
 from batteryop.testing.operator_runner import OperatorProcess
@@ -156,22 +156,7 @@ async def test_pools_are_refreshed_on_the_resync_interval_while_events_are_down(
             # Control: the same steps under an operator whose resync interval outlasts the
             # test leave the status as it was for the whole window.
             async with operator_with(stack, "--pool-resync-interval=1h"):
-                stack.custom.create_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    namespace,
-                    names.POOL_PLURAL,
-                    samples.demo_pool(namespace=namespace),
-                )
-                await asyncio.to_thread(
-                    wait_for,
-                    stack,
-                    names.POOL_PLURAL,
-                    namespace,
-                    "demo",
-                    lambda b: (condition(b, "Ready") or {}).get("status") == "True",
-                    what="Ready=True",
-                )
+                await asyncio.to_thread(ready_pool, stack, namespace)
                 seen = await lease_behind_the_operators_back(
                     stack, battery, namespace, leased=0, request_id="po-024-control"
                 )

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from batteryop.api import names
+from batteryop.api import names, samples
 from batteryop.testing.fake_battery import FakeBattery
 from batteryop.testing.localstack import LocalStack
 from batteryop.testing.operator_runner import OperatorProcess
@@ -84,3 +84,53 @@ def condition(body: dict[str, Any] | None, type: str) -> dict[str, Any] | None:
         if c.get("type") == type:
             return dict(c)
     return None
+
+
+def phase(body: dict[str, Any] | None) -> str | None:
+    return ((body or {}).get("status") or {}).get("phase")
+
+
+def ready(body: dict[str, Any] | None) -> bool:
+    c = condition(body, "Ready")
+    return c is not None and c.get("status") == "True"
+
+
+def create_demo_pool(stack: Stack, namespace: str) -> None:
+    stack.custom.create_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.POOL_PLURAL,
+        samples.demo_pool(namespace=namespace),
+    )
+
+
+def ready_pool(stack: Stack, namespace: str) -> dict[str, Any]:
+    """The demo Pool, created and waited for until Ready=True."""
+    create_demo_pool(stack, namespace)
+    body = wait_for(stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True")
+    assert body is not None
+    return body
+
+
+def create_claim(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
+    body = samples.sample_claim(name=name, pool="demo", namespace=namespace)
+    return dict(
+        stack.custom.create_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
+        )
+    )
+
+
+def wait_phase(stack: Stack, namespace: str, name: str, want: str) -> dict[str, Any]:
+    """The claim once its phase is `want`."""
+    body = wait_for(
+        stack,
+        names.CLAIM_PLURAL,
+        namespace,
+        name,
+        lambda b: phase(b) == want,
+        what=f"phase {want}",
+    )
+    assert body is not None
+    return body

@@ -188,7 +188,9 @@ def operator(
 def pool_and_claim(
     kube_admin: k8s.ApiClient, namespace: str, installed: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Pool and a claim on it, made by the admin in a fresh namespace."""
+    """A Pool and a claim on it, made by the admin in a fresh namespace (once the API server
+    applies install.yaml's finalizer policy)."""
+    wait_finalizer_policy(kube_admin, active=True)
     co = k8s.CustomObjectsApi(kube_admin)
     pool = co.create_namespaced_custom_object(
         names.GROUP,
@@ -228,25 +230,15 @@ def test_every_object_is_accepted_as_written(
 
 @pytest.mark.req("CL-001", "PO-001")
 def test_new_pools_and_claims_carry_the_finalizer_from_their_create(
-    kube_admin: k8s.ApiClient, namespace: str, installed: list[dict[str, Any]]
+    kube_admin: k8s.ApiClient,
+    namespace: str,
+    pool_and_claim: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
     """The finalizer policy: the API server's answer to the create already holds it."""
-    wait_finalizer_policy(kube_admin, active=True)
-    co = k8s.CustomObjectsApi(kube_admin)
-    pool = co.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        names.POOL_PLURAL,
-        samples.sample_pool(name="p", namespace=namespace),
-    )
+    pool, claim = pool_and_claim
     assert pool["metadata"]["finalizers"] == [names.POOL_FINALIZER]
-    bare = samples.sample_claim(name="bare", pool="p", namespace=namespace)
-    assert "finalizers" not in bare["metadata"]
-    claim = co.create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, bare
-    )
     assert claim["metadata"]["finalizers"] == [names.CLAIM_FINALIZER]
+    co = k8s.CustomObjectsApi(kube_admin)
     # Another finalizer is kept, ours appended once; ours already there is not repeated.
     for given, stored in [
         (["example.com/keep"], ["example.com/keep", names.CLAIM_FINALIZER]),
@@ -266,7 +258,7 @@ def test_new_pools_and_claims_carry_the_finalizer_from_their_create(
         names.VERSION,
         namespace,
         names.CLAIM_PLURAL,
-        "bare",
+        "c",
         {"metadata": {"finalizers": None}},
     )
     assert "finalizers" not in patched["metadata"]

@@ -147,6 +147,16 @@ def operator_kubeconfig(cp: ControlPlane, path: Path) -> Path:
     return cp.write_kubeconfig(path, token=token)
 
 
+async def start_hosts(
+    stack: contextlib.AsyncExitStack, hosts: Mapping[str, str] = HOSTS
+) -> dict[str, FakeFlintlockd]:
+    """A fake flintlockd per simulated Host on its own loopback address, until `stack` ends."""
+    return {
+        name: await stack.enter_async_context(FakeFlintlockd.start(address=address))
+        for name, address in hosts.items()
+    }
+
+
 @dataclass
 class LocalStack:
     cp: ControlPlane
@@ -177,10 +187,7 @@ class LocalStack:
         prepare_cluster(cp, hosts)
         kubeconfig = operator_kubeconfig(cp, workdir / "operator.kubeconfig")
         async with contextlib.AsyncExitStack() as stack:
-            flintlocks = {
-                name: await stack.enter_async_context(FakeFlintlockd.start(address=addr))
-                for name, addr in hosts.items()
-            }
+            flintlocks = await start_hosts(stack, hosts)
             battery = await stack.enter_async_context(
                 FakeBattery.start(hosts={name: h.target for name, h in flintlocks.items()})
             )
