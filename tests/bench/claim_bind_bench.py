@@ -28,6 +28,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,10 @@ from batteryop.testing.operator_runner import OperatorProcess
 
 FULL = os.environ.get("BATTERYOP_BENCH") == "1"
 N = 100 if FULL else 10
+
+
+PRODUCTION_LOGGING = ("--log-format=json", "--log-level=info")
+"""The operator's own defaults (the test stack's operator logs text at debug level)."""
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -193,6 +198,44 @@ def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     return {**figures(latencies), "claims_per_second": round(N / elapsed, 1)}
 
 
+def prometheus_sums(text: str, metric: str, key_label: str) -> dict[str, float]:
+    """Sum of `metric`'s samples in Prometheus text, by the value of `key_label`."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(metric + "{"):
+            continue
+        labels_text, value = line[len(metric) + 1 :].rsplit("} ", 1)
+        labels = dict(
+            part.split("=", 1) for part in labels_text.replace('"', "").split(",") if "=" in part
+        )
+        key = labels.get(key_label, "")
+        sums[key] = sums.get(key, 0.0) + float(value)
+    return sums
+
+
+def operator_timings(before: str, after: str) -> dict[str, float]:
+    """Mean milliseconds of battery calls by RPC and of claim reconciles, between two scrapes."""
+    out: dict[str, float] = {}
+    for metric, label, prefix in [
+        ("battery_operator_battery_call_seconds", "rpc", ""),
+        ("battery_operator_reconcile_seconds", "controller", "reconcile_"),
+    ]:
+        s0, s1 = prometheus_sums(before, metric + "_sum", label), prometheus_sums(
+            after, metric + "_sum", label
+        )
+        c0, c1 = prometheus_sums(before, metric + "_count", label), prometheus_sums(
+            after, metric + "_count", label
+        )
+        for key, count in c1.items():
+            calls = count - c0.get(key, 0.0)
+            if calls > 0:
+                out[f"{prefix}{key}_mean_ms"] = round(
+                    1000 * (s1[key] - s0.get(key, 0.0)) / calls, 1
+                )
+                out[f"{prefix}{key}_n"] = calls
+    return out
+
+
 def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
     """apiserver_request_total from the API server's /metrics, keyed "VERB resource[/sub]"."""
     response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
@@ -211,12 +254,17 @@ def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
     return counts
 
 
-def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[str, Any]:
+def run_bench(
+    cp: ControlPlane, namespace: str, pids: dict[str, int], scrape: Callable[[], str]
+) -> dict[str, Any]:
     api = admin_client(cp)
     custom = k8s.CustomObjectsApi(api)
     k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
     pool = samples.demo_pool(name="warm", namespace=namespace)
     pool["spec"]["size"] = N + 5
+    # No create hook: it runs a process per replenished MicroVM inside the fake flintlockd,
+    # which shares this machine here but runs on the Hosts in a cluster.
+    pool["spec"].pop("hooks", None)
     custom.create_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
     )
@@ -238,6 +286,7 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
         claim_names = [f"par-{i}" for i in range(N)]
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         requests_before = apiserver_requests(api)
+        metrics_before = scrape()
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=16) as pool_exec:
             sent_at = dict(
@@ -253,6 +302,7 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
         cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
         concurrent = [watcher.bound[n] - sent_at[n] for n in claim_names]
         requests_after = apiserver_requests(api)
+        timings = operator_timings(metrics_before, scrape())
         requests = {
             key: round((count - requests_before.get(key, 0)) / N, 2)
             for key, count in sorted(requests_after.items())
@@ -270,6 +320,7 @@ def run_bench(cp: ControlPlane, namespace: str, pids: dict[str, int]) -> dict[st
             "create_requests_s": round(created_in, 2),
             "cpu_seconds": cpu,
             "apiserver_requests_per_claim": requests,
+            "operator_timings": timings,
         },
     }
 
@@ -305,13 +356,19 @@ async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_p
             FakeBatteryProcess.start(hosts={name: f.target for name, f in flintlocks.items()})
         )
         operator = await stack.enter_async_context(
-            OperatorProcess.start(kubeconfig=kubeconfig, battery_target=battery.target)
+            OperatorProcess.start(
+                kubeconfig=kubeconfig,
+                battery_target=battery.target,
+                extra_args=PRODUCTION_LOGGING,
+            )
         )
         pids = {p.name: p.popen.pid for p in controlplane._procs}
         pids["operator"] = operator.popen.pid
         pids["fake-battery"] = battery.pid
         pids["test+fake-flintlockd"] = os.getpid()
-        result = await asyncio.to_thread(run_bench, controlplane, "bench-claims", pids)
+        result = await asyncio.to_thread(
+            run_bench, controlplane, "bench-claims", pids, operator.metrics_text
+        )
     result["api_server_floor"] = floor
     print()
     print(json.dumps(result))

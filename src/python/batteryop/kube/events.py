@@ -49,8 +49,23 @@ DEFAULT_NAMESPACE: Final = "default"
 
 _MAX_REMEMBERED: Final = 4096
 
+QUEUE_LIMIT: Final = 1000
+"""Events `post` holds before it drops new ones (client-go's broadcaster buffers 1000 too)."""
+
+FORGET_EVERY: Final = datetime.timedelta(seconds=10)
+"""How often the series memory is swept of sightings older than SERIES_WINDOW."""
+
 Clock = Callable[[], datetime.datetime]
 """Returns the current time, timezone-aware."""
+
+
+@dataclass(frozen=True)
+class _Posted:
+    obj: dict[str, Any]
+    type: str
+    reason: str
+    note: str
+    action: str
 
 
 def _utcnow() -> datetime.datetime:
@@ -100,6 +115,39 @@ class EventRecorder:
         # One record at a time per (object, reason, note), so a repeat never races the create
         # of its series' Event; different objects' Events go out in parallel.
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._queue: asyncio.Queue[_Posted] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self._sender: asyncio.Task[None] | None = None
+        self._forgot_at: datetime.datetime | None = None
+        self.dropped = 0
+
+    def post(
+        self, obj: Mapping[str, Any], type: str, reason: str, note: str, *, action: str
+    ) -> None:
+        """`record` later, without waiting: queued, and sent in order one at a time.
+
+        As client-go's event broadcaster does: a controller's own writes never wait for, or
+        compete with, a burst of its Events. A full queue drops the Event with a warning.
+        """
+        try:
+            self._queue.put_nowait(_Posted(dict(obj), type, reason, note, action))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            logger.warning("Dropped %s Event %s: %d Events wait already", type, reason, QUEUE_LIMIT)
+            return
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        while not self._queue.empty():  # ends when drained; the next post starts it again
+            posted = self._queue.get_nowait()
+            await self.record(
+                posted.obj, posted.type, posted.reason, posted.note, action=posted.action
+            )
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until every posted Event was sent or dropped."""
+        if self._sender is not None and not self._sender.done():
+            await asyncio.wait([self._sender], timeout=timeout)
 
     async def record(
         self,
@@ -119,7 +167,9 @@ class EventRecorder:
         try:
             async with lock:
                 now = self._clock()
-                self._forget_before(now - SERIES_WINDOW)
+                if self._forgot_at is None or now - self._forgot_at > FORGET_EVERY:
+                    self._forget_before(now - SERIES_WINDOW)
+                    self._forgot_at = now
                 seen = self._recorded.get(key)
                 if seen is not None and await self._add_to_series(seen, now):
                     return

@@ -14,7 +14,7 @@ from batteryop.api import names
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.conftest import ServiceAccountConfig
-from batteryop.kube.events import NORMAL, WARNING, EventRecorder, micro_time
+from batteryop.kube.events import NORMAL, QUEUE_LIMIT, WARNING, EventRecorder, micro_time
 from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES
 from batteryop.testing.controlplane.server import free_port
 
@@ -177,3 +177,33 @@ async def test_failures_are_logged_and_never_raised(
     assert "422 Invalid" in messages[2]
     assert all(m.startswith("Failed to record") for m in messages)
     assert await events_about(kube, subject) == []
+
+
+async def test_posted_events_go_out_in_order_one_at_a_time(
+    kube: KubeClient, recorder: EventRecorder, subject: dict[str, Any]
+) -> None:
+    for note in ("first", "second", "first"):
+        recorder.post(subject, NORMAL, "Configured", note, action="Configure")  # never waits
+    await recorder.drain(timeout=30)
+    events = await events_about(kube, subject)
+    # The repeat joined the first one's series: the first had been sent before it.
+    assert sorted((e["note"], (e.get("series") or {}).get("count")) for e in events) == [
+        ("first", 2),
+        ("second", None),
+    ]
+
+
+async def test_a_full_queue_drops_events_and_says_so(
+    caplog: pytest.LogCaptureFixture, subject: dict[str, Any]
+) -> None:
+    unreachable = KubeClient(KubeConfig(server=f"http://127.0.0.1:{free_port()}", ca_data=None))
+    recorder = EventRecorder(unreachable, controller=CONTROLLER, instance="pod-0")
+    try:
+        with caplog.at_level(logging.WARNING, logger="batteryop.kube.events"):
+            for i in range(QUEUE_LIMIT + 3):
+                recorder.post(subject, NORMAL, "Configured", f"n{i}", action="Configure")
+            assert recorder.dropped == 3
+            assert "Dropped Normal Event Configured" in caplog.text
+            await recorder.drain(timeout=60)  # each send fails fast: nothing listens there
+    finally:
+        await unreachable.aclose()

@@ -18,7 +18,6 @@ means the object moved on: the watch brings the new body and queues the key agai
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -105,7 +104,6 @@ class Controller:
         self._recorder = recorder
         self._on_reconciled = on_reconciled
         self.queue: WorkQueue[Key] = WorkQueue(self._handle, name=name, workers=workers)
-        self._event_tasks: set[asyncio.Task[None]] = set()
         self._fresh: dict[Key, tuple[float, dict[str, Any]]] = {}
 
     # -- input -------------------------------------------------------------------------
@@ -142,8 +140,7 @@ class Controller:
 
     async def stop(self) -> None:
         await self.queue.stop()
-        if self._event_tasks:
-            await asyncio.wait(self._event_tasks, timeout=5)
+        await self._recorder.drain(timeout=5)
 
     # -- one reconcile -------------------------------------------------------------------
 
@@ -187,11 +184,7 @@ class Controller:
                     outcome.requeue(0.0)
             for ev in outcome.events:
                 # Events are best effort and never delay the object's own writes.
-                task = asyncio.create_task(
-                    self._recorder.record(current, ev.type, ev.reason, ev.message, action=ev.reason)
-                )
-                self._event_tasks.add(task)
-                task.add_done_callback(self._event_tasks.discard)
+                self._recorder.post(current, ev.type, ev.reason, ev.message, action=ev.reason)
             if outcome.remove_finalizer:
                 finalizers = list((current.get("metadata") or {}).get("finalizers") or [])
                 if outcome.remove_finalizer in finalizers:

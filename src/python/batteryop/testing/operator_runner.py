@@ -133,7 +133,11 @@ class OperatorProcess:
         return await asyncio.to_thread(self._get, "/readyz?verbose")
 
     async def metrics(self) -> str:
-        return (await asyncio.to_thread(self._get, "/metrics", self.metrics_port))[1]
+        return await asyncio.to_thread(self.metrics_text)
+
+    def metrics_text(self) -> str:
+        """The operator's /metrics page (blocking)."""
+        return self._get("/metrics", self.metrics_port)[1]
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
