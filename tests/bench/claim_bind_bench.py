@@ -198,8 +198,10 @@ def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     return {**figures(latencies), "claims_per_second": round(N / elapsed, 1)}
 
 
-def prometheus_sums(text: str, metric: str, key_label: str) -> dict[str, float]:
-    """Sum of `metric`'s samples in Prometheus text, by the value of `key_label`."""
+def prometheus_sums(
+    text: str, metric: str, key: Callable[[dict[str, str]], str]
+) -> dict[str, float]:
+    """Sum of `metric`'s samples in Prometheus text, by `key(labels)`."""
     sums: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith(metric + "{"):
@@ -208,8 +210,7 @@ def prometheus_sums(text: str, metric: str, key_label: str) -> dict[str, float]:
         labels = dict(
             part.split("=", 1) for part in labels_text.replace('"', "").split(",") if "=" in part
         )
-        key = labels.get(key_label, "")
-        sums[key] = sums.get(key, 0.0) + float(value)
+        sums[key(labels)] = sums.get(key(labels), 0.0) + float(value)
     return sums
 
 
@@ -220,18 +221,16 @@ def operator_timings(before: str, after: str) -> dict[str, float]:
         ("battery_operator_battery_call_seconds", "rpc", ""),
         ("battery_operator_reconcile_seconds", "controller", "reconcile_"),
     ]:
-        s0, s1 = prometheus_sums(before, metric + "_sum", label), prometheus_sums(
-            after, metric + "_sum", label
-        )
-        c0, c1 = prometheus_sums(before, metric + "_count", label), prometheus_sums(
-            after, metric + "_count", label
-        )
-        for key, count in c1.items():
-            calls = count - c0.get(key, 0.0)
+
+        def delta(suffix: str, label: str = label, metric: str = metric) -> dict[str, float]:
+            then = prometheus_sums(before, metric + suffix, lambda labels: labels[label])
+            now = prometheus_sums(after, metric + suffix, lambda labels: labels[label])
+            return {k: v - then.get(k, 0.0) for k, v in now.items()}
+
+        seconds, counts = delta("_sum"), delta("_count")
+        for key, calls in counts.items():
             if calls > 0:
-                out[f"{prefix}{key}_mean_ms"] = round(
-                    1000 * (s1[key] - s0.get(key, 0.0)) / calls, 1
-                )
+                out[f"{prefix}{key}_mean_ms"] = round(1000 * seconds[key] / calls, 1)
                 out[f"{prefix}{key}_n"] = calls
     return out
 
@@ -239,19 +238,12 @@ def operator_timings(before: str, after: str) -> dict[str, float]:
 def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
     """apiserver_request_total from the API server's /metrics, keyed "VERB resource[/sub]"."""
     response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
-    counts: dict[str, float] = {}
-    for line in response.read().decode().splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
-        labels = dict(
-            part.split("=", 1) for part in labels_text.replace('"', "").split(",") if "=" in part
-        )
-        key = f'{labels.get("verb")} {labels.get("resource")}'
-        if labels.get("subresource"):
-            key += f'/{labels["subresource"]}'
-        counts[key] = counts.get(key, 0) + float(value)
-    return counts
+
+    def request_kind(labels: dict[str, str]) -> str:
+        sub = labels.get("subresource")
+        return f'{labels.get("verb")} {labels.get("resource")}' + (f"/{sub}" if sub else "")
+
+    return prometheus_sums(response.read().decode(), "apiserver_request_total", request_kind)
 
 
 def run_bench(
