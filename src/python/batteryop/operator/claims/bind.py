@@ -19,7 +19,8 @@ guard costs one read and a mistake costs a MicroVM:
    never gets here). Known race, accepted: a Pool deleted between this read and ClaimVM can
    still lease a MicroVM, which then holds the Pool's deletion like any Bound claim.
 3. Take a ClaimVM slot (`deps.claim_slots`); if none is free, queue again after the slot wait
-   and end, so the worker serves renewals meanwhile (CL-018).
+   and end, so the worker serves renewals meanwhile (CL-018). Whether one is free is asked
+   before the fresh read too, so a bind that would wait spends no request on it.
 4. ClaimVM(Pool, request_id = uid). On success write the lease id, MicroVM uid, Host name as
    node name, bind time, observedRenewTime = spec.renewTime (so the bind itself is not taken
    for a renewal) and no expiry, phase Bound, Bound=True (CL-002), and only an id from this
@@ -83,9 +84,20 @@ def _pool_blocks_bind(scope: ClaimScope) -> PendingCause | None:
     return None
 
 
+def _wait_for_slot(scope: ClaimScope) -> None:
+    """CL-018: every ClaimVM slot is busy; leave the worker to renewals, come back later
+    (at once when a slot frees: the slots wake their first waiter)."""
+    scope.outcome.requeue(scope.deps.claim_slots.retry_after)
+    scope.stop()
+
+
 async def bind(scope: ClaimScope) -> None:
     """Claim a MicroVM for an unbound claim; see the module docstring for the guard."""
     if scope.status.lease_id is not None or scope.status.phase is ClaimPhase.EXPIRED:
+        return
+    waiter = (scope.claim.namespace, scope.claim.name)
+    if scope.deps.claim_slots.queue_if_full(waiter):  # CL-018, before spending the read
+        _wait_for_slot(scope)
         return
     fresh_body = await scope.deps.read_fresh()
     fresh = None if fresh_body is None else MicroVMClaim.from_dict(fresh_body)
@@ -103,11 +115,9 @@ async def bind(scope: ClaimScope) -> None:
 
     pool = scope.pool
     uid = scope.claim.metadata.uid
-    waiter = (scope.claim.namespace, scope.claim.name)
     with scope.deps.claim_slots.try_acquire(waiter) as acquired:
-        if not acquired:  # CL-018: every ClaimVM slot is busy; leave the worker to renewals
-            scope.outcome.requeue(scope.deps.claim_slots.retry_after)
-            scope.stop()
+        if not acquired:  # taken during the read
+            _wait_for_slot(scope)
             return
         try:
             claimed = await scope.deps.battery.claim_vm(pool.ref, request_id=uid)  # CL-060

@@ -656,9 +656,12 @@ async def test_with_every_slot_taken_a_bind_waits_but_a_renewal_proceeds(env: En
     env.slots = ClaimSlots(1, retry_after=0.5)
     with env.slots.try_acquire() as held:
         assert held
+        reads = env.fresh_reads
         outcome = await env.reconcile(claim_body(env))
         assert outcome == Outcome(requeue_after=0.5), "no ClaimVM, no status change"
         assert env.calls.take() == []
+        assert env.fresh_reads == reads, "a bind that must wait spends no read"
+        assert len(env.slots.waiting) == 1, "queued for the next free slot"
 
         env.clock.advance(3)
         outcome, bound = await env.step(renewed(bound, env.clock.now()))

@@ -60,6 +60,17 @@ class ClaimSlots:
     def waiting(self) -> tuple[Hashable, ...]:
         return tuple(self._waiting)
 
+    def queue_if_full(self, waiter: Hashable) -> bool:
+        """True, with `waiter` queued for the next free slot, if every slot is taken now.
+
+        For a bind to give up before its fresh read of the claim, which `try_acquire` would
+        then refuse anyway: no API request is spent while the slots are busy.
+        """
+        if self._in_use < self._limit:
+            return False
+        self._waiting[waiter] = None
+        return True
+
     @contextlib.contextmanager
     def try_acquire(self, waiter: Hashable | None = None) -> Iterator[bool]:
         """`with slots.try_acquire(key) as acquired:` True holds a slot for the block, False

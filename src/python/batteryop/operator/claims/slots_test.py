@@ -60,3 +60,17 @@ def test_a_freed_slot_wakes_the_first_waiter_in_order() -> None:
         assert again
     assert woken == ["b", "c"]
     assert not slots.waiting
+
+
+@pytest.mark.req("CL-018")
+def test_queue_if_full_queues_the_waiter_only_when_every_slot_is_taken() -> None:
+    slots = ClaimSlots(1)
+    woken: list[object] = []
+    slots.on_free = woken.append
+    assert not slots.queue_if_full("a")
+    assert list(slots.waiting) == []
+    with slots.try_acquire("b") as held:
+        assert held
+        assert slots.queue_if_full("a")
+        assert list(slots.waiting) == ["a"]
+    assert woken == ["a"]
