@@ -31,6 +31,7 @@ class LeaseReads:
         self._battery = battery
         self._next: dict[PoolRef, asyncio.Future[list[Lease]]] = {}
         self._running: dict[PoolRef, asyncio.Future[list[Lease]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
     async def list_leases(self, pool: PoolRef) -> list[Lease]:
@@ -39,7 +40,9 @@ class LeaseReads:
         if waiting is None:
             waiting = asyncio.get_running_loop().create_future()
             self._next[pool] = waiting
-            asyncio.get_running_loop().create_task(self._call(pool, waiting))
+            task = asyncio.get_running_loop().create_task(self._call(pool, waiting))
+            self._tasks.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self._tasks.discard)
         # shield: one caller giving up must not cancel the others' answer.
         return await asyncio.shield(waiting)
 
