@@ -45,6 +45,7 @@ from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
@@ -104,6 +105,7 @@ class Operator:
             on_reconciled=self._on_reconciled,
         )
         self.deleted_vms = DeletedVMs(_now)
+        self.lease_reads = LeaseReads(battery)  # CL-016: one ListLeases per Pool at a time
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
         self.claim_slots.on_free = self._slot_freed
         self.claims = Controller(
@@ -140,6 +142,7 @@ class Operator:
             claim_slots=self.claim_slots,
             deleted_vms=self.deleted_vms,
             clock=_now,
+            lease_reads=self.lease_reads,
         )
 
     def _slot_freed(self, waiter: Any) -> None:
@@ -255,9 +258,9 @@ class Operator:
             record = hook_failed_event(event)
             pool = self.pools.cache.get((ref.namespace, ref.name))
             if record is not None and pool is not None:
-                await self.recorder.record(
+                self.recorder.post(
                     pool, record.type, record.reason, record.message, action=record.reason
-                )  # PO-041
+                )  # PO-041: posted, so the Events stream never waits for the API server
 
     # -- kopf ------------------------------------------------------------------------------
 

@@ -88,6 +88,12 @@ async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
         assert operator.claims.queue.pending(("ns", "c1"))
 
 
+async def test_claim_reconciles_share_one_lease_reader() -> None:
+    async with offline_operator() as operator:  # CL-016: ListLeases shared per Pool
+        assert operator._claim_deps(("ns", "a")).lease_reads is operator.lease_reads
+        assert operator._claim_deps(("ns", "b")).lease_reads is operator.lease_reads
+
+
 def with_phase(body: dict[str, object], phase: str, rv: str) -> dict[str, Any]:
     meta = dict(body["metadata"])  # type: ignore[call-overload]
     return {**body, "metadata": {**meta, "resourceVersion": rv}, "status": {"phase": phase}}

@@ -11,7 +11,8 @@ Hosts than it has. kopf's event handlers say nothing of when the first listing i
 Every list replaces what the caller knows (`on_list` gets the whole set, so an object deleted
 while the watch was down is noticed); the watch continues from the list's resourceVersion,
 so nothing between the two is lost. A failed list or watch (410 Gone included) is retried
-from a fresh list, with backoff from 1 s doubling to 30 s.
+from a fresh list, with backoff from 1 s doubling to 30 s; so is any other error (a body that
+does not parse, a callback that raises), logged with its traceback: the loop never ends.
 """
 
 from __future__ import annotations
@@ -54,5 +55,7 @@ async def list_watch(
                     on_event(kind, obj)
         except KubeError as e:
             log.warning("List/watch of %s failed; listing again: %s", res.plural, e)
-            await asyncio.sleep(backoff)
-            backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+        except Exception:  # a bad body or a failing callback: never stop following
+            log.exception("List/watch of %s failed; listing again", res.plural)
+        await asyncio.sleep(backoff)
+        backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)

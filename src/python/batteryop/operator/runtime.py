@@ -50,6 +50,20 @@ def _rv(body: Mapping[str, Any]) -> int:
         return 0
 
 
+_NOT_CONTENT = ("resourceVersion", "managedFields")
+"""Metadata a status write changes by itself."""
+
+
+def changed_besides_status(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether `after` differs from `before` in anything but status and write bookkeeping."""
+
+    def content(body: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in _NOT_CONTENT}
+        return {**{k: v for k, v in body.items() if k not in ("status", "metadata")}, "meta": meta}
+
+    return content(before) != content(after)
+
+
 class ObjectCache:
     """The newest body seen of each object, from watch events and from our own writes."""
 
@@ -178,9 +192,12 @@ class Controller:
                     self.resource, name, {"status": outcome.status}, ns, subresource="status"
                 )
                 self.cache.put(current)
-                if outcome.requeue_after is None:
-                    # The echo of this write queues nothing (ObjectCache.put), and the chain
-                    # may have stopped at the write: reconcile again, as the echo would have.
+                if outcome.requeue_after is None or changed_besides_status(body, current):
+                    # The echo of this write queues nothing (ObjectCache.put): reconcile again,
+                    # as the echo would have, when the chain may have stopped at the write, or
+                    # when the answer holds somebody else's change made meanwhile (the status
+                    # write has no lock, and that change's own event is now older than the
+                    # cache, so it queues nothing either).
                     outcome.requeue(0.0)
             for ev in outcome.events:
                 # Events are best effort and never delay the object's own writes.

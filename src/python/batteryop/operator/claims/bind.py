@@ -104,12 +104,14 @@ async def bind(scope: ClaimScope) -> None:
     refusal = "the claim is gone" if fresh is None else _fresh_refusal(scope, fresh)
     if fresh is None or refusal is not None:
         scope.logger.debug("Skipped ClaimVM", extra=scope.log_extra(reason=refusal))
+        scope.deps.claim_slots.forget(waiter)  # its place or reserved slot goes to the next
         scope.stop()
         return
     scope.rebase(fresh)
 
     blocked = _pool_blocks_bind(scope)
     if blocked is not None:
+        scope.deps.claim_slots.forget(waiter)
         scope.pending = blocked
         return
 

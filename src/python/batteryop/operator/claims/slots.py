@@ -4,18 +4,24 @@ ClaimVM can take long (battery runs the Pool's pre-lease hooks inside it, under 
 deadline), while a renewal must reach battery within the Lease's expiry threshold. The claim
 controller runs N reconciles at once; ClaimVM may hold at most N-1 of them
 (`ClaimSlots.for_workers`), so at least one worker is always free for a Bound claim's
-Heartbeat or ListLeases. A bind that finds every slot taken does not wait for one: it leaves
-its key in a FIFO of waiters and ends, freeing its worker; when a slot frees, the first waiter
-is handed to `on_free` (the runtime queues it at once), so 100 claims created together bind
-back to back instead of in retry rounds. `retry_after` is the fallback requeue should a wake-up
-be lost (e.g. the waiter's reconcile failed meanwhile).
+Heartbeat or ListLeases.
 
-The controller runs on one event loop, so a counter is enough (no lock).
+A bind that finds every slot taken does not wait for one: it leaves its key in a FIFO of
+waiters and ends, freeing its worker. When a slot frees, it is reserved for the first waiter,
+which is handed to `on_free` (the runtime queues it at once); nobody else can take a reserved
+slot, so waiters are served in order and a stream of newcomers never overtakes them: 100
+claims created together bind back to back, first come first served. A reservation not taken
+within `retry_after` (the waiter's claim was deleted meanwhile, say) passes to the next waiter
+at the next look at the slots; `forget` gives one up at once. `retry_after` is also the
+fallback requeue of a waiter, should a wake-up be lost (e.g. its reconcile failed meanwhile).
+
+The controller runs on one event loop, so counters are enough (no lock).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Final
@@ -27,7 +33,13 @@ DEFAULT_RETRY_AFTER: Final = 1.0
 class ClaimSlots:
     """At most `limit` ClaimVM calls at once; `try_acquire` never waits."""
 
-    def __init__(self, limit: int, *, retry_after: float = DEFAULT_RETRY_AFTER) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        retry_after: float = DEFAULT_RETRY_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"ClaimSlots needs at least 1 slot, got {limit}")
         if retry_after <= 0:
@@ -35,6 +47,8 @@ class ClaimSlots:
         self._limit = limit
         self._in_use = 0
         self._waiting: OrderedDict[Hashable, None] = OrderedDict()
+        self._reserved: dict[Hashable, float] = {}  # waiter -> when its reservation lapses
+        self._clock = clock
         self.retry_after = retry_after
         self.on_free: Callable[[Hashable], None] | None = None
 
@@ -60,33 +74,64 @@ class ClaimSlots:
     def waiting(self) -> tuple[Hashable, ...]:
         return tuple(self._waiting)
 
+    @property
+    def reserved(self) -> tuple[Hashable, ...]:
+        return tuple(self._reserved)
+
+    def _lapse(self) -> None:
+        now = self._clock()
+        for waiter in [w for w, until in self._reserved.items() if until <= now]:
+            del self._reserved[waiter]
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """A slot is free: reserve it for the first waiter and wake that waiter."""
+        if not self._waiting or self._in_use + len(self._reserved) >= self._limit:
+            return
+        first, _ = self._waiting.popitem(last=False)
+        self._reserved[first] = self._clock() + self.retry_after
+        if self.on_free is not None:
+            self.on_free(first)
+
+    def _has_slot(self, waiter: Hashable | None) -> bool:
+        """Whether `waiter` may take a slot now: its reservation, or one nobody holds."""
+        self._lapse()
+        if waiter is not None and waiter in self._reserved:
+            return True
+        return self._in_use + len(self._reserved) < self._limit
+
     def queue_if_full(self, waiter: Hashable) -> bool:
-        """True, with `waiter` queued for the next free slot, if every slot is taken now.
+        """True, with `waiter` queued for the next free slot, if it may not take one now.
 
         For a bind to give up before its fresh read of the claim, which `try_acquire` would
         then refuse anyway: no API request is spent while the slots are busy.
         """
-        if self._in_use < self._limit:
+        if self._has_slot(waiter):
             return False
         self._waiting[waiter] = None
         return True
+
+    def forget(self, waiter: Hashable) -> None:
+        """`waiter` binds no more (its claim is gone or bound): its place and reservation go."""
+        self._waiting.pop(waiter, None)
+        if self._reserved.pop(waiter, None) is not None:
+            self._hand_on()
 
     @contextlib.contextmanager
     def try_acquire(self, waiter: Hashable | None = None) -> Iterator[bool]:
         """`with slots.try_acquire(key) as acquired:` True holds a slot for the block, False
         means every slot is taken (nothing is held; `waiter` is woken when one frees)."""
-        if self._in_use >= self._limit:
+        if not self._has_slot(waiter):
             if waiter is not None:
                 self._waiting[waiter] = None
             yield False
             return
         if waiter is not None:
             self._waiting.pop(waiter, None)
+            self._reserved.pop(waiter, None)
         self._in_use += 1
         try:
             yield True
         finally:
             self._in_use -= 1
-            if self._waiting and self.on_free is not None:
-                first, _ = self._waiting.popitem(last=False)
-                self.on_free(first)
+            self._hand_on()

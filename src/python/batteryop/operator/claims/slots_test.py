@@ -74,3 +74,63 @@ def test_queue_if_full_queues_the_waiter_only_when_every_slot_is_taken() -> None
         assert slots.queue_if_full("a")
         assert list(slots.waiting) == ["a"]
     assert woken == ["a"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def one_slot(clock: Clock) -> tuple[ClaimSlots, list[object]]:
+    """One slot, and the list of waiters it wakes."""
+    slots = ClaimSlots(1, retry_after=1.0, clock=clock)
+    woken: list[object] = []
+    slots.on_free = woken.append
+    return slots, woken
+
+
+@pytest.mark.req("CL-018")
+def test_a_woken_waiter_keeps_its_slot_against_newcomers() -> None:
+    slots, woken = one_slot(Clock())
+    with slots.try_acquire("a"):
+        assert slots.queue_if_full("b")
+    assert woken == ["b"]
+    assert list(slots.reserved) == ["b"]
+    assert slots.queue_if_full("c"), "the freed slot is b's"
+    with slots.try_acquire("c") as newcomer:
+        assert not newcomer
+    with slots.try_acquire() as anonymous:
+        assert not anonymous
+    with slots.try_acquire("b") as waiter:
+        assert waiter
+        assert not slots.reserved
+    assert woken == ["b", "c"], "then c, in order"
+
+
+@pytest.mark.req("CL-018")
+def test_a_reservation_not_taken_in_time_passes_to_the_next_waiter() -> None:
+    clock = Clock()
+    slots, woken = one_slot(clock)
+    with slots.try_acquire("a"):
+        assert slots.queue_if_full("b") and slots.queue_if_full("c")
+    assert woken == ["b"]
+    clock.now += 1.5  # b's claim was deleted meanwhile: it never comes back
+    assert slots.queue_if_full("d")
+    assert woken == ["b", "c"] and slots.reserved == ("c",)
+    assert slots.waiting == ("d",)
+
+
+@pytest.mark.req("CL-018")
+def test_forget_gives_up_a_place_and_a_reservation_at_once() -> None:
+    slots, woken = one_slot(Clock())
+    with slots.try_acquire("a"):
+        assert slots.queue_if_full("b") and slots.queue_if_full("c")
+        slots.forget("c")
+        assert slots.waiting == ("b",)
+        assert slots.queue_if_full("c")
+    assert woken == ["b"]
+    slots.forget("b")  # bound elsewhere, say
+    assert woken == ["b", "c"] and slots.reserved == ("c",)

@@ -1,0 +1,70 @@
+"""list_watch against the real kube-apiserver: a complete list, then events, and it never stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.resources import CONFIGMAPS
+from batteryop.operator.informer import list_watch
+from batteryop.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.02)
+
+
+def cm(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"informer-test": "yes"}}}
+
+
+async def test_a_list_then_every_event_and_a_failing_callback_only_relists(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    lists: list[list[str]] = []
+    events: list[tuple[str, str]] = []
+    fail_next = [True]
+
+    def on_list(items: list[dict[str, Any]]) -> None:
+        lists.append(sorted(i["metadata"]["name"] for i in items))
+
+    def on_event(kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if name == "boom" and fail_next[0]:
+            fail_next[0] = False
+            raise RuntimeError("a callback that raises once")
+        events.append((kind, name))
+
+    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
+        await kube.create(CONFIGMAPS, cm("before"), namespace)
+        task = asyncio.create_task(
+            list_watch(kube, CONFIGMAPS, namespace=namespace, on_list=on_list, on_event=on_event)
+        )
+        try:
+            await until(lambda: lists == [["before"]], "the first list")
+            await kube.create(CONFIGMAPS, cm("after"), namespace)
+            await until(lambda: ("ADDED", "after") in events, "the event after the list")
+            assert ("ADDED", "before") not in events, "the list's objects come as the list"
+            await kube.create(CONFIGMAPS, cm("boom"), namespace)
+            # The callback raised: the loop goes on with a fresh list that holds all three.
+            await until(lambda: len(lists) == 2, "a second list after the failure")
+            assert lists[1] == ["after", "before", "boom"]
+            await kube.delete(CONFIGMAPS, "before", namespace)
+            await until(lambda: ("DELETED", "before") in events, "the deletion")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
