@@ -7,7 +7,8 @@ of `batteryop.testing.localstack`. The Hosts' Nodes carry a ready Exec Agent rep
 healthy Host's would (the Exec Agent itself is not run). A watch on the namespace
 records when each claim is first seen Bound; latency is that minus the moment its create
 request was sent. Two runs: N claims one at a time (each waits for the previous to bind),
-then N at once (created from a thread pool). First, before the operator starts, the API
+then N at once (created from a thread pool), ROUNDS times, each burst released before the
+next. First, before the operator starts, the API
 server's floor: N claims created at once and marked Bound by a status write from the benchmark
 itself (`api_server_floor`). Prints one JSON object:
 
@@ -49,6 +50,8 @@ from batteryop.testing.operator_runner import OperatorProcess
 
 FULL = os.environ.get("BATTERYOP_BENCH") == "1"
 N = 100 if FULL else 10
+ROUNDS = 3 if FULL else 1
+"""Bursts of N claims at once; the concurrent figures are over all of their claims."""
 
 
 PRODUCTION_LOGGING = ("--log-format=json", "--log-level=info")
@@ -246,6 +249,66 @@ def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
     return prometheus_sums(response.read().decode(), "apiserver_request_total", request_kind)
 
 
+def delete_all(custom: k8s.CustomObjectsApi, namespace: str, claim_names: list[str]) -> None:
+    """Delete the claims and wait until they are released and the Pool is full again, so no
+    release overlaps the next measurement."""
+    for name in claim_names:
+        custom.delete_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, name
+        )
+    wait_claims_gone(custom, namespace)
+    wait_pool_available(custom, namespace, N)
+
+
+def burst(
+    api: k8s.ApiClient,
+    watcher: BoundWatcher,
+    namespace: str,
+    round_no: int,
+    pids: dict[str, int],
+    scrape: Callable[[], str],
+) -> dict[str, Any]:
+    """N claims created at once (16 client threads); their latencies and what they cost."""
+    custom = k8s.CustomObjectsApi(api)
+    claim_names = [f"par{round_no}-{i}" for i in range(N)]
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    requests_before = apiserver_requests(api)
+    metrics_before = scrape()
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=16) as pool_exec:
+        sent_at = dict(
+            zip(
+                claim_names,
+                pool_exec.map(lambda n: create(custom, namespace, n), claim_names),
+                strict=True,
+            )
+        )
+    created_in = time.monotonic() - started
+    watcher.wait(claim_names, 120)
+    elapsed = max(watcher.bound[n] for n in claim_names) - started
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    requests_after = apiserver_requests(api)
+    timings = operator_timings(metrics_before, scrape())
+    delete_all(custom, namespace, claim_names)
+    return {
+        "latencies": [watcher.bound[n] - sent_at[n] for n in claim_names],
+        "claims_per_second": N / elapsed,
+        "create_requests_s": created_in,
+        "cpu_seconds": cpu,
+        "requests": {
+            key: (count - requests_before.get(key, 0)) / N
+            for key, count in sorted(requests_after.items())
+            if count > requests_before.get(key, 0) and key != "GET metrics"
+        },
+        "operator_timings": timings,
+    }
+
+
+def mean_of(dicts: list[dict[str, float]], ndigits: int) -> dict[str, float]:
+    keys = sorted({k for d in dicts for k in d})
+    return {k: round(statistics.fmean(d.get(k, 0.0) for d in dicts), ndigits) for k in keys}
+
+
 def run_bench(
     cp: ControlPlane, namespace: str, pids: dict[str, int], scrape: Callable[[], str]
 ) -> dict[str, Any]:
@@ -269,37 +332,8 @@ def run_bench(
             sent = create(custom, namespace, name)
             watcher.wait([name], 60)
             sequential.append(watcher.bound[name] - sent)
-        for i in range(N):
-            custom.delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, f"seq-{i}"
-            )
-        wait_claims_gone(custom, namespace)  # their releases must not overlap the next run
-        wait_pool_available(custom, namespace, N)
-        claim_names = [f"par-{i}" for i in range(N)]
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        requests_before = apiserver_requests(api)
-        metrics_before = scrape()
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=16) as pool_exec:
-            sent_at = dict(
-                zip(
-                    claim_names,
-                    pool_exec.map(lambda n: create(custom, namespace, n), claim_names),
-                    strict=True,
-                )
-            )
-        created_in = time.monotonic() - started
-        watcher.wait(claim_names, 120)
-        elapsed = max(watcher.bound[n] for n in claim_names) - started
-        cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
-        concurrent = [watcher.bound[n] - sent_at[n] for n in claim_names]
-        requests_after = apiserver_requests(api)
-        timings = operator_timings(metrics_before, scrape())
-        requests = {
-            key: round((count - requests_before.get(key, 0)) / N, 2)
-            for key, count in sorted(requests_after.items())
-            if count > requests_before.get(key, 0) and key != "GET metrics"
-        }
+        delete_all(custom, namespace, [f"seq-{i}" for i in range(N)])
+        bursts = [burst(api, watcher, namespace, r, pids, scrape) for r in range(ROUNDS)]
     finally:
         watcher.stop()
         api.close()
@@ -307,12 +341,20 @@ def run_bench(
         "bench": "claim_bind",
         "sequential": figures(sequential),
         "concurrent": {
-            **figures(concurrent),
-            "claims_per_second": round(N / elapsed, 1),
-            "create_requests_s": round(created_in, 2),
-            "cpu_seconds": cpu,
-            "apiserver_requests_per_claim": requests,
-            "operator_timings": timings,
+            **figures([x for b in bursts for x in b["latencies"]]),
+            "rounds": [
+                {**figures(b["latencies"]), "claims_per_second": round(b["claims_per_second"], 1)}
+                for b in bursts
+            ],
+            "claims_per_second": round(
+                statistics.median(b["claims_per_second"] for b in bursts), 1
+            ),
+            "create_requests_s": round(
+                statistics.median(b["create_requests_s"] for b in bursts), 2
+            ),
+            "cpu_seconds_per_round": mean_of([b["cpu_seconds"] for b in bursts], 2),
+            "apiserver_requests_per_claim": mean_of([b["requests"] for b in bursts], 2),
+            "operator_timings": mean_of([b["operator_timings"] for b in bursts], 1),
         },
     }
 
@@ -365,4 +407,4 @@ async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_p
     print()
     print(json.dumps(result))
     assert result["sequential"]["n"] == N
-    assert result["concurrent"]["n"] == N
+    assert result["concurrent"]["n"] == N * ROUNDS
