@@ -38,6 +38,13 @@ Object: TypeAlias = dict[str, Any]
 """A Kubernetes object (or Status) as the API server sends it."""
 Objects: TypeAlias = list[dict[str, Any]]
 
+
+class ObjectList(list[dict[str, Any]]):
+    """A list's objects, and the list's resourceVersion (a watch continues from it)."""
+
+    resource_version: str = ""
+
+
 PatchType = Literal["merge", "json", "strategic", "apply"]
 
 PATCH_CONTENT_TYPES: Final[dict[str, str]] = {
@@ -103,32 +110,14 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int | None = DEFAULT_PAGE_SIZE,
-    ) -> Objects:
+    ) -> ObjectList:
         """Every object matching the selectors, in `namespace` or (None) all namespaces.
 
         Pages of `limit` objects are fetched one after the other, following `continue`, and
         joined; `limit=None` asks for everything at once. When a continue token has expired
-        (410) the list starts again in one request, as client-go's pager does.
+        (410) the list starts again in one request, as client-go's pager does. The answer's
+        `resource_version` is where a watch continues without a gap.
         """
-        items, _ = await self.list_for_watch(
-            res,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            limit=limit,
-        )
-        return items
-
-    async def list_for_watch(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = DEFAULT_PAGE_SIZE,
-    ) -> tuple[Objects, str]:
-        """`list`, and the list's resourceVersion: where a watch continues without a gap."""
         params: dict[str, str] = {}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -137,7 +126,7 @@ class KubeClient:
         if limit is not None:
             params["limit"] = str(limit)
         path = res.api_path(namespace)
-        items: Objects = []
+        items = ObjectList()
         while True:
             try:
                 page = await self._request("list", "GET", path, params=params)
@@ -145,7 +134,7 @@ class KubeClient:
                 if e.status == 410 and "continue" in params:
                     del params["continue"]
                     params.pop("limit", None)
-                    items = []
+                    items = ObjectList()
                     continue
                 raise
             api_version = str(page.get("apiVersion") or res.api_version)
@@ -158,7 +147,8 @@ class KubeClient:
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
-                return items, str(metadata.get("resourceVersion") or "")
+                items.resource_version = str(metadata.get("resourceVersion") or "")
+                return items
             params["continue"] = str(token)
 
     async def watch(

@@ -460,7 +460,8 @@ async def test_watch_sees_a_change_from_a_resource_version(
     name = "watched"
     await kube.create(CONFIGMAPS, {"metadata": {"name": name}, "data": {"v": "1"}}, namespace)
     listed = await kube.list(CONFIGMAPS, namespace, field_selector=f"metadata.name={name}")
-    rv = listed[0]["metadata"]["resourceVersion"]
+    rv = listed.resource_version  # the list's own: no change after it is missed
+    assert int(rv) >= int(listed[0]["metadata"]["resourceVersion"])
 
     async def first_event() -> tuple[str, dict[str, Any]]:
         async for kind, obj in kube.watch(

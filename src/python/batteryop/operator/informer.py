@@ -44,7 +44,8 @@ async def list_watch(
     backoff = 1.0
     while True:
         try:
-            items, rv = await kube.list_for_watch(res, namespace, field_selector=field_selector)
+            items = await kube.list(res, namespace, field_selector=field_selector)
+            rv = items.resource_version
             on_list(items)
             backoff = 1.0
             while True:  # a watch the server ends on its timeout is simply opened again
