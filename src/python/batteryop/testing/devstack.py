@@ -96,6 +96,10 @@ def claim_bound(body: dict[str, Any]) -> bool:
     return bool((body.get("status") or {}).get("phase") == "Bound")
 
 
+def expiry_known(body: dict[str, Any]) -> bool:
+    return bool((body.get("status") or {}).get("leaseExpiresAt"))
+
+
 def apply_demo_claim(cp: ControlPlane) -> None:
     api = admin_client(cp)
     try:
@@ -142,6 +146,10 @@ async def run(args: argparse.Namespace) -> int:
                 f"{status['microVM']['uid']} on {status['host']['nodeName']}, "
                 f"lease {status['leaseID']}",
                 flush=True,
+            )
+            # battery's expiry is read back a moment after the bind (CL-016): show it too.
+            await asyncio.to_thread(
+                wait_until, cp, names.CLAIM_PLURAL, "demo-claim", expiry_known, "an expiry"
             )
             print(kubectl(kubeconfig, "get", "pools,microvmclaims", "-A"), end="")
             print("reach it with kubectl:")
