@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.stats import FULL, latency_figures
 from kubernetes import client as k8s
 from kubernetes import watch
 
@@ -48,7 +49,6 @@ from batteryop.testing.localstack import (
 )
 from batteryop.testing.operator_runner import OperatorProcess
 
-FULL = os.environ.get("BATTERYOP_BENCH") == "1"
 N = 100 if FULL else 10
 ROUNDS = 3 if FULL else 1
 """Bursts of N claims at once; the concurrent figures are over all of their claims."""
@@ -56,12 +56,6 @@ ROUNDS = 3 if FULL else 1
 
 PRODUCTION_LOGGING = ("--log-format=json", "--log-level=info")
 """The operator's own defaults (the test stack's operator logs text at debug level)."""
-
-
-def percentile(values: list[float], q: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 class BoundWatcher:
@@ -140,16 +134,6 @@ def wait_claims_gone(custom: k8s.CustomObjectsApi, namespace: str) -> None:
     raise AssertionError("the deleted claims were never released")
 
 
-def figures(latencies: list[float]) -> dict[str, float]:
-    ms = sorted(x * 1000 for x in latencies)
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 1),
-        "p99_ms": round(percentile(ms, 99), 1),
-        "max_ms": round(ms[-1], 1),
-    }
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -198,7 +182,7 @@ def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     finally:
         watcher.stop()
         api.close()
-    return {**figures(latencies), "claims_per_second": round(N / elapsed, 1)}
+    return {**latency_figures(latencies), "claims_per_second": round(N / elapsed, 1)}
 
 
 def prometheus_sums(
@@ -339,11 +323,14 @@ def run_bench(
         api.close()
     return {
         "bench": "claim_bind",
-        "sequential": figures(sequential),
+        "sequential": latency_figures(sequential),
         "concurrent": {
-            **figures([x for b in bursts for x in b["latencies"]]),
+            **latency_figures([x for b in bursts for x in b["latencies"]]),
             "rounds": [
-                {**figures(b["latencies"]), "claims_per_second": round(b["claims_per_second"], 1)}
+                {
+                    **latency_figures(b["latencies"]),
+                    "claims_per_second": round(b["claims_per_second"], 1),
+                }
                 for b in bursts
             ],
             "claims_per_second": round(

@@ -17,11 +17,12 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+
+from bench.stats import FULL, latency_figures
 
 from batteryop.battery import (
     BatteryClient,
@@ -41,7 +42,6 @@ from batteryop.battery import (
 from batteryop.testing.fake_battery import FakeBattery
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 
-FULL = os.environ.get("BATTERYOP_BENCH") == "1"
 RUNS = 500 if FULL else 30
 WARM = 16
 
@@ -105,13 +105,9 @@ async def measure(target: str, hosts: list[str], runs: int) -> dict[str, object]
             assert claimed.vm_uid not in vm_uids, f"MicroVM {claimed.vm_uid} leased twice"
             vm_uids.add(claimed.vm_uid)
             await client.release_vm(claimed.lease_id)
-    ms = sorted(s * 1000 for s in samples)
     return {
-        "runs": len(ms),
-        "p50_ms": round(statistics.median(ms), 3),
-        "p99_ms": round(statistics.quantiles(ms, n=100, method="inclusive")[98], 3),
-        "mean_ms": round(statistics.fmean(ms), 3),
-        "max_ms": round(ms[-1], 3),
+        "runs": len(samples),
+        **latency_figures(samples, ndigits=3),
         "exhausted_retries": exhausted,
         "distinct_microvms": len(vm_uids),
     }

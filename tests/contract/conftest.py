@@ -46,7 +46,8 @@ HOST_NAMES = ("host-a", "host-b")
 POOLMGRD_ENV = "BATTERYOP_POOLMGRD_BIN"
 POOLMGRD_ABSENT = (
     "real poolmgrd v0.4.0 not available: github.com/liquidmetal-dev/battery is not served by the "
-    "Go module proxy (403 Forbidden for v0.4.0 and v0.3.3), so it cannot be built here; set "
+    "Go module proxy (403 Forbidden for v0.4.0 and v0.3.3, last checked 2026-11-29), so it "
+    "cannot be built here and the fake battery stands in for it everywhere else; set "
     f"{POOLMGRD_ENV} to a poolmgrd binary to run the contract against it"
 )
 

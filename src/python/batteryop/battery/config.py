@@ -173,6 +173,17 @@ class BatteryConfig:
         return (("authorization", f"Bearer {self.token}"),)
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name or an IP address, IPv6 without brackets) is this machine's
+    loopback: `localhost` and its usual aliases, 127.0.0.0/8, ::1 (DP-010)."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _check_target(target: str, require_loopback: bool) -> None:
     if not isinstance(target, str) or not target.strip():
         raise BatteryConfigError("target", "must be host:port or unix:/path")
@@ -193,13 +204,7 @@ def _check_target(target: str, require_loopback: bool) -> None:
         raise BatteryConfigError("target", f"{target!r}: write an IPv6 address as [addr]:port")
     if not require_loopback:
         return
-    if host.lower() in _LOOPBACK_NAMES:
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_host(host):
         # DP-010: battery is reached at the loopback address only.
         raise BatteryConfigError(
             "target", f"{target!r} is not a loopback address (set require_loopback=False)"

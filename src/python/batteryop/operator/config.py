@@ -10,7 +10,6 @@ ClaimVM deadline), CL-018 (concurrent reconciles of claims, at least two).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from batteryop.api import names
+from batteryop.battery.config import is_loopback_host
 
 
 class ConfigError(ValueError):
@@ -69,13 +69,7 @@ class OperatorConfig:
 
     def __post_init__(self) -> None:
         host = self.battery_address.rsplit(":", 1)[0].strip("[]")
-        loopback = host == "localhost"
-        if not loopback:
-            try:
-                loopback = ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                loopback = False
-        if not loopback:
+        if not is_loopback_host(host):
             # DP-001, DP-010: battery is a sidecar on the loopback interface.
             raise ConfigError(
                 "--battery-address", f"{self.battery_address!r} must be a loopback address"

@@ -13,14 +13,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
+import stat
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 STOP_TIMEOUT_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
+
+
+async def stdin_closed() -> None:
+    """The child's side of the lifeline: return when stdin (a pipe or socket) reaches its end.
+
+    A stdin that is neither (a terminal, /dev/null) never ends this way: it is ignored, with a
+    warning, and this waits forever.
+    """
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        log.warning("--exit-on-stdin-eof needs stdin to be a pipe; ignoring it")
+        await asyncio.Event().wait()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        pass
 
 
 def module_command(module: str) -> tuple[list[str], dict[str, str]]:

@@ -26,6 +26,7 @@ from batteryop.testing.fake_battery.battery import FakeBattery, Timings
 from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.control import make_app
 from batteryop.testing.fake_battery.hosts import HostConfig, HostTLSConfig
+from batteryop.testing.processes import stdin_closed
 
 log = logging.getLogger("fake-battery")
 
@@ -181,14 +182,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-async def _stdin_closed() -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while await reader.read(4096):
-        pass
-
-
 async def serve(args: argparse.Namespace) -> None:
     settings = settings_from(args)
     clock: Clock = FakeClock() if args.fake_clock else SystemClock()
@@ -224,7 +217,7 @@ async def serve(args: argparse.Namespace) -> None:
         log.info("fake battery serving on %s, control on %s", battery.target, ready["control"])
         waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
         if args.exit_on_stdin_eof:
-            waiters.append(asyncio.create_task(_stdin_closed()))
+            waiters.append(asyncio.create_task(stdin_closed()))
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for task in waiters:
             task.cancel()

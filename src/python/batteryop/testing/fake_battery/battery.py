@@ -30,7 +30,7 @@ from battery_protos.poolmgr.v1alpha1 import (
     types_pb2,
 )
 from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
-from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults, status_code
+from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults
 from batteryop.testing.fake_battery.hosts import (
     FlintlockVersionError,
     HostConfig,
@@ -39,6 +39,7 @@ from batteryop.testing.fake_battery.hosts import (
 )
 from batteryop.testing.fake_battery.store import Phase, PoolKey, Store, VmRow, pool_label
 from batteryop.testing.fake_battery.validation import has_static_network
+from batteryop.testing.faultcodes import status_code
 
 log = logging.getLogger(__name__)
 

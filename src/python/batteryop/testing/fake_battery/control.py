@@ -28,7 +28,7 @@ from google.protobuf import json_format
 
 from batteryop.testing.fake_battery.battery import BatteryStateError, FakeBattery
 from batteryop.testing.fake_battery.clock import FakeClock
-from batteryop.testing.fake_battery.faults import status_code
+from batteryop.testing.faultcodes import status_code
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 

@@ -13,20 +13,6 @@ import grpc
 HOOK_KINDS = ("create", "pre_lease")
 
 
-def status_code(value: str | grpc.StatusCode) -> grpc.StatusCode:
-    """A non-OK gRPC status code from itself or its name ("UNAVAILABLE")."""
-    if isinstance(value, grpc.StatusCode):
-        code = value
-    else:
-        try:
-            code = grpc.StatusCode[value.upper()]
-        except KeyError:
-            raise ValueError(f"unknown gRPC status code {value!r}") from None
-    if code == grpc.StatusCode.OK:
-        raise ValueError("a fault needs a non-OK status code")
-    return code
-
-
 @dataclass
 class Faults:
     """The fake battery's current faults. A count of None means "until cleared"."""

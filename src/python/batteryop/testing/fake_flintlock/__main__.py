@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from batteryop.testing.fake_flintlock.server import (
     host_port,
 )
 from batteryop.testing.fake_flintlock.services import ServerInfoConfig
+from batteryop.testing.processes import stdin_closed
 
 log = logging.getLogger("fake-flintlockd")
 
@@ -63,19 +63,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.tls_client_ca is not None and args.tls_cert is None:
         p.error("--tls-client-ca needs --tls-cert and --tls-key")
     return args
-
-
-async def _stdin_closed() -> None:
-    """Return when stdin (a pipe or socket) reaches its end."""
-    mode = os.fstat(sys.stdin.fileno()).st_mode
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        log.warning("--exit-on-stdin-eof needs stdin to be a pipe; ignoring it")
-        await asyncio.Event().wait()
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while await reader.read(4096):
-        pass
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -124,7 +111,7 @@ async def serve(args: argparse.Namespace) -> None:
         }
         print(json.dumps(ready), flush=True)
         if args.exit_on_stdin_eof:
-            watcher = asyncio.create_task(_stdin_closed())
+            watcher = asyncio.create_task(stdin_closed())
             watcher.add_done_callback(lambda _: stop.set())
         await stop.wait()
     finally:

@@ -16,20 +16,6 @@ DEFAULT_CUT_CODE = grpc.StatusCode.UNKNOWN
 DEFAULT_CUT_MESSAGE = "reading guest-agent exec frame: unexpected EOF"
 
 
-def status_code(name: str | grpc.StatusCode) -> grpc.StatusCode:
-    """A gRPC status code from its name ("UNAVAILABLE"); OK is refused."""
-    if isinstance(name, grpc.StatusCode):
-        code = name
-    else:
-        try:
-            code = grpc.StatusCode[name.upper()]
-        except KeyError:
-            raise ValueError(f"unknown gRPC status code {name!r}") from None
-    if code == grpc.StatusCode.OK:
-        raise ValueError("a failure needs a non-OK status code")
-    return code
-
-
 @dataclass(frozen=True)
 class CreateFailure:
     """How CreateMicroVM fails while `remaining` > 0."""

@@ -43,10 +43,10 @@ from batteryop.testing.fake_flintlock.faults import (
     CreateFailure,
     Faults,
     StreamCut,
-    status_code,
 )
 from batteryop.testing.fake_flintlock.services import MicroVMService, ServerInfoConfig
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmStore
+from batteryop.testing.faultcodes import status_code
 
 log = logging.getLogger(__name__)
 
