@@ -209,22 +209,28 @@ class Operator:
             self.nodes.drop(key_of(body))
         elif not self.nodes.put(body):
             return
-        self._refresh_hosts()
-        node = key_of(body)[1]
-        for claim in self.claims.cache:
-            if ((claim.get("status") or {}).get("host") or {}).get("nodeName") == node:
-                self.claims.enqueue(key_of(claim))
+        self._nodes_changed({key_of(body)[1]})
 
     def on_nodes_listed(self, items: list[dict[str, Any]]) -> None:
         """A complete list of Nodes: replaces the cache; the Host set is known from now on."""
         listed = {key_of(body) for body in items}
+        changed = set()
         for body in self.nodes:
             if key_of(body) not in listed:
-                self.on_node("DELETED", body)
-        for body in items:
-            self.on_node("ADDED", body)
+                self.nodes.drop(key_of(body))
+                changed.add(key_of(body)[1])
+        changed.update(key_of(body)[1] for body in items if self.nodes.put(body))
         self.nodes_listed = True
+        self._nodes_changed(changed)  # once for the whole list, the Host set included
+
+    def _nodes_changed(self, nodes: set[str]) -> None:
+        """The Host set again (PO-011), and the claims bound to those Nodes (CL-005, CL-050)."""
         self._refresh_hosts()
+        if not nodes:
+            return
+        for claim in self.claims.cache:
+            if ((claim.get("status") or {}).get("host") or {}).get("nodeName") in nodes:
+                self.claims.enqueue(key_of(claim))
 
     def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
         try:
