@@ -25,3 +25,8 @@ def test_docs_site_builds_strictly(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "index.html").is_file()
     assert (tmp_path / "dev" / "control-plane" / "index.html").is_file()
+    # The hook rendered the coverage page from the tree, with every family's table.
+    coverage = (tmp_path / "requirements" / "coverage" / "index.html").read_text()
+    assert 'href="../02-claims/#CL-001"' in coverage
+    assert "requirements: " in coverage and " active, " in coverage
+    assert "batteryop/operator/claims/" in coverage

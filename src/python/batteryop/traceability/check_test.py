@@ -1,0 +1,177 @@
+"""The checker on small trees made in each test: what it accepts, rejects and counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batteryop.traceability.__main__ import main
+from batteryop.traceability.check import check_tree
+from batteryop.traceability.citations import Kind, scan_text
+from batteryop.traceability.documents import parse_pages
+
+# The IDs below are built at run time, so this file itself cites nothing.
+CL = "CL"
+ONE, TWO, FOUR, NINE = (f"{CL}-00{n}" for n in (1, 2, 4, 9))
+PAGE = f"""# Claims (CL)
+
+- <a id="{ONE}"></a>**{ONE}** — When a claim is created, the operator shall do one thing.
+- <a id="{TWO}"></a>**{TWO}** — When a claim is bound, the operator shall do another.
+- <a id="{FOUR}"></a>**{FOUR}** *(withdrawn in v0.4.0)* — What it was.
+- <a id="CL-100"></a>**CL-100** *(ours)* — Something beyond the reference.
+"""
+
+
+def tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "docs/requirements").mkdir(parents=True)
+    (tmp_path / "docs/requirements/02-claims.md").write_text(PAGE)
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_pages_give_each_id_its_state() -> None:
+    catalogue = parse_pages([(Path("02-claims.md"), PAGE)])
+    assert catalogue.problems == ()
+    assert sorted(catalogue.requirements) == [ONE, TWO, FOUR, "CL-100"]
+    assert catalogue.requirements[FOUR].status == "withdrawn"
+    assert catalogue.requirements["CL-100"].ours
+    assert catalogue.requirements[ONE].line == 3
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'- <a id="{ONE}"></a>**{TWO}** — anchor and ID differ.',
+        f'- <a id="{ONE}"></a>**{ONE}** - a hyphen, not a dash.',
+        f'- <a id="{ONE}"></a>**{ONE}** *(someday)* — an unknown tag.',
+        f"- **{ONE}** — no anchor.",
+    ],
+)
+def test_a_broken_entry_is_a_problem_not_a_silent_gap(line: str) -> None:
+    catalogue = parse_pages([(Path("p.md"), f"# P\n\n{line}\n")])
+    assert len(catalogue.problems) == 1
+    assert catalogue.problems[0].line == 3
+
+
+def test_an_id_defined_twice_is_a_problem() -> None:
+    entry = f'- <a id="{ONE}"></a>**{ONE}** — Once.\n'
+    catalogue = parse_pages([(Path("a.md"), entry), (Path("b.md"), entry)])
+    assert [str(p) for p in catalogue.problems] == [f"b.md:1: {ONE} is defined twice (also a.md:1)"]
+
+
+def test_python_comments_docstrings_and_markers_are_read_but_strings_are_not() -> None:
+    source = f'''"""Module doc naming {ONE}."""
+import pytest
+
+SAMPLE = "{NINE} is only data"
+
+
+@pytest.mark.req("{TWO}")
+def test_x() -> None:  # {ONE}: a comment
+    """Doc of {TWO}."""
+'''
+    found = {(c.id, c.line, c.kind) for c in scan_text(Path("src/m_test.py"), source)}
+    assert found == {
+        (ONE, 1, Kind.MENTION),
+        (TWO, 7, Kind.TEST),
+        (ONE, 8, Kind.MENTION),
+        (TWO, 9, Kind.MENTION),
+    }
+    in_code = {(c.id, c.kind) for c in scan_text(Path("src/m.py"), f"# {ONE}\n")}
+    assert in_code == {(ONE, Kind.CODE)}
+
+
+def test_yaml_and_shell_comments_are_code_citations() -> None:
+    yaml = f"kind: Pool  # {ONE}: the kind\nname: '{NINE}'\n"
+    assert [(c.id, c.line) for c in scan_text(Path("x.yaml"), yaml)] == [(ONE, 1)]
+    shell = f"#!/bin/sh\n# {TWO}\necho {NINE}\n"
+    assert [(c.id, c.kind) for c in scan_text(Path(".ci/run"), shell)] == [(TWO, Kind.CODE)]
+
+
+@pytest.mark.parametrize(
+    "form", ["CL-001..CL-002", "CL-001..002", "CL-001\u2013CL-002", "CL-001 to CL-002"]
+)
+def test_a_range_covers_every_defined_id_between_its_ends(tmp_path: Path, form: str) -> None:
+    result = check_tree(tree(tmp_path, {"src/a.py": f"# {form}: both\n"}))
+    assert result.ok, result.problems
+    assert [c.line for c in result.traces[ONE].code] == [1]
+    assert [c.line for c in result.traces[TWO].code] == [1]
+
+
+def test_unknown_ids_fail_wherever_they_appear(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {NINE}: not defined\n",
+            "docs/guide.md": f"See {NINE}.\n",
+            "src/b.py": f"# {ONE}..{CL}-009\n",
+        },
+    )
+    result = check_tree(root)
+    assert sorted(str(p) for p in result.problems) == [
+        f"docs/guide.md:1: {NINE}: no requirement page defines it",
+        f"src/a.py:1: {NINE}: no requirement page defines it",
+        f"src/b.py:1: {NINE}: no requirement page defines it",
+    ]
+
+
+def test_a_waiver_needs_a_reason(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# waive({ONE}):\n# waive({TWO}): needs a cloud account that CI lacks\n",
+        },
+    )
+    result = check_tree(root)
+    assert [str(p) for p in result.problems] == [f"src/a.py:1: waiver of {ONE} gives no reason"]
+    assert [c.reason for c in result.traces[TWO].waivers] == ["needs a cloud account that CI lacks"]
+    assert result.counts()[1].waived == 1
+
+
+def test_a_test_of_a_withdrawn_requirement_fails_but_prose_may_name_it(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {FOUR} was withdrawn in v0.4.0\n",
+            "tests/t_test.py": f'import pytest\n\n\n@pytest.mark.req("{FOUR}")\ndef test() -> None: ...\n',
+        },
+    )
+    result = check_tree(root)
+    assert [str(p) for p in result.problems] == [
+        f"tests/t_test.py:4: {FOUR} is withdrawn; a test cannot check it"
+    ]
+
+
+def test_counts_split_implementation_from_tests(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {ONE}\n",
+            "src/a_test.py": f'import pytest\n# {TWO} only mentioned\n@pytest.mark.req("{ONE}")\ndef test() -> None: ...\n',
+        },
+    )
+    row = check_tree(root).counts()[1]
+    assert (row.family, row.active, row.implemented, row.tested, row.withdrawn) == (
+        "CL",
+        3,
+        1,
+        1,
+        1,
+    )
+
+
+def test_the_command_exits_non_zero_on_a_problem_and_prints_one_summary_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree(tmp_path, {"src/a.py": f"# {ONE}\n"})
+    assert main(["--root", str(root), "--markdown", str(tmp_path / "r.md")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("requirements: 3 active, 1 implemented (33%)")
+    assert f"[{ONE}](02-claims.md#{ONE})" in (tmp_path / "r.md").read_text()
+    (root / "src/b.py").write_text(f"# {NINE}\n")
+    assert main(["--root", str(root)]) == 1
+    assert f"src/b.py:1: {NINE}: no requirement page defines it" in capsys.readouterr().err

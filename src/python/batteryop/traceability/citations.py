@@ -1,0 +1,223 @@
+"""Where the repository cites requirement IDs, and how.
+
+Kinds of citation:
+
+- `CODE`: a comment or docstring in source code, or a `#` comment in YAML, shell, BUILD files
+  and Containerfiles, outside the tests. It says the behaviour is implemented there.
+- `TEST`: a `@pytest.mark.req("CL-002", ...)` marker (or `pytestmark = pytest.mark.req(...)`).
+  It says the test exercises the behaviour.
+- `MENTION`: a comment or docstring in a test, or prose in the docs and README. It must name a
+  defined ID, but counts for neither side.
+- `WAIVER`: `waive(HI-009): <reason>` in any comment: we deliberately neither build nor test
+  that requirement here, and say why.
+
+Ranges (`CL-050..CL-053`, `CL-050..053`, `CL-050 to CL-053`, and with an en or em dash between
+the ends) stand for every
+defined ID between their ends; the ends themselves must be defined.
+
+Only comments, docstrings and markers are read in Python files; an ID inside an ordinary string
+literal (a test's sample input, say) is data, not a citation. Two folders are not read at all:
+the requirement pages (they define, not cite) and this package (its docs show the syntax).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from batteryop.traceability.documents import ID_PATTERN, REQUIREMENTS_DIR
+
+THIS_PACKAGE = Path("src/python/batteryop/traceability")
+
+# Folders never read: build output, caches, vendored third-party trees, VCS data.
+_SKIP_DIRS = {
+    ".git",
+    ".pants.d",
+    ".cache",
+    ".devstack",
+    "__pycache__",
+    "3rdparty",
+    "dist",
+    "site",
+    "node_modules",
+}
+# Files whose `#` comments are read (besides Python and Markdown).
+_HASH_COMMENT_SUFFIXES = {".yaml", ".yml", ".sh", ".toml", ".conf", ".cfg", ".service", ".nft"}
+_HASH_COMMENT_NAMES = {"BUILD", "Containerfile", "Dockerfile", "run", "pants"}
+
+_RANGE = re.compile(
+    r"(?P<first>"
+    + ID_PATTERN
+    + r")\s*(?:\.\.|\u2013|\u2014| to )\s*(?:(?P<fam>[A-Z]{2})-)?(?P<last>\d{3})\b"
+)
+_ID = re.compile(ID_PATTERN)
+_WAIVER = re.compile(r"waive\(\s*(?P<id>[A-Z]{2}-\d{3})\s*\)\s*:?(?P<reason>[^\n]*)")
+
+
+class Kind(StrEnum):
+    CODE = "code"
+    TEST = "test"
+    MENTION = "mention"
+    WAIVER = "waiver"
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One ID named at one place. `last` is set when the place names a range."""
+
+    id: str
+    path: Path
+    line: int
+    kind: Kind
+    last: str | None = None
+    reason: str = ""
+
+
+def is_test_file(path: Path) -> bool:
+    """Tests and their helpers: `tests/`, `*_test.py`, `test_*.py`, `conftest.py`."""
+    return (
+        path.parts[:1] == ("tests",)
+        or path.name.endswith("_test.py")
+        or path.name.startswith("test_")
+        or path.name == "conftest.py"
+    )
+
+
+def scan_tree(root: Path) -> Iterator[Citation]:
+    """Every citation in the files under `root` that this module knows how to read."""
+    for path in sorted(_files(root)):
+        rel = path.relative_to(root)
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        yield from scan_text(rel, text)
+
+
+def scan_text(path: Path, text: str) -> Iterator[Citation]:
+    """The citations in one file's text, read according to its kind of file."""
+    test = is_test_file(path)
+    prose_kind = Kind.MENTION if test else Kind.CODE
+    if path.suffix == ".py":
+        yield from _python(path, text, prose_kind)
+    elif path.suffix == ".md":
+        yield from _in_text(path, 1, text, Kind.MENTION)
+    elif path.suffix in _HASH_COMMENT_SUFFIXES or path.name in _HASH_COMMENT_NAMES:
+        for number, line in enumerate(text.splitlines(), start=1):
+            comment = _hash_comment(line)
+            if comment:
+                yield from _in_text(path, number, comment, prose_kind)
+
+
+def _files(root: Path) -> Iterator[Path]:
+    not_read = {root / REQUIREMENTS_DIR, root / THIS_PACKAGE}
+    folders = [root]
+    while folders:
+        for entry in folders.pop().iterdir():
+            if entry.is_file():
+                yield entry
+            elif not (
+                entry.name in _SKIP_DIRS
+                or (entry.name.startswith(".") and entry.name != ".ci")
+                or entry in not_read
+            ):
+                folders.append(entry)
+
+
+def _hash_comment(line: str) -> str:
+    stripped = line.lstrip()
+    if stripped.startswith("#"):
+        return stripped[1:]
+    position = line.find(" #")
+    return line[position + 2 :] if position >= 0 else ""
+
+
+def _in_text(path: Path, first_line: int, text: str, kind: Kind) -> Iterator[Citation]:
+    """IDs, ranges and waivers in a piece of prose that starts at `first_line`."""
+    taken: list[tuple[int, int]] = []
+
+    def line_of(offset: int) -> int:
+        return first_line + text.count("\n", 0, offset)
+
+    for match in _WAIVER.finditer(text):
+        taken.append(match.span())
+        yield Citation(
+            match["id"], path, line_of(match.start()), Kind.WAIVER, reason=match["reason"].strip()
+        )
+    for match in _RANGE.finditer(text):
+        if any(a <= match.start() < b for a, b in taken):
+            continue
+        family = match["first"][:2]
+        if match["fam"] is not None and match["fam"] != family:
+            continue  # "CL-001 to PO-002" is two IDs, not a range
+        taken.append(match.span())
+        yield Citation(
+            match["first"],
+            path,
+            line_of(match.start()),
+            kind,
+            last=f"{family}-{match['last']}",
+        )
+    for match in _ID.finditer(text):
+        if any(a <= match.start() < b for a, b in taken):
+            continue
+        yield Citation(match[0], path, line_of(match.start()), kind)
+
+
+def _python(path: Path, text: str, prose_kind: Kind) -> Iterator[Citation]:
+    try:
+        tree = ast.parse(text, str(path))
+    except SyntaxError:
+        return
+    for number, comment in _comments(text):
+        yield from _in_text(path, number, comment, prose_kind)
+    for node in ast.walk(tree):
+        if isinstance(
+            node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+        ) and (doc := _docstring(node)):
+            yield from _in_text(path, doc[0], doc[1], prose_kind)
+        if isinstance(node, ast.Call) and _is_req_marker(node.func):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found = list(_in_text(path, arg.lineno, arg.value, Kind.TEST))
+                    yield from found or [Citation(arg.value, path, arg.lineno, Kind.TEST)]
+
+
+def _comments(text: str) -> Iterator[tuple[int, str]]:
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.string[1:]
+    except (tokenize.TokenError, SyntaxError):
+        return
+
+
+def _docstring(
+    node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef,
+) -> tuple[int, str] | None:
+    if not node.body:
+        return None
+    first = node.body[0]
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return first.value.lineno, first.value.value
+    return None
+
+
+def _is_req_marker(func: ast.expr) -> bool:
+    """`pytest.mark.req(...)` or `mark.req(...)`."""
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "req"
+        and isinstance(func.value, ast.Attribute)
+        and func.value.attr == "mark"
+    )

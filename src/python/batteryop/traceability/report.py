@@ -1,0 +1,89 @@
+"""The coverage report as a Markdown page: a table per family linking each ID to its definition,
+with the code and the tests that cite it. The docs site renders it at build time
+(`mkdocs_hook.py`), so it always describes the tree it was built from.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from batteryop.traceability.check import Result, Trace, by_family
+from batteryop.traceability.citations import Citation
+from batteryop.traceability.documents import FAMILIES, Status
+
+MAX_FILES = 6
+"""Citing files listed per cell before the rest is summarised as a count."""
+
+
+def render(result: Result) -> str:
+    lines = [
+        "# Requirement coverage",
+        "",
+        "Generated when the site is built, from the requirement pages and every citation in the",
+        "tree (`python -m batteryop.traceability`): *code* counts comments and docstrings outside",
+        "the tests, *tests* counts `@pytest.mark.req` markers. Paths are relative to the",
+        "repository root.",
+        "",
+        f"**{result.summary()}**",
+        "",
+        "| Family | Active | Implemented | Tested | Waived | Withdrawn |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in result.counts():
+        lines.append(
+            f"| [{row.family}](#{row.family.lower()}) | {row.active} | {row.implemented} | "
+            f"{row.tested} | {row.waived} | {row.withdrawn} |"
+        )
+    if result.problems:
+        lines += ["", "## Problems", ""]
+        lines += [f"- `{problem}`" for problem in result.problems]
+    grouped = by_family(result)
+    for family in FAMILIES:
+        traces = grouped.get(family, [])
+        if not traces:
+            continue
+        page = traces[0].requirement.page.name
+        lines += [
+            "",
+            f"## {family} {{#{family.lower()}}}",
+            "",
+            f"Defined in [{page}]({page}).",
+            "",
+            "| ID | Requirement | Code | Tests |",
+            "|---|---|---|---|",
+        ]
+        lines += [_row(trace) for trace in traces]
+    return "\n".join(lines) + "\n"
+
+
+def _row(trace: Trace) -> str:
+    req = trace.requirement
+    ident = f"[{req.id}]({req.page.name}#{req.id})"
+    text = _cell(req.text)
+    if req.status is Status.WITHDRAWN:
+        return f"| {ident} | *(withdrawn)* {text} | — | — |"
+    if req.ours:
+        text = f"*(ours)* {text}"
+    code = _places(trace.code)
+    tests = _places(trace.tests)
+    if trace.waivers and not trace.tests:
+        tests = tests or "waived: " + _cell(trace.waivers[0].reason)
+    return f"| {ident} | {text} | {code or '—'} | {tests or '—'} |"
+
+
+def _places(citations: list[Citation]) -> str:
+    lines: dict[Path, list[int]] = defaultdict(list)
+    for citation in citations:
+        lines[citation.path].append(citation.line)
+    cells = [
+        f"`{path}` ({', '.join(str(n) for n in sorted(set(numbers)))})"
+        for path, numbers in sorted(lines.items())
+    ]
+    if len(cells) > MAX_FILES:
+        cells = [*cells[:MAX_FILES], f"and {len(cells) - MAX_FILES} more files"]
+    return "<br>".join(cells)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
