@@ -91,7 +91,6 @@ async def test_generated_service_is_served_and_called_on_loopback() -> None:
     ]
 
 
-@pytest.mark.req("CL-060")
 def test_request_id_is_field_two_of_claim_vm_request() -> None:
     # CL-060: ClaimVM carries the claim uid as request_id; the wire number must match battery's.
     field = lease_pb2.ClaimVMRequest.DESCRIPTOR.fields_by_name["request_id"]

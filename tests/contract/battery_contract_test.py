@@ -1,4 +1,4 @@
-"""battery v0.4.0's contract, through its gRPC API only (BA-*, TD-001..003, CL-060..062, PO-042/044).
+"""battery v0.4.0's contract, through its gRPC API only (BA-*, TD-001..003, TD-106).
 
 Every case runs against each `BatteryUnderTest` (conftest.py): our fake today, the real poolmgrd
 when a binary is available. Time passes through `battery.advance()`; Hosts are fake flintlockd
@@ -23,7 +23,8 @@ from batteryop.testing.fake_battery.testkit import RPC_TIMEOUT, pool_spec, ref_o
 if TYPE_CHECKING:
     from contract.conftest import BatteryUnderTest
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# TD-106: every case runs against the fake battery, and against poolmgrd when one is named.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.req("TD-106")]
 
 Code = grpc.StatusCode
 
@@ -124,7 +125,7 @@ async def host_down(battery: BatteryUnderTest) -> AsyncIterator[Callable[[str], 
 # -- health and PoolAdmin ------------------------------------------------------------------
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-112")
 async def test_health_is_serving(battery: BatteryUnderTest) -> None:
     reply = await battery.stubs.health.Check(health_pb2.HealthCheckRequest(), timeout=RPC_TIMEOUT)
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -216,7 +217,7 @@ INVALID_SPECS: dict[str, Callable[[types_pb2.PoolSpec], None]] = {
 }
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-111")
 @pytest.mark.parametrize("case", sorted(INVALID_SPECS))
 async def test_invalid_pool_specs_are_invalid_argument(
     battery: BatteryUnderTest, ns: str, case: str
@@ -278,7 +279,7 @@ async def test_delete_of_unknown_pool_is_not_found(battery: BatteryUnderTest, ns
     assert err.code() == Code.NOT_FOUND
 
 
-@pytest.mark.req("PO-044", "TD-002")
+@pytest.mark.req("BA-103", "TD-002")
 async def test_delete_drains_the_pool(battery: BatteryUnderTest, ns: str) -> None:
     ref = await ready_pool(battery, ns, size=2)
     uids = await battery.vm_uids_on_hosts(ns)
@@ -296,7 +297,7 @@ async def test_delete_drains_the_pool(battery: BatteryUnderTest, ns: str) -> Non
     assert (await rpc_error(again)).code() == Code.NOT_FOUND
 
 
-@pytest.mark.req("PO-042", "PO-044")
+@pytest.mark.req("BA-070")
 async def test_delete_is_refused_while_leased_and_nothing_changes(
     battery: BatteryUnderTest, ns: str
 ) -> None:
@@ -323,7 +324,7 @@ async def test_delete_is_refused_while_leased_and_nothing_changes(
     assert await battery.vm_uids_on_hosts(ns) == set()
 
 
-@pytest.mark.req("PO-044")
+@pytest.mark.req("BA-104")
 async def test_force_delete_ends_the_leases(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns)
@@ -337,7 +338,7 @@ async def test_force_delete_ends_the_leases(battery: BatteryUnderTest, ns: str) 
 # -- replenishment -------------------------------------------------------------------------
 
 
-@pytest.mark.req("TD-003")
+@pytest.mark.req("TD-003", "BA-006", "BA-076")
 async def test_replace_on_delete_replaces_a_released_vm(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns)
@@ -349,7 +350,7 @@ async def test_replace_on_delete_replaces_a_released_vm(battery: BatteryUnderTes
     assert lease.vm_uid not in await battery.vm_uids_on_hosts(ns), "a released VM is never reused"
 
 
-@pytest.mark.req("TD-003")
+@pytest.mark.req("TD-003", "BA-076")
 async def test_immediate_on_lease_keeps_size_warm(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns, strategy=types_pb2.IMMEDIATE_ON_LEASE)
@@ -428,7 +429,7 @@ async def test_claim_answers_a_new_lease_with_host_and_interfaces(
     assert (status.available_count, status.leased_count) == (0, 1)
 
 
-@pytest.mark.req("BA-005", "BA-006")
+@pytest.mark.req("BA-005")
 async def test_concurrent_claims_get_different_vms(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns, size=2)
@@ -438,7 +439,7 @@ async def test_concurrent_claims_get_different_vms(battery: BatteryUnderTest, ns
     assert (await rpc_error(stubs.claim(ref))).code() == Code.RESOURCE_EXHAUSTED
 
 
-@pytest.mark.req("CL-060", "CL-061")
+@pytest.mark.req("BA-100")
 async def test_same_request_id_gets_the_same_lease(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns, size=2)
@@ -457,7 +458,7 @@ async def test_same_request_id_gets_the_same_lease(battery: BatteryUnderTest, ns
     assert (status.available_count, status.leased_count) == (1, 1), "never a second VM"
 
 
-@pytest.mark.req("CL-060")
+@pytest.mark.req("BA-102")
 async def test_request_id_of_another_pool_and_too_long_are_invalid(
     battery: BatteryUnderTest, ns: str
 ) -> None:
@@ -474,7 +475,7 @@ async def test_request_id_of_another_pool_and_too_long_are_invalid(
     await stubs.claim(other, request_id="x" * 255)
 
 
-@pytest.mark.req("CL-062", "BA-031", "BA-023")
+@pytest.mark.req("BA-031", "BA-101")
 async def test_release_pending_on_a_down_host(
     battery: BatteryUnderTest, ns: str, host_down: Callable[[str], Awaitable[None]]
 ) -> None:
@@ -587,7 +588,7 @@ async def test_failing_pre_lease_hook_deletes_and_replaces(
     assert types_pb2.VM_CLAIMED not in types_for(events, uid)
 
 
-@pytest.mark.req("BA-073", "PO-044")
+@pytest.mark.req("BA-073")
 async def test_failing_pre_lease_hook_quarantines(battery: BatteryUnderTest, ns: str) -> None:
     stubs = battery.stubs
     ref = await ready_pool(battery, ns, pre_lease_commands=["exit 4"], policy=types_pb2.QUARANTINE)
@@ -681,7 +682,7 @@ async def test_subscribe_to_unknown_pool_is_an_empty_stream(
 # -- HostAdmin -----------------------------------------------------------------------------
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-107")
 async def test_list_hosts_reports_each_host(battery: BatteryUnderTest, ns: str) -> None:
     await ready_pool(battery, ns, size=2)
     reply = await battery.stubs.hosts.ListHosts(hostadmin_pb2.ListHostsRequest())
@@ -693,7 +694,7 @@ async def test_list_hosts_reports_each_host(battery: BatteryUnderTest, ns: str) 
         assert status.flintlock_version == "v0.16.0"
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-105")
 async def test_cordon_and_uncordon(battery: BatteryUnderTest, ns: str) -> None:
     hosts = battery.stubs.hosts
     host = await hosts.CordonHost(hostadmin_pb2.CordonHostRequest(name="host-a", reason="drain"))
@@ -716,7 +717,7 @@ async def test_cordon_and_uncordon(battery: BatteryUnderTest, ns: str) -> None:
     assert (await battery.stubs.get_pool(ref)).status.available_count == 2
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-106")
 async def test_cordon_errors(battery: BatteryUnderTest) -> None:
     hosts = battery.stubs.hosts
     for call in (
@@ -731,7 +732,7 @@ async def test_cordon_errors(battery: BatteryUnderTest) -> None:
         assert (await rpc_error(call)).code() == Code.FAILED_PRECONDITION
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-001", "BA-108")
 async def test_host_api_of_battery_main_is_unimplemented_in_v040(
     battery: BatteryUnderTest,
 ) -> None:

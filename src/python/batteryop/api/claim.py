@@ -4,8 +4,7 @@ The Consumer writes the spec (the Pool, the Holder, and `renewTime` to renew); o
 controller writes the status. `MicroVMClaim.from_dict(c.to_dict()) == c` for every claim.
 
 Requirements: RS-020 (poolRef), RS-021 (serviceAccountName), RS-023 (renewTime), RS-024 (the
-status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed),
-CC-001 (the claim's `<claim>-exec` Secret).
+status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed).
 """
 
 from __future__ import annotations
@@ -129,12 +128,12 @@ class MicroVMClaim(Named):
 
     @property
     def exec_secret_name(self) -> str:
-        """The Secret the Holder's tokens are bound to (CC-001, EA-012)."""
+        """The Secret the Holder's tokens are bound to."""
         return names.exec_secret_name(self.metadata.name)
 
     @property
     def holder(self) -> str:
-        """The Holder's Kubernetes user name, as TokenReview reports it (EA-011)."""
+        """The Holder's Kubernetes user name, as TokenReview reports it."""
         return f"system:serviceaccount:{self.metadata.namespace}:{self.spec.service_account_name}"
 
     @property

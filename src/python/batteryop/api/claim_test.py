@@ -76,7 +76,6 @@ def test_a_new_claim_has_no_status_and_renders_none() -> None:
     assert claim.to_dict() == samples.sample_claim()
 
 
-@pytest.mark.req("CL-010")
 def test_a_renewal_is_pending_while_renew_time_differs_from_the_relayed_one() -> None:
     claim = MicroVMClaim.from_dict(bound_body())
     renewed = ClaimSpec(
@@ -87,7 +86,6 @@ def test_a_renewal_is_pending_while_renew_time_differs_from_the_relayed_one() ->
     assert not never.renewal_pending
 
 
-@pytest.mark.req("CC-001", "EA-011", "EA-012")
 def test_the_exec_secret_and_the_holder_follow_the_claim() -> None:
     claim = MicroVMClaim.from_dict(bound_body())
     assert claim.exec_secret_name == "claim-sample-exec"

@@ -6,13 +6,21 @@ it. `set_condition` and `find_condition` work on tuples of `Condition` and never
 Requirements: RS-013 (Pool conditions Ready and Exhausted), RS-024 (claim phases and Bound),
 PO-004, PO-012, PO-021, PO-022, PO-043 (Pool reasons), PO-041 (HookFailed), CL-003, CL-004,
 CL-007, CL-012, CL-062, CL-063 (Bound reasons), CL-040..CL-042 (Synced), CL-005, CL-006
-(AgentAvailable), CL-050..CL-053 (HostReady), EA-034 (Node report reasons), CT-008, CT-013
-(CSR reasons).
+(AgentAvailable), CL-050..CL-053 (HostReady). The Node report and CSR reasons are spelled
+here for the Exec Agent and the CSR approver, which cite their own requirements.
 
 Not defined, on purpose: the Pool reasons `Draining` (PO-034, withdrawn in v0.4.1: battery
-drains a deleted Pool itself) and `NotFilling` (PO-039, a workaround for battery v0.3.3 never
-re-seeding a Pool; battery v0.4.0 fills every strategy at start and retries every tick).
+drains a deleted Pool itself) and `NotFilling` (a workaround for battery v0.3.3 never
+re-seeding a Pool; battery v0.4.0 fills every strategy at start and retries every tick). The
+whole reseed workaround is therefore not built; the waivers below say why, one per requirement.
 """
+
+# waive(PO-035): battery v0.4.0 refills every strategy itself (BA-075), so no Pool stalls
+# waive(PO-036): no reseed is needed: battery v0.4.0 seeds each Pool when its reconciler starts
+# waive(PO-037): with no reseed (PO-036 waived) there is no reseed wait to grow or reset
+# waive(PO-038): battery v0.4.0 tops up after claims and deletions (BA-076); no reseed deadline
+# waive(PO-039): `NotFilling` only reported battery v0.3.3 failing to reseed; v0.4.0 reseeds
+# waive(PO-040): no `NotFilling` reason (PO-039 waived), so there is no message to compose
 
 from __future__ import annotations
 

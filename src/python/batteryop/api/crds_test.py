@@ -678,6 +678,7 @@ def test_claim_status_is_written_through_its_subresource_and_checked(objects: Ob
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("RS-100", "RS-101")
 def test_the_expires_column_shows_the_timestamp(objects: Objects) -> None:
     # Release notes v0.2.0 (#161): a Bound claim's expiry is in the future, which a `date`
     # column would print as "<invalid>".
@@ -697,9 +698,14 @@ def test_the_expires_column_shows_the_timestamp(objects: Objects) -> None:
     cells = dict(zip(columns, row["cells"], strict=True))
     assert cells["Expires"] == format_time(expires)
     assert (cells["Pool"], cells["Phase"], cells["Node"]) == ("pool-sample", "Bound", "host-1")
+    # The Reason column shows the Bound condition's reason, and only with `-o wide`.
+    assert cells["Reason"] == "Bound"
+    priorities = {c["name"]: c.get("priority", 0) for c in table["columnDefinitions"]}
+    assert priorities["Reason"] == 1
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("RS-101")
 def test_pool_columns_show_size_counts_and_readiness(objects: Objects) -> None:
     objects.create(names.POOL_PLURAL, samples.sample_pool())
     objects.patch_status(
@@ -731,9 +737,12 @@ def test_pool_columns_show_size_counts_and_readiness(objects: Objects) -> None:
     cells = dict(zip(columns, row["cells"], strict=True))
     assert (cells["Size"], cells["Available"], cells["Leased"]) == (4, 4, 0)
     assert (cells["Ready"], cells["Reason"]) == ("True", "AtSize")
+    priorities = {c["name"]: c.get("priority", 0) for c in table["columnDefinitions"]}
+    assert priorities["Reason"] == 1, "Reason is a wide column"
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("RS-102")
 def test_claims_can_be_listed_by_pool_and_by_node(objects: Objects) -> None:
     for name, pool in (("a1", "pool-a"), ("a2", "pool-a"), ("b1", "pool-b")):
         objects.create(names.CLAIM_PLURAL, samples.sample_claim(name=name, pool=pool))

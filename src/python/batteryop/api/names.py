@@ -5,9 +5,8 @@ annotations on Nodes and ConfigMaps, the CSR signer names, the Exec Agent's toke
 SPIFFE IDs, and the names of the objects the Manifests create. Anything else that needs one of
 these strings imports it from here (docs/dev/conventions.md).
 
-Requirements: RS-001 (group, version, kinds), CL-001 and PO-001 (finalizers), EA-012 and CC-001
-(the claim's `<claim>-exec` Secret), EA-034 and EA-035 (Node report annotations), CT-001 (signer
-names), EA-061, EA-062, EA-068 and CT-023 (SPIFFE IDs), IN-014 (the `hosts` annotation).
+Requirements: RS-001 (group, version, kinds). The other names serve requirements that code
+elsewhere implements and cites; this module only spells them (a name is not a behaviour).
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ POOL_FINALIZER: Final = f"{GROUP}/pool"
 # --- Labels and taints -----------------------------------------------------------------------
 
 HOST_LABEL: Final = f"{GROUP}/host"
-"""Marks a Node as a Host; the Exec Agent DaemonSet selects on it (EA-004)."""
+"""Marks a Node as a Host; the Exec Agent DaemonSet selects on it."""
 HOST_LABEL_VALUE: Final = "true"
 """The value of HOST_LABEL on a Host."""
 
@@ -102,7 +101,7 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "battery-operator"
 """MANAGED_BY_LABEL value on objects the Operator creates (e.g. the CA bundle ConfigMap)."""
 
-# --- Node annotations: the Exec Agent's Node report (EA-034, EA-035, EA-040) -----------------
+# --- Node annotations: the Exec Agent's Node report ------------------------------------------
 
 EXEC_AGENT_READY_ANNOTATION: Final = f"{GROUP}/exec-agent-ready"
 """`"true"` or `"false"`: whether the Host can run claimed MicroVMs' commands."""
@@ -141,7 +140,7 @@ HOST_IMAGE_TAG: Final = HOST_IMAGE_LABEL
 ARCHITECTURE_TAG: Final = f"{GROUP}/architecture"
 """AMI tag: amd64 or arm64."""
 
-# --- Certificates: signers and SPIFFE IDs (CT-001, EA-061, EA-062, EA-068, CT-023) -----------
+# --- Certificates: signers and SPIFFE IDs ----------------------------------------------------
 
 FLINTLOCKD_SERVING_SIGNER: Final = f"{GROUP}/flintlockd-serving"
 """Signer of flintlockd's serving certificate on a Host."""
@@ -150,7 +149,7 @@ FLINTLOCKD_CLIENT_SIGNER: Final = f"{GROUP}/flintlockd-client"
 EXEC_AGENT_SERVING_SIGNER: Final = f"{GROUP}/exec-agent-serving"
 """Signer of the Exec Agent's own serving certificate."""
 SIGNERS: Final = (FLINTLOCKD_SERVING_SIGNER, FLINTLOCKD_CLIENT_SIGNER, EXEC_AGENT_SERVING_SIGNER)
-"""Every signer the CSR approver acts for, and no other (CT-001)."""
+"""Every signer the CSR approver acts for, and no other."""
 
 DEFAULT_TRUST_DOMAIN: Final = GROUP
 """The SPIFFE trust domain the Manifests configure."""
@@ -171,7 +170,7 @@ def spiffe_exec_agent_id(trust_domain: str, node: str) -> str:
     return f"spiffe://{trust_domain}/flintlock/client/exec-agent/{node}"
 
 
-# --- The claim's exec credentials (CC-001, CC-002, EA-010, EA-012) ---------------------------
+# --- The claim's exec credentials ------------------------------------------------------------
 
 EXEC_AGENT_AUDIENCE: Final = f"{GROUP}/exec-agent"
 """Audience of the Holder's tokens, checked by the Exec Agent's TokenReview."""
@@ -196,13 +195,13 @@ EXEC_AGENT_NAME: Final = "battery-operator-exec-agent"
 BATTERY_CONFIG_MAP: Final = "battery-operator-battery-config"
 """ConfigMap holding battery's config file, written by the host registry."""
 CA_BUNDLE_CONFIG_MAP: Final = "flintlockd-ca"
-"""ConfigMap publishing both CA certificates, without keys (CT-005)."""
+"""ConfigMap publishing both CA certificates, without keys."""
 SERVING_CA_BUNDLE_KEY: Final = "serving-ca.crt"
 """Key of the serving CA certificate in CA_BUNDLE_CONFIG_MAP."""
 CLIENT_CA_BUNDLE_KEY: Final = "client-ca.crt"
 """Key of the client CA certificate in CA_BUNDLE_CONFIG_MAP."""
 ADDRESS_PINS_CONFIG_MAP: Final = "host-address-pins"
-"""ConfigMap of Node name to pinned Host address (CT-016)."""
+"""ConfigMap of Node name to pinned Host address."""
 SERVING_CA_SECRET: Final = "flintlockd-serving-ca"
 """Secret of the CA signing flintlockd and Exec Agent serving certificates."""
 CLIENT_CA_SECRET: Final = "flintlockd-client-ca"
@@ -214,7 +213,7 @@ BATTERY_DATA_PVC: Final = "battery-data"
 FINALIZER_POLICY: Final = "battery-operator-finalizers"
 """MutatingAdmissionPolicy (and its binding) storing our finalizer on every new Pool and claim."""
 EXEC_AGENT_ADMISSION_POLICY: Final = "battery-operator-exec-agent-own-host"
-"""ValidatingAdmissionPolicy confining the Exec Agent to its own Node (EA-051)."""
+"""ValidatingAdmissionPolicy confining the Exec Agent to its own Node."""
 DRAIN_GUARD_PREFIX: Final = "exec-agent-drain-guard-"
 """Prefix of the drain guard Pod and PodDisruptionBudget names."""
 

@@ -14,19 +14,16 @@ def test_group_and_version() -> None:
     assert names.CLAIM_CRD_NAME == "microvmclaims.battery.liquidmetal-x.dev"
 
 
-@pytest.mark.req("CL-001", "PO-001")
-def test_finalizers() -> None:
+def test_finalizer_names() -> None:
     assert names.CLAIM_FINALIZER == "battery.liquidmetal-x.dev/release"
     assert names.POOL_FINALIZER == "battery.liquidmetal-x.dev/pool"
 
 
-@pytest.mark.req("CC-001", "EA-012")
 def test_the_exec_secret_is_the_claim_name_with_exec() -> None:
     assert names.exec_secret_name("ci-42") == "ci-42-exec"
     assert names.EXEC_AGENT_AUDIENCE == "battery.liquidmetal-x.dev/exec-agent"
 
 
-@pytest.mark.req("EA-061", "EA-062", "CT-023")
 def test_spiffe_ids() -> None:
     td = names.DEFAULT_TRUST_DOMAIN
     assert names.spiffe_host_id(td, "n1") == "spiffe://battery.liquidmetal-x.dev/flintlock/host/n1"
@@ -40,8 +37,7 @@ def test_spiffe_ids() -> None:
     )
 
 
-@pytest.mark.req("CT-001")
-def test_signers() -> None:
+def test_signer_names() -> None:
     assert names.SIGNERS == (
         "battery.liquidmetal-x.dev/flintlockd-serving",
         "battery.liquidmetal-x.dev/flintlockd-client",
@@ -49,7 +45,6 @@ def test_signers() -> None:
     )
 
 
-@pytest.mark.req("EA-034", "EA-035", "EA-051")
 def test_node_annotations_carry_the_prefix_the_admission_policy_allows() -> None:
     for value in (
         names.EXEC_AGENT_READY_ANNOTATION,

@@ -230,7 +230,6 @@ async def test_claim_vm_sends_the_request_id_and_reads_the_lease(
     assert received.time_remaining is not None and 60 < received.time_remaining < 91
 
 
-@pytest.mark.req("CL-060")
 @pytest.mark.parametrize("request_id", ["", "x" * 256, "é" * 128])
 async def test_claim_vm_refuses_a_request_id_battery_would_refuse(
     served: Served, battery: BatteryClient, request_id: str

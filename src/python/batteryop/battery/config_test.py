@@ -48,7 +48,6 @@ def test_a_remote_target_is_allowed_when_loopback_is_not_required() -> None:
     assert BatteryConfig(target="battery.example:8443", require_loopback=False)
 
 
-@pytest.mark.req("DP-010", "DP-013")
 def test_defaults_are_the_operator_flag_defaults() -> None:
     config = BatteryConfig(target="127.0.0.1:50051")
     assert config.call_timeout == timedelta(seconds=10)
@@ -57,7 +56,6 @@ def test_defaults_are_the_operator_flag_defaults() -> None:
     assert config.metadata == ()
 
 
-@pytest.mark.req("DP-010", "DP-013")
 @pytest.mark.parametrize("name", ["call_timeout", "claim_timeout", "keepalive_timeout"])
 @pytest.mark.parametrize("value", [timedelta(0), timedelta(seconds=-1), 5])
 def test_non_positive_timeouts_name_their_field(name: str, value: Any) -> None:

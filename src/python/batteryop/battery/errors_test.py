@@ -75,7 +75,7 @@ CALLS: list[tuple[str, Callable[[BatteryClient], Awaitable[Any]]]] = [
 ]
 
 
-@pytest.mark.req("DP-011", "CL-062")
+@pytest.mark.req("DP-011")
 @pytest.mark.parametrize(("code", "error"), CODE_TO_ERROR, ids=[c.name for c, _ in CODE_TO_ERROR])
 async def test_each_status_code_raises_its_error_with_rpc_code_and_message(
     served: Served, battery: BatteryClient, code: grpc.StatusCode, error: type[BatteryError]
@@ -122,7 +122,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.req("DP-011", "DP-012")
+@pytest.mark.req("DP-011")
 async def test_no_listener_is_battery_unavailable() -> None:
     config = BatteryConfig(target=f"127.0.0.1:{_free_port()}")
     async with BatteryClient.connect(config) as battery:
@@ -205,7 +205,6 @@ def test_the_boundary_chains_and_never_lets_a_raw_rpc_error_out() -> None:
     assert caught.value.rpc == "GetHost"
 
 
-@pytest.mark.req("DP-012")
 async def test_wait_connected(served: Served, battery: BatteryClient) -> None:
     await battery.wait_connected(timedelta(seconds=5))
     async with BatteryClient.connect(BatteryConfig(target=f"127.0.0.1:{_free_port()}")) as gone:

@@ -95,7 +95,6 @@ def test_seen_ids_start_above_a_given_floor() -> None:
 # --- against a server ------------------------------------------------------------------------
 
 
-@pytest.mark.req("BA-050", "DP-012")
 async def test_reconnects_and_never_yields_a_replayed_event_twice(
     served: Served, client_for: ClientFactory
 ) -> None:
@@ -118,7 +117,6 @@ async def test_reconnects_and_never_yields_a_replayed_event_twice(
     ]
 
 
-@pytest.mark.req("BA-050")
 async def test_dedupe_holds_with_a_tiny_memory(served: Served, client_for: ClientFactory) -> None:
     served.battery.sessions = [
         Session(pb_events(range(1, 21)), then="drop"),
@@ -129,7 +127,6 @@ async def test_dedupe_holds_with_a_tiny_memory(served: Served, client_for: Clien
     assert [e.id for e in events] == list(range(1, 24))
 
 
-@pytest.mark.req("DP-012")
 async def test_survives_a_battery_restart_on_the_same_port() -> None:
     async with serve() as first:
         first.battery.sessions = [Session(pb_events([1, 2]), then="hold")]
@@ -146,7 +143,6 @@ async def test_survives_a_battery_restart_on_the_same_port() -> None:
                 assert subscription.generation == 2
 
 
-@pytest.mark.req("DP-012")
 async def test_subscribed_without_any_event_and_unsubscribed_when_battery_goes(
     served: Served, battery: BatteryClient
 ) -> None:

@@ -212,7 +212,6 @@ def pool_and_claim(
 # --- every object is accepted ----------------------------------------------------------------
 
 
-@pytest.mark.req("DP-001", "DP-002", "DP-003", "DP-004")
 def test_every_object_is_accepted_as_written(
     admin: k8s.ApiClient, installed: list[dict[str, Any]]
 ) -> None:
@@ -228,7 +227,7 @@ def test_every_object_is_accepted_as_written(
         assert not lost, f"{ours['kind']} {meta['name']}: {lost}"
 
 
-@pytest.mark.req("CL-001", "PO-001")
+@pytest.mark.req("CL-100", "PO-100")
 def test_new_pools_and_claims_carry_the_finalizer_from_their_create(
     kube_admin: k8s.ApiClient,
     namespace: str,

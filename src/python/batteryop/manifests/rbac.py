@@ -22,7 +22,7 @@ ClusterRole `MANAGER_ROLE`
 
 Role `MANAGER_ROLE` in the Operator namespace
 - `configmaps` by name: only `names.BATTERY_CONFIG_MAP`, get/list/watch/patch/update (the host
-  registry writes it, DP-004; the Pool controller watches its `hosts` annotation, IN-014).
+  registry writes it, DP-004; the Pool controller watches its `hosts` annotation, PO-010).
   list and watch by name work with a `metadata.name` field selector. No create: install.yaml
   ships the ConfigMap.
 - `secrets`: only those in `OPERATOR_SECRETS`, by name, get/list/watch; none today. battery's

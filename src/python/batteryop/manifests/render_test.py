@@ -129,7 +129,7 @@ def test_one_replica_replaced_with_recreate() -> None:
     assert spec["strategy"] == {"type": "Recreate"}
 
 
-@pytest.mark.req("DP-001", "DP-006")
+@pytest.mark.req("DP-001")
 def test_the_pod_holds_operator_host_registry_and_battery_sharing_processes() -> None:
     objs = objects()
     spec = pod(objs)
@@ -147,7 +147,7 @@ def test_the_pod_holds_operator_host_registry_and_battery_sharing_processes() ->
     )
 
 
-@pytest.mark.req("DP-001", "DP-010", "DP-012")
+@pytest.mark.req("DP-010")
 def test_the_operator_flags_and_probes() -> None:
     operator = container(objects(), "operator")
     assert operator["args"] == [
@@ -196,7 +196,6 @@ def test_battery_runs_poolmgrd_on_its_config_database_and_tls() -> None:
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
 
 
-@pytest.mark.req("DP-021")
 def test_only_the_containers_that_call_the_api_get_a_token() -> None:
     objs = objects()
     spec = pod(objs)

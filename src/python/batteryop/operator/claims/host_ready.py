@@ -7,7 +7,7 @@ For a Bound claim, not being deleted, from the Node named by `status.host.nodeNa
 
 - CL-050: the report says ready -> HostReady=True with the report's reason and message.
 - CL-051: the report says not ready -> HostReady=False with the report's reason and message;
-  the claim stays Bound (the Client Library tells the Holder, CC-013).
+  the claim stays Bound (the client library is what tells the Holder).
 - CL-052: no such Node -> HostReady=False `NodeNotFound`; a Node without a report (no ready
   annotation) -> HostReady=False `NoNodeReport`.
 - CL-053: how the report is read. Only the value `"true"` counts as ready (`"True"`, `"yes"`,

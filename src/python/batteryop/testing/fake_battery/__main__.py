@@ -134,6 +134,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="fake-battery",
         description="A fake battery (poolmgrd v0.4.0) for tests and the dev stack.",
     )
+    # TD-107: poolmgrd's own flags, so this process can stand where the sidecar stands.
     parser.add_argument("-config", "--config", help="poolmgrd's JSON config file")
     parser.add_argument("-db", "--db", help="accepted for poolmgrd compatibility; ignored")
     parser.add_argument(

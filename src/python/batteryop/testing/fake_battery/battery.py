@@ -150,6 +150,8 @@ class _Reconciler:
     def _pass(self, kinds: set[str]) -> None:
         spec = self.spec
         strategy = spec.replenishment_strategy
+        # BA-075, BA-076: every strategy fills the Pool when its reconciler starts and on each tick;
+        # besides, IMMEDIATE_ON_LEASE tops up on a claim and REPLACE_ON_DELETE on a deletion.
         acts_on = {
             types_pb2.IMMEDIATE_ON_LEASE: {"start", "tick", "claimed"},
             types_pb2.MIN_SIZE_THRESHOLD: {"start", "tick"},
@@ -162,6 +164,7 @@ class _Reconciler:
         if strategy.type == types_pb2.IMMEDIATE_ON_LEASE:
             shortfall = spec.size - (counts.available + counts.claiming + provisioning)
         elif strategy.type == types_pb2.MIN_SIZE_THRESHOLD:
+            # BA-072: with size 0 there is never a shortfall, so nothing is provisioned.
             if counts.available >= strategy.min_size:
                 shortfall = 0
             else:
@@ -200,6 +203,7 @@ class _Sweeper:
     async def _run(self) -> None:
         clock = self.battery.clock
         interval = timedelta(seconds=self.battery.timings.sweep_interval)
+        # BA-022: the first sweep comes one interval after start, not at start.
         self.next_due = clock.now() + interval
         while True:
             self.battery.store.touch()
@@ -426,6 +430,7 @@ class FakeBattery:
         events_pb2_grpc.add_EventsServicer_to_server(EventsService(self), server)
         hostadmin_pb2_grpc.add_HostAdminServicer_to_server(HostAdminService(self), server)
         self._health = health.aio.HealthServicer()
+        # BA-112: the empty service name reports SERVING while battery is up.
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         address = self._address
@@ -590,6 +595,7 @@ class FakeBattery:
         best_load = 0
         for name in spec.flintlock_hosts:
             host = self.store.hosts.get(name)
+            # BA-105: a cordoned Host gets no new MicroVM; those already there keep running.
             if host is None or host.cordoned:
                 continue
             load = pending.get(name, 0) + sum(
@@ -616,6 +622,7 @@ class FakeBattery:
 
         vm: VmRow | None = None
         try:
+            # BA-110: no MicroVM on a Host whose flintlockd is older than v0.15.2.
             await host.ensure_version(self.timings.version_check_timeout)
             template = microvm_pb2.MicroVMSpec()
             template.CopyFrom(spec.microvm_template)
@@ -623,6 +630,7 @@ class FakeBattery:
             template.id = f"{key[1]}-{uuid.uuid4().hex[:8]}"
             if not template.namespace:
                 template.namespace = key[0]
+            # TD-002: a MicroVM exists only once the Host's flintlockd has created it.
             created = await host.create(template, self.timings.rpc_timeout)
             now = self.clock.now()
             vm = VmRow(
@@ -640,6 +648,7 @@ class FakeBattery:
             self.store.emit(types_pb2.VM_PROVISIONED, key, vm.uid)
             failure = await self._bring_up(vm, host, spec)
             if failure is None:
+                # BA-006: AVAILABLE only once provisioning and the create hook have completed.
                 if self.store.set_phase(
                     vm.uid, Phase.AVAILABLE, expect=frozenset({Phase.CREATE_HOOK_RUNNING})
                 ):
@@ -715,7 +724,7 @@ class FakeBattery:
                         self.timings.hook_cleanup_timeout,
                     )
                 except (grpc.aio.AioRpcError, TimeoutError) as err:
-                    # As poolmgrd v0.4.0 does (battery #131/#132): the row goes anyway.
+                    # BA-113: as poolmgrd v0.4.0 does (battery #131/#132), the row goes anyway.
                     log.warning("vm %s: best-effort delete after hook failure: %s", vm.uid, err)
             self.store.remove_vm(vm.uid)
             self._notify(vm.pool, "deleted")
@@ -752,6 +761,7 @@ class FakeBattery:
         """One pass of the sweeper, now (the periodic sweeper calls this too)."""
         store = self.store
         # 1. Finish deletions still pending (skipped while the VM's Pool is gone).
+        # BA-023, BA-031: deletions flintlockd has not confirmed are tried again at every sweep.
         deleting = [
             vm for vm in store.vms.values() if vm.phase == Phase.DELETING and vm.pool in store.pools
         ]
@@ -771,6 +781,7 @@ class FakeBattery:
         window = timedelta(seconds=self.timings.warning_window)
         expired: list[VmRow] = []
         for lease in sorted(store.leases.values(), key=lambda lease: lease.expires_at):
+            # BA-020: only the sweep removes Leases, each whose expiry is at or before its time.
             if lease.expires_at <= now:
                 store.remove_lease(lease.lease_id)
                 row = store.vms.get(lease.vm_uid)
@@ -783,6 +794,7 @@ class FakeBattery:
                     store.emit(types_pb2.VM_EXPIRING_SOON, lease.pool, lease.vm_uid)
         done = await asyncio.gather(*(self._delete_on_host(vm) for vm in expired))
         for vm, ok in zip(expired, done, strict=True):
+            # BA-051: the expiry event only once flintlockd has confirmed the deletion.
             if ok and store.remove_vm(vm.uid) is not None:
                 store.emit(types_pb2.VM_DELETED_DUE_TO_EXPIRY, vm.pool, vm.uid)
                 self._notify(vm.pool, "deleted")

@@ -1,4 +1,4 @@
-"""The standalone fake battery's HTTP control API (TD-006): faults, clock, inspection.
+"""The standalone fake battery's HTTP control API (TD-006, TD-108): faults, clock, inspection.
 
 JSON over HTTP on its own loopback port, so a test can steer a fake battery that runs as a
 separate process (the sidecar position). Endpoints:

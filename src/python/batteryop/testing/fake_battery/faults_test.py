@@ -36,7 +36,7 @@ async def ready(
     return ref
 
 
-@pytest.mark.req("TD-006", "DP-012")
+@pytest.mark.req("TD-006", "BA-112")
 async def test_unavailable_answers_every_rpc_with_unavailable(
     battery: FakeBattery, stubs: BatteryStubs, ns: str
 ) -> None:
@@ -72,7 +72,7 @@ async def test_stop_listening_refuses_connections_and_resume_keeps_state(
         assert pool.status.available_count == 1
 
 
-@pytest.mark.req("TD-006", "DP-013")
+@pytest.mark.req("TD-006")
 async def test_slow_claim_before_commit_leaves_no_lease(
     battery: FakeBattery, stubs: BatteryStubs, ns: str
 ) -> None:
@@ -85,7 +85,7 @@ async def test_slow_claim_before_commit_leaves_no_lease(
     assert (await stubs.get_pool(ref)).status.available_count == 1
 
 
-@pytest.mark.req("TD-006", "CL-061", "BA-004")
+@pytest.mark.req("TD-006", "BA-004", "BA-100")
 async def test_slow_claim_after_commit_keeps_the_lease_for_a_retry(
     battery: FakeBattery, stubs: BatteryStubs, ns: str
 ) -> None:
@@ -99,7 +99,7 @@ async def test_slow_claim_after_commit_keeps_the_lease_for_a_retry(
     assert (retry.lease_id, retry.vm_uid) == (lease.lease_id, lease.vm_uid)
 
 
-@pytest.mark.req("TD-006", "CL-061")
+@pytest.mark.req("TD-006", "BA-100")
 @pytest.mark.parametrize("code", [Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED])
 async def test_lost_answer_then_retry_gets_the_same_lease(
     battery: FakeBattery, stubs: BatteryStubs, ns: str, code: grpc.StatusCode

@@ -53,7 +53,7 @@ V040_CONFIG = {
 }
 
 
-@pytest.mark.req("TD-001", "DP-004")
+@pytest.mark.req("TD-107")
 def test_reads_poolmgrd_v040_config(tmp_path: Path) -> None:
     settings = load_config(_write(tmp_path, V040_CONFIG))
     assert settings.listen == "127.0.0.1:50051"
@@ -70,7 +70,7 @@ def test_reads_poolmgrd_v040_config(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-107")
 @pytest.mark.parametrize(
     "change",
     [
@@ -88,7 +88,7 @@ def test_refuses_bad_configs(tmp_path: Path, change: dict[str, object]) -> None:
         load_config(_write(tmp_path, {**V040_CONFIG, **change}))
 
 
-@pytest.mark.req("TD-001")
+@pytest.mark.req("TD-107")
 def test_flags_add_hosts_and_override_the_file(tmp_path: Path) -> None:
     args = parse_args(
         [

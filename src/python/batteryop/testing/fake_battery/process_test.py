@@ -13,7 +13,7 @@ from batteryop.testing.fake_battery.testkit import BatteryStubs, pool_spec, ref_
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest.mark.req("TD-001", "TD-004", "TD-006")
+@pytest.mark.req("TD-001", "TD-004", "TD-006", "TD-107", "TD-108")
 async def test_standalone_serves_and_obeys_its_control_api(
     host_targets: dict[str, str], ns: str
 ) -> None:

@@ -133,6 +133,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
         store = b.store
         key = _key(request.ref)
         async with b.pool_lock(key):
+            # BA-071: deleting a Pool battery does not know is NOT_FOUND.
             if key not in store.pools:
                 await _abort(
                     context, grpc.StatusCode.NOT_FOUND, f"pool {pool_label(key)} not found"
@@ -145,6 +146,8 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                     if vm.phase in (Phase.LEASED, Phase.PRE_LEASE_HOOK_RUNNING)
                 )
 
+            # BA-070: without force, a leased or pre-lease MicroVM refuses the delete, changing
+            # nothing.
             if not request.force and (n := leased()):
                 await _abort(
                     context,
@@ -165,6 +168,8 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                     f"pool {pool_label(key)} has {n} leased VMs, release them or delete with force",
                 )
             # One "transaction": the Pool row, its VMs to DELETING, its Leases.
+            # BA-103: the Pool and its Leases go at once (leased ones too under force, BA-104),
+            # then its MicroVMs are drained through flintlockd.
             del store.pools[key]
             vms = store.pool_vms(key)
             for vm in vms:
@@ -212,6 +217,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         if faults.claim_delay > 0 and not faults.claim_delay_after_commit:
             await asyncio.sleep(faults.claim_delay)
         rid = request.request_id
+        # BA-102: a request_id over 255 bytes is refused.
         if len(rid.encode()) > MAX_REQUEST_ID_BYTES:
             await _abort(
                 context,
@@ -219,8 +225,10 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
                 f"request_id is longer than {MAX_REQUEST_ID_BYTES} bytes",
             )
         key = _key(request.pool)
+        # BA-002: a claim on an unknown Pool is NOT_FOUND.
         if key not in store.pools:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"pool {pool_label(key)} not found")
+        # BA-100: a repeated request_id gets its live Lease back, neither renewed nor doubled.
         if rid and (previous := store.lease_for_request(rid)) is not None:
             return await self._answer(previous, key, context)
 
@@ -228,6 +236,8 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             (v for v in store.pool_vms(key) if v.phase == Phase.AVAILABLE),
             None,
         )
+        # BA-005: picking the MicroVM and moving it out of AVAILABLE are one step; BA-001: none left
+        # means RESOURCE_EXHAUSTED and no Lease.
         if vm is None or not store.set_phase(
             vm.uid, Phase.LEASED, expect=frozenset({Phase.AVAILABLE})
         ):
@@ -264,6 +274,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         if rid and (winner := store.lease_for_request(rid)) is not None:
             store.set_phase(vm.uid, Phase.AVAILABLE)
             return await self._answer(winner, key, context)
+        # BA-003: a new Lease gets a random UUID and expires the Pool's threshold after the claim.
         now = b.clock.now()
         lease = LeaseRow(
             lease_id=str(uuid.uuid4()),
@@ -277,6 +288,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         store.leases[lease.lease_id] = lease
         store.set_phase(vm.uid, Phase.LEASED)
         row.lease_id = lease.lease_id
+        # BA-004: from here the Lease is committed and the claim answers success.
         store.emit(types_pb2.VM_CLAIMED, key, vm.uid)
         b.notify(key, "claimed")
         return await self._answer(lease, key, context)
@@ -286,6 +298,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
     ) -> lease_pb2.ClaimVMResponse:
         """The answer for an existing Lease: fresh, or replayed for its request_id."""
         b = self._b
+        # BA-102: a request_id already used on another Pool is refused.
         if lease.pool != key:
             await _abort(
                 context,
@@ -294,6 +307,8 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
                 f"{pool_label(lease.pool)}, not {pool_label(key)}",
             )
         vm = b.store.vms.get(lease.vm_uid)
+        # BA-101: a replay whose MicroVM is being deleted is ABORTED; once the Lease is gone the
+        # request_id claims afresh.
         if vm is None or vm.phase == Phase.DELETING:
             await _abort(
                 context,
@@ -326,6 +341,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         if b.faults.heartbeat_refusal is not None:
             await _abort(context, b.faults.heartbeat_refusal, "heartbeat refused (fault injection)")
         lease = b.store.leases.get(request.lease_id)
+        # BA-011: a heartbeat for a Lease battery does not hold is NOT_FOUND.
         if lease is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"lease {request.lease_id} not found")
         spec = b.store.pools.get(lease.pool)
@@ -337,6 +353,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             )
         now = b.clock.now()
         lease.last_heartbeat_at = now
+        # BA-010: a heartbeat pushes the expiry out from now, even past an expiry already gone by.
         lease.expires_at = now + _duration(spec.heartbeat_expiry_threshold)
         b.store.touch()
         return lease_pb2.HeartbeatResponse(expires_at=timestamp(lease.expires_at))
@@ -347,6 +364,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         b = self._b
         store = b.store
         lease = store.leases.get(request.lease_id)
+        # BA-032: releasing a Lease battery does not hold is NOT_FOUND.
         if lease is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"lease {request.lease_id} not found")
         vm = store.vms.get(lease.vm_uid)
@@ -354,8 +372,10 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             store.remove_lease(lease.lease_id)
             return empty_pb2.Empty()
         confirmed = await asyncio.shield(b._delete_on_host(vm))
+        # BA-031: flintlockd did not confirm: UNAVAILABLE, the Lease stays, the sweep retries.
         if not confirmed:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "vm cleanup pending, retry later")
+        # BA-030, BA-051: only once flintlockd confirmed do the Lease, MicroVM and event go.
         removed = store.remove_vm(vm.uid) is not None
         store.remove_lease(lease.lease_id)
         if removed:
@@ -366,6 +386,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
     async def ListLeases(
         self, request: lease_pb2.ListLeasesRequest, context: Context
     ) -> lease_pb2.ListLeasesResponse:
+        # BA-040, BA-041: every Lease as stored, expired-but-unswept ones included, none renewed.
         leases = sorted(self._b.store.leases.values(), key=lambda lease: lease.lease_id)
         if request.HasField("pool_ref"):
             key = _key(request.pool_ref)
@@ -389,6 +410,7 @@ class EventsService(events_pb2_grpc.EventsServicer):
         while True:
             changed = b.store.changed
             events = b.store.events
+            # BA-050: the whole outbox first (one Pool's or all), then each event as it is recorded.
             while sent < len(events):
                 event = events[sent]
                 sent += 1
@@ -446,6 +468,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
         return conn
 
     async def _main_only(self, method: str, context: Context) -> None:
+        # BA-108: v0.4.0 answers AddHost, UpdateHost, RemoveHost and GetHost with UNIMPLEMENTED.
         if not self._b.host_api:
             await _abort(
                 context,
@@ -456,6 +479,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
     async def CordonHost(
         self, request: hostadmin_pb2.CordonHostRequest, context: Context
     ) -> types_pb2.Host:
+        # BA-106: an unknown Host is FAILED_PRECONDITION, an empty name INVALID_ARGUMENT.
         conn = await self._registered(request.name, context, grpc.StatusCode.FAILED_PRECONDITION)
         now = self._b.clock.now()
         conn.cordoned = True
@@ -480,6 +504,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
     async def ListHosts(
         self, request: hostadmin_pb2.ListHostsRequest, context: Context
     ) -> hostadmin_pb2.ListHostsResponse:
+        # BA-107: every Host by name, with its cordon state, MicroVM count and flintlockd version.
         hosts = sorted(self._b.store.hosts.values(), key=lambda conn: conn.name)
         return hostadmin_pb2.ListHostsResponse(hosts=[self._status(c) for c in hosts])
 

@@ -73,6 +73,7 @@ def validate_pool_spec(
         )
     if not spec.HasField("microvm_template"):
         raise PoolSpecInvalidError(spec, "spec.microvm_template is required")
+    # BA-111: a static address or guest_mac only in a Pool that holds one MicroVM.
     if can_hold_several(spec) and has_static_network(spec.microvm_template):
         raise PoolSpecInvalidError(
             spec,

@@ -1,4 +1,4 @@
-"""`python -m batteryop.testing.fake_flintlock`: run one fake flintlockd Host (TD-010..012).
+"""`python -m batteryop.testing.fake_flintlock`: run one fake flintlockd Host (TD-010..012, TD-109).
 
 Once both the gRPC endpoint and the control API listen, one line goes to stdout:
 `{"event": "ready", "target": "127.0.0.2:NNNN", "control_url": "http://127.0.0.2:MMMM", ...}`.

@@ -1,4 +1,4 @@
-"""Faults injected from the test: down/up, slow and failing creates (TD-011)."""
+"""Faults injected through the control API: down/up, slow and failing creates (TD-109)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from batteryop.testing.fake_flintlock.testkit import Client, make_spec
 State = microvm_pb2.MicroVMStatus.MicroVMState
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-109")
 async def test_down_and_up_on_the_same_address_keeps_the_microvms(client: Client) -> None:
     uid = await client.create()
     await client.host.go_down()
@@ -44,7 +44,7 @@ async def read_to_end(call: grpc.aio.StreamStreamCall) -> None:
         pass
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-011", "TD-109")
 async def test_down_fails_an_exec_stream_in_flight(client: Client) -> None:
     uid = await client.create()
     start = microvmexec_pb2.ExecStart(uid=uid, cmd="echo started; sleep 30", shell=True)
@@ -61,7 +61,7 @@ async def test_down_fails_an_exec_stream_in_flight(client: Client) -> None:
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-109")
 async def test_slow_creates_store_first_leaves_the_microvm_when_the_client_gives_up(
     client: Client,
 ) -> None:
@@ -78,7 +78,7 @@ async def test_slow_creates_store_first_leaves_the_microvm_when_the_client_gives
     assert time.monotonic() - began >= 1.0
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-109")
 async def test_slow_creates_before_store_leave_nothing(client: Client) -> None:
     await client.host.slow_creates(2.0, store_first=False)
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -92,7 +92,7 @@ async def test_slow_creates_before_store_leave_nothing(client: Client) -> None:
     assert len(await client.host.list_vms()) == 1
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-109")
 async def test_fail_creates_n_times_then_succeed(client: Client) -> None:
     await client.host.fail_creates(grpc.StatusCode.RESOURCE_EXHAUSTED, "thin pool full", times=2)
     for _ in range(2):
@@ -109,7 +109,7 @@ async def test_fail_creates_n_times_then_succeed(client: Client) -> None:
     await client.microvm.ServerInfo(empty_pb2.Empty(), timeout=5)
 
 
-@pytest.mark.req("TD-011")
+@pytest.mark.req("TD-109")
 async def test_control_api_refuses_bad_requests(client: Client) -> None:
     with pytest.raises(FakeFlintlockdError, match="unknown gRPC status code"):
         await client.host.fail_creates("NOT_A_CODE", "x")

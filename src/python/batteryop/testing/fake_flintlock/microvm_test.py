@@ -146,13 +146,13 @@ async def test_uid_rules(client: Client) -> None:
     assert first != second  # the same namespace and name twice: two MicroVMs
 
 
-@pytest.mark.req("TD-010", "EA-030")
+@pytest.mark.req("TD-010")
 async def test_server_info_default_reports_exec_enabled(client: Client) -> None:
     info = await client.microvm.ServerInfo(empty_pb2.Empty(), timeout=10)
     assert (info.version, info.exec_enabled) == ("v0.16.0", True)
 
 
-@pytest.mark.req("TD-010", "EA-030")
+@pytest.mark.req("TD-010")
 async def test_server_info_older_host_and_exec_disabled() -> None:
     async with (
         FakeFlintlockd.start(address=ADDRESS, version="v0.15.1", exec_enabled=False) as host,
