@@ -177,8 +177,10 @@ def mutate(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def invalid(path: str, value: Any, *expected: str, req: str = "", id: str = "") -> Any:
-    marks = [pytest.mark.req(req)] if req else []
+def invalid(
+    path: str, value: Any, *expected: str, req: pytest.MarkDecorator | None = None, id: str = ""
+) -> Any:
+    marks = [req] if req else []
     return pytest.param(path, value, expected, marks=marks, id=id or f"{path}={value!r}"[:60])
 
 
@@ -186,58 +188,72 @@ VIRTIOFS = {"id": "share", "virtiofsSource": "/srv"}
 
 POOL_CASES = [
     # RS-012: negative size, enum values battery does not define.
-    invalid("spec.size", -1, "spec.size", "greater than or equal to 0", req="RS-012"),
+    invalid(
+        "spec.size", -1, "spec.size", "greater than or equal to 0", req=pytest.mark.req("RS-012")
+    ),
     invalid(
         "spec.replenishment.type",
         "Eventually",
         "spec.replenishment.type",
         "Unsupported value",
-        req="RS-012",
+        req=pytest.mark.req("RS-012"),
     ),
     invalid(
         "spec.hooks.failurePolicy",
         "Retry",
         "spec.hooks.failurePolicy",
         "Unsupported value",
-        req="RS-012",
+        req=pytest.mark.req("RS-012"),
     ),
     invalid(
         "spec.template.interfaces.0.type",
         "Veth",
         "spec.template.interfaces[0].type",
         "Unsupported value",
-        req="RS-012",
+        req=pytest.mark.req("RS-012"),
     ),
     # RS-014, RS-015: flintlock's ranges.
     invalid(
-        "spec.template.vcpu", 0, "spec.template.vcpu", "greater than or equal to 1", req="RS-014"
+        "spec.template.vcpu",
+        0,
+        "spec.template.vcpu",
+        "greater than or equal to 1",
+        req=pytest.mark.req("RS-014"),
     ),
     invalid(
-        "spec.template.vcpu", 65, "spec.template.vcpu", "less than or equal to 64", req="RS-014"
+        "spec.template.vcpu",
+        65,
+        "spec.template.vcpu",
+        "less than or equal to 64",
+        req=pytest.mark.req("RS-014"),
     ),
     invalid(
         "spec.template.memoryInMb",
         1023,
         "spec.template.memoryInMb",
         "greater than or equal to 1024",
-        req="RS-015",
+        req=pytest.mark.req("RS-015"),
     ),
     invalid(
         "spec.template.memoryInMb",
         32769,
         "spec.template.memoryInMb",
         "less than or equal to 32768",
-        req="RS-015",
+        req=pytest.mark.req("RS-015"),
     ),
     # RS-016: at least one interface.
     invalid(
-        "spec.template.interfaces", [], "spec.template.interfaces", "at least 1 items", req="RS-016"
+        "spec.template.interfaces",
+        [],
+        "spec.template.interfaces",
+        "at least 1 items",
+        req=pytest.mark.req("RS-016"),
     ),
     invalid(
         "spec.template.interfaces",
         DELETE,
         "spec.template.interfaces: Required value",
-        req="RS-016",
+        req=pytest.mark.req("RS-016"),
         id="interfaces-missing",
     ),
     # RS-010: the spec's fields, as battery and flintlock accept them.
@@ -245,16 +261,22 @@ POOL_CASES = [
         "spec.template",
         DELETE,
         "spec.template: Required value",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="template-missing",
     ),
-    invalid("spec.size", DELETE, "spec.size: Required value", req="RS-010", id="size-missing"),
+    invalid(
+        "spec.size",
+        DELETE,
+        "spec.size: Required value",
+        req=pytest.mark.req("RS-010"),
+        id="size-missing",
+    ),
     invalid(
         "spec.replenishment",
         {"type": "MinSizeThreshold"},
         "spec.replenishment.minSize",
         "required when spec.replenishment.type is MinSizeThreshold",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="minSize-missing",
     ),
     invalid(
@@ -262,7 +284,7 @@ POOL_CASES = [
         {"type": "MinSizeThreshold", "minSize": 0},
         "spec.replenishment.minSize",
         "greater than or equal to 1",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="minSize-0",
     ),
     invalid(
@@ -270,27 +292,27 @@ POOL_CASES = [
         "0s",
         "spec.lease.heartbeatInterval",
         "must be a duration greater than 0",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.lease.expiryThreshold",
         "-5s",
         "spec.lease.expiryThreshold",
         "must be a duration greater than 0",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.lease.expiryThreshold",
         "30 seconds",
         "spec.lease.expiryThreshold",
         "should match",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.kernel.filename",
         DELETE,
         "spec.template.kernel.filename: Required value",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="kernel-filename-missing",
     ),
     invalid(
@@ -298,21 +320,21 @@ POOL_CASES = [
         "",
         "spec.template.kernel.image",
         "at least 1 chars",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.provider",
         "qemu",
         "spec.template.provider",
         "Unsupported value",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.rootVolume",
         {"id": "root"},
         "spec.template.rootVolume",
         "exactly one of containerSource and virtiofsSource must be set",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="rootVolume-no-source",
     ),
     invalid(
@@ -320,7 +342,7 @@ POOL_CASES = [
         {"containerSource": "img", "virtiofsSource": "/srv"},
         "spec.template.rootVolume",
         "exactly one of containerSource and virtiofsSource must be set",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="rootVolume-two-sources",
     ),
     invalid(
@@ -328,7 +350,7 @@ POOL_CASES = [
         {"virtiofsSource": "/srv"},
         "spec.template.rootVolume.virtiofsSource",
         "cannot be a virtiofs volume",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="rootVolume-virtiofs",
     ),
     invalid(
@@ -336,7 +358,7 @@ POOL_CASES = [
         [{"id": "a"}],
         "spec.template.additionalVolumes[0]",
         "exactly one of containerSource and virtiofsSource must be set",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="volume-no-source",
     ),
     invalid(
@@ -344,7 +366,7 @@ POOL_CASES = [
         [VIRTIOFS, VIRTIOFS],
         "spec.template.additionalVolumes",
         "at most one virtiofs volume",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="two-virtiofs",
     ),
     invalid(
@@ -352,7 +374,7 @@ POOL_CASES = [
         [{"containerSource": "img", "sizeInMb": 0}],
         "spec.template.additionalVolumes[0].sizeInMb",
         "greater than or equal to 1",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="volume-size-0",
     ),
     invalid(
@@ -360,28 +382,28 @@ POOL_CASES = [
         "eth0",
         "spec.template.interfaces[0].deviceId",
         "eth0 is reserved by flintlock",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.interfaces.0.deviceId",
         "eth/1",
         "spec.template.interfaces[0].deviceId",
         "should match",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.interfaces.0.deviceId",
         "e" * 16,
         "spec.template.interfaces[0].deviceId",
         "Too long",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.interfaces",
         [{"deviceId": "eth1"}, {"deviceId": "eth1"}],
         "spec.template.interfaces",
         "must not repeat a deviceId",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="deviceId-repeated",
     ),
     invalid(
@@ -389,14 +411,14 @@ POOL_CASES = [
         "02:00:00:00:00",
         "spec.template.interfaces[0].guestMac",
         "should match",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
     ),
     invalid(
         "spec.template.interfaces.0.address",
         {"address": "10.0.0.5"},
         "spec.template.interfaces[0].address.address",
         "prefix length",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="address-no-prefix",
     ),
     invalid(
@@ -404,7 +426,7 @@ POOL_CASES = [
         {"address": "10.0.0.5/24", "gateway": "gw"},
         "spec.template.interfaces[0].address.gateway",
         "must be an IP address",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="gateway-not-ip",
     ),
     invalid(
@@ -412,14 +434,14 @@ POOL_CASES = [
         {"address": "10.0.0.5/24", "nameservers": ["dns"]},
         "spec.template.interfaces[0].address.nameservers[0]",
         "must be an IP address",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="nameserver-not-ip",
     ),
     invalid(
         "spec.template.interfaces.0.overrides",
         {},
         "spec.template.interfaces[0].overrides.bridgeName: Required value",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="overrides-without-bridge",
     ),
     invalid(
@@ -427,7 +449,7 @@ POOL_CASES = [
         {"user-data": "not base64!"},
         "spec.template.metadata.user-data",
         "byte",
-        req="RS-010",
+        req=pytest.mark.req("RS-010"),
         id="metadata-not-base64",
     ),
     # RS-011: the selector is a map of strings.
@@ -436,7 +458,7 @@ POOL_CASES = [
         {"zone": 1},
         "spec.placement.nodeSelector.zone",
         "string",
-        req="RS-011",
+        req=pytest.mark.req("RS-011"),
         id="selector-value-not-string",
     ),
 ]
@@ -455,23 +477,51 @@ def test_an_invalid_pool_is_refused_naming_the_field(
 
 CLAIM_CASES = [
     invalid(
-        "spec.poolRef", DELETE, "spec.poolRef: Required value", req="RS-020", id="poolRef-missing"
+        "spec.poolRef",
+        DELETE,
+        "spec.poolRef: Required value",
+        req=pytest.mark.req("RS-020"),
+        id="poolRef-missing",
     ),
-    invalid("spec.poolRef.name", "", "spec.poolRef.name", "at least 1 chars", req="RS-020"),
-    invalid("spec.poolRef.name", "p" * 254, "spec.poolRef.name", "Too long", req="RS-020"),
-    invalid("spec.poolRef.name", "Not_A_Name", "spec.poolRef.name", "should match", req="RS-020"),
+    invalid(
+        "spec.poolRef.name",
+        "",
+        "spec.poolRef.name",
+        "at least 1 chars",
+        req=pytest.mark.req("RS-020"),
+    ),
+    invalid(
+        "spec.poolRef.name",
+        "p" * 254,
+        "spec.poolRef.name",
+        "Too long",
+        req=pytest.mark.req("RS-020"),
+    ),
+    invalid(
+        "spec.poolRef.name",
+        "Not_A_Name",
+        "spec.poolRef.name",
+        "should match",
+        req=pytest.mark.req("RS-020"),
+    ),
     invalid(
         "spec.serviceAccountName",
         DELETE,
         "spec.serviceAccountName: Required value",
-        req="RS-021",
+        req=pytest.mark.req("RS-021"),
         id="sa-missing",
     ),
     invalid(
-        "spec.serviceAccountName", "", "spec.serviceAccountName", "at least 1 chars", req="RS-021"
+        "spec.serviceAccountName",
+        "",
+        "spec.serviceAccountName",
+        "at least 1 chars",
+        req=pytest.mark.req("RS-021"),
     ),
-    invalid("spec.renewTime", "soon", "spec.renewTime", "date-time", req="RS-023"),
-    invalid("spec", DELETE, "spec: Required value", req="RS-020", id="spec-missing"),
+    invalid("spec.renewTime", "soon", "spec.renewTime", "date-time", req=pytest.mark.req("RS-023")),
+    invalid(
+        "spec", DELETE, "spec: Required value", req=pytest.mark.req("RS-020"), id="spec-missing"
+    ),
 ]
 
 
