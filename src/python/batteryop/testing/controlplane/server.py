@@ -1,4 +1,5 @@
-"""A real Kubernetes control plane on loopback: etcd and kube-apiserver.
+"""A real Kubernetes control plane on loopback: etcd and kube-apiserver (TD-100: the versions
+pinned in 3rdparty/go/controlplane, never a mock or envtest).
 
 `ControlPlane.start()` runs the pinned binaries (see `gobuild`) on free
 loopback ports with certificates made for this run only:

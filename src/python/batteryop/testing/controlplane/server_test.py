@@ -138,6 +138,7 @@ def test_a_watch_sees_a_change(kube_admin: k8s.ApiClient, namespace: str) -> Non
     assert seen == [("MODIFIED", "2")]
 
 
+@pytest.mark.req("TD-100")
 def test_token_request_passes_token_review_only_for_its_audience(
     kube_admin: k8s.ApiClient, namespace: str, sa_client: Callable[[str, str], k8s.ApiClient]
 ) -> None:
@@ -159,6 +160,7 @@ def test_token_request_passes_token_review_only_for_its_audience(
     assert "audience" in (other.error or "").lower()
 
 
+@pytest.mark.req("TD-100")
 def test_csr_is_created_approved_and_given_a_certificate(
     controlplane: ControlPlane, kube_admin: k8s.ApiClient
 ) -> None:
@@ -268,6 +270,7 @@ def test_stop_kills_every_process_and_removes_every_file() -> None:
     assert time.monotonic() - started < 15
 
 
+@pytest.mark.req("TD-100")
 def test_validating_admission_policy_is_enforced(kube_admin: k8s.ApiClient, namespace: str) -> None:
     """ValidatingAdmissionPolicy is on: a CEL policy bound to a namespace denies with its message."""
     name = f"deny-forbidden-{namespace}"
