@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from batteryop.testing.gomodules import GoModuleError, find_pins, go_binary
+
 log = logging.getLogger(__name__)
 
 MODULE_DIR = Path("3rdparty/go/controlplane")
@@ -55,14 +57,13 @@ def find_module_dir(start: Path | None = None) -> Path:
     Under `pants test` the cwd is the sandbox, which holds the module's go.mod
     and go.sum as a `files` dependency; under `pants run` it is the repo root.
     """
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / MODULE_DIR / "go.mod").is_file():
-            return d / MODULE_DIR
-    raise ControlPlaneBuildError(
-        f"cannot find {MODULE_DIR}/go.mod above {here}; run from the repository "
-        "or set BATTERYOP_CONTROLPLANE_BIN to a directory holding kube-apiserver and etcd"
-    )
+    try:
+        return find_pins(MODULE_DIR, start)
+    except GoModuleError as err:
+        raise ControlPlaneBuildError(
+            f"{err}; run from the repository or set BATTERYOP_CONTROLPLANE_BIN to a directory "
+            "holding kube-apiserver and etcd"
+        ) from None
 
 
 def module_key(module_dir: Path) -> str:
@@ -101,13 +102,10 @@ def _complete(out: Path) -> bool:
 
 
 def _build(module_dir: Path, out: Path) -> None:
-    go = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-    )
-    if go is None:
-        raise ControlPlaneBuildError(
-            "the Go toolchain (go) is not on PATH; it builds kube-apiserver and etcd"
-        )
+    try:
+        go = go_binary()
+    except GoModuleError as err:
+        raise ControlPlaneBuildError(f"{err}; it builds kube-apiserver and etcd") from None
     staging = out / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
