@@ -46,10 +46,22 @@ def request_token(
     *,
     audiences: Sequence[str] = (),
     seconds: int = 3600,
+    bound_secret: tuple[str, str] | None = None,
 ) -> str:
-    """Mint a token for a ServiceAccount through the TokenRequest API."""
+    """Mint a token for a ServiceAccount through the TokenRequest API.
+
+    `bound_secret` is the (name, uid) of a Secret in `namespace` the token is bound to: the
+    API server stops accepting the token once that Secret is gone.
+    """
     core = k8s.CoreV1Api(api)
-    spec = k8s.V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=seconds)
+    bound = None
+    if bound_secret is not None:
+        bound = k8s.V1BoundObjectReference(
+            api_version="v1", kind="Secret", name=bound_secret[0], uid=bound_secret[1]
+        )
+    spec = k8s.V1TokenRequestSpec(
+        audiences=list(audiences), expiration_seconds=seconds, bound_object_ref=bound
+    )
     resp = core.create_namespaced_service_account_token(
         service_account, namespace, k8s.AuthenticationV1TokenRequest(spec=spec)
     )
