@@ -9,11 +9,13 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
 - `relay`: one exec stream, caller to flintlockd and back (EA-020, EA-021).
 - `servicer`, `server`: the gRPC services and the TLS server (EA-002, EA-003).
 - `flintlockd`: the channel to this Host's flintlockd (EA-001).
+- `host_checks`, `node_report`: the Host checks and the Node report annotations the operator
+  turns into `HostReady` (EA-030..EA-035).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 
-Not built yet (issue 9), and so not claimed here: the Node report and Host checks
-(EA-030..EA-035); the drain guard (EA-040); the identity check at start and the admission
-policy (EA-050, EA-051); certificates by CSR and their renewal (EA-060..EA-068) — until then the
-serving certificate, the flintlockd client certificate and the CA are files named by flags.
+Not built yet (issue 9), and so not claimed here: the drain guard (EA-040); the identity check
+at start and the admission policy (EA-050, EA-051); certificates by CSR and their renewal
+(EA-060..EA-068) — until then the serving certificate, the flintlockd client certificate and the
+CA are files named by flags.
 """

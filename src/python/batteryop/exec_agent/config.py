@@ -11,7 +11,8 @@ socket can be bound to it; every loopback address is, which is what tests use.
 
 Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certificate), EA-002
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
-on every API call), EA-021 (the deadline for flintlockd to accept a stream).
+on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 (the
+not-ready directory is configured).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from batteryop.api import names
 from batteryop.api.times import parse_duration
+from batteryop.exec_agent.host_checks import HostPaths
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """gRPC's default receive limit, which flintlockd keeps: a bigger stdin chunk would not reach it."""
@@ -63,6 +65,9 @@ class AgentConfig:
     - `exec_open_timeout`: how long a caller has to send its start message, and flintlockd to
       answer for the MicroVM and accept the stream (EA-021).
     - `max_message_bytes`: the largest gRPC message taken from a caller (and sent on).
+    - `host_paths`: where the Host checks look (EA-031..EA-033).
+    - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
+      is written even when it did not change (EA-034).
     """
 
     node_name: str
@@ -83,6 +88,9 @@ class AgentConfig:
     log_level: str = "info"
     log_format: str = "json"
     shutdown_grace: timedelta = field(default=timedelta(seconds=5))
+    host_paths: HostPaths = field(default_factory=HostPaths)
+    sync_interval: timedelta = timedelta(seconds=2)
+    report_resync: timedelta = timedelta(minutes=5)
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -120,6 +128,8 @@ class AgentConfig:
         for flag, value in (
             ("--call-timeout", self.call_timeout),
             ("--exec-open-timeout", self.exec_open_timeout),
+            ("--sync-interval", self.sync_interval),
+            ("--report-resync", self.report_resync),
         ):
             if value <= timedelta(0):
                 found.append(f"{flag}: must be greater than zero")
@@ -132,6 +142,11 @@ class AgentConfig:
         if self.log_format not in ("json", "text"):
             found.append("--log-format: must be json or text")
         return sorted(found)
+
+    @property
+    def agent_address(self) -> str:
+        """Where Holders reach this agent, as the Node report publishes it (EA-034)."""
+        return join_endpoint(self.address, self.port)
 
     @property
     def listen_target(self) -> str:
@@ -256,6 +271,14 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--kubeconfig", "", "kubeconfig file; default: in-cluster, else $KUBECONFIG")
     add("--health-probe-bind-address", "0", "/healthz and /readyz; 0 = off")
     add("--shutdown-grace", "5s", "how long running execs may finish at shutdown")
+    d = HostPaths()
+    add("--not-ready-dir", d.not_ready_dir, "files here name reasons the Host is not ready")
+    add("--kvm-device", d.kvm_device, "KVM's device node (a character device)")
+    add("--kvm-sysfs-dir", d.kvm_sysfs_dir, "KVM's sysfs directory")
+    add("--thin-pool", d.thin_pool, "containerd's thin pool device name; empty: not checked")
+    add("--sys-block-dir", d.sys_block_dir, "where device-mapper devices are listed")
+    add("--sync-interval", "2s", "how often the Host is checked")
+    add("--report-resync", "5m", "how often the Node report is rewritten unchanged")
     add("--log-level", "info", "debug, info, warning or error")
     add("--log-format", "json", "json or text")
     return p
@@ -309,6 +332,15 @@ def parse(
         "kubeconfig": Path(str(a.kubeconfig)) if a.kubeconfig else None,
         "health_probe_bind_address": str(a.health_probe_bind_address),
         "shutdown_grace": duration("--shutdown-grace", a.shutdown_grace),
+        "host_paths": HostPaths(
+            not_ready_dir=Path(str(a.not_ready_dir)),
+            kvm_device=Path(str(a.kvm_device)),
+            kvm_sysfs_dir=Path(str(a.kvm_sysfs_dir)),
+            thin_pool=str(a.thin_pool),
+            sys_block_dir=Path(str(a.sys_block_dir)),
+        ),
+        "sync_interval": duration("--sync-interval", a.sync_interval),
+        "report_resync": duration("--report-resync", a.report_resync),
         "log_level": str(a.log_level),
         "log_format": str(a.log_format),
     }

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,20 @@ def test_endpoints_split_with_ipv6_in_brackets() -> None:
     for bad in ("10.0.0.1", "::1:9090", "10.0.0.1:0", "10.0.0.1:http"):
         with pytest.raises(ValueError):
             split_endpoint(bad)
+
+
+@pytest.mark.req("EA-033")
+def test_the_host_checks_look_where_the_flags_say() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    default = parse(FILES, env)
+    assert default.host_paths.not_ready_dir == Path("/run/battery/not-ready.d")
+    assert default.host_paths.kvm_device == Path("/dev/kvm")
+    assert default.sync_interval == timedelta(seconds=2)
+    assert default.agent_address == f"127.0.0.5:{names.EXEC_AGENT_PORT}"
+    moved = parse(
+        [*FILES, "--not-ready-dir=/host/run/nr", "--kvm-device=/host/dev/kvm", "--thin-pool="],
+        env,
+    )
+    assert moved.host_paths.not_ready_dir == Path("/host/run/nr")
+    assert moved.host_paths.kvm_device == Path("/host/dev/kvm")
+    assert moved.host_paths.thin_pool == ""

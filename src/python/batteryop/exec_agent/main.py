@@ -4,11 +4,12 @@
         --tls-cert-file=... --tls-key-file=... \
         --flintlockd-ca-file=... --flintlockd-cert-file=... --flintlockd-key-file=...
 
-Serves the exec API (`server`) until SIGTERM or SIGINT. Exits 2 with one line per problem on
-bad flags, including a flintlockd endpoint or a serving address that is not this Host's (EA-001,
-EA-002); 0 after a signal once running execs had their grace period. With
+Runs two things until SIGTERM or SIGINT: the exec API (`server`) and the Node report
+(`node_report`, every `--sync-interval`). Exits 2 with one line per problem on bad flags,
+including a flintlockd endpoint or a serving address that is not this Host's (EA-001, EA-002);
+0 after a signal once running execs had their grace period. With
 `--health-probe-bind-address`, `/healthz` is the event loop answering, `/readyz` the exec API
-listening, and `/metrics` the agent's metrics.
+listening and the Node report loop running, and `/metrics` the agent's metrics.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.metrics import AgentMetrics
+from batteryop.exec_agent.node_report import NodeReporter
 from batteryop.exec_agent.server import AgentServer, AgentServerError
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -60,12 +62,26 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             kube, node_name=config.node_name, audience=config.token_audience, observer=metrics
         )
         server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd, observer=metrics)
+        reporter = NodeReporter(
+            kube,
+            node_name=config.node_name,
+            agent_address=config.agent_address,
+            flintlockd_address=config.flintlockd,
+            paths=config.host_paths,
+            server_info=flintlockd.server_info,
+            interval=config.sync_interval.total_seconds(),
+            resync=config.report_resync.total_seconds(),
+        )
         await server.start()
+        reports = asyncio.create_task(reporter.run(stop), name="node-report")
         health = None
         if health_at is not None:
             health = HealthServer(
                 *health_at,
-                checks={"exec-api": lambda: server.port != 0},
+                checks={
+                    "exec-api": lambda: server.port != 0,
+                    "node-report": lambda: not reports.done(),
+                },
                 liveness_checks={"loop": lambda: True},
                 metrics_registry=registry,
             )
@@ -75,6 +91,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
         finally:
             if health is not None:
                 await health.stop()
+            await reports  # ends at once: it waits on `stop` between checks
             await server.stop()
 
 

@@ -119,11 +119,14 @@ def manager_namespace_rules() -> list[Obj]:
 
 
 def exec_agent_cluster_rules() -> list[Obj]:
-    """The Exec Agent identity's rules: review callers' tokens (EA-010) and read the one claim a
-    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache)."""
+    """The Exec Agent identity's rules: review callers' tokens (EA-010), read the one claim a
+    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache), and
+    patch Nodes for its Node report (EA-034). RBAC cannot say "only your own Node, only our
+    annotations": the admission policy of EA-051 does."""
     return [
         rule(AUTHENTICATION_GROUP, ["tokenreviews"], ["create"]),
         rule(names.GROUP, [names.CLAIM_PLURAL], ["get"]),
+        rule(CORE, ["nodes"], ["patch"]),
     ]
 
 

@@ -41,6 +41,7 @@ from batteryop.api.crds import all_crds
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig
 from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.host_checks import HostPaths
 from batteryop.exec_agent.server import AgentServer
 from batteryop.exec_agent.timing import Phase
 from batteryop.kube.client import KubeClient
@@ -346,6 +347,29 @@ class Holders:
         )
         token = self.token(service_account, (names.exec_secret_name(claim), secret_uid))
         return Holding(self.namespace, claim, service_account, uid, secret_uid, token)
+
+
+# --- a made-up Host for the Host checks ------------------------------------------------------
+
+
+def healthy_host(root: Path) -> HostPaths:
+    """Host paths under `root` that pass every file check: KVM in sysfs, a character device
+    (/dev/null, which every machine has), the thin pool among the device-mapper devices, and an
+    empty not-ready directory."""
+    (root / "sys/class/misc/kvm").mkdir(parents=True)
+    (root / "sys/class/misc/kvm/dev").write_text("10:232\n")
+    (root / "sys/block/dm-0/dm").mkdir(parents=True)
+    (root / "sys/block/dm-0/dm/name").write_text("other\n")
+    (root / "sys/block/dm-3/dm").mkdir(parents=True)
+    (root / "sys/block/dm-3/dm/name").write_text("flintlock-thinpool\n")
+    (root / "not-ready.d").mkdir()
+    return HostPaths(
+        not_ready_dir=root / "not-ready.d",
+        kvm_device=Path("/dev/null"),
+        kvm_sysfs_dir=root / "sys/class/misc/kvm",
+        thin_pool="flintlock-thinpool",
+        sys_block_dir=root / "sys/block",
+    )
 
 
 # --- calling the agent ---------------------------------------------------------------------------
