@@ -20,6 +20,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import grpc
+import grpc.aio
 from bench.stats import FULL, latency_figures
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
@@ -27,6 +29,7 @@ from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
     Holders,
+    Pki,
     agent_kube_config,
     make_pki,
     prepare_cluster,
@@ -99,5 +102,39 @@ async def test_exec_round_trip_and_throughput(
                     }
                 )
             )
+            await print_baseline(pki, fl, holding.microvm_uid, size)
     finally:
         api.close()
+
+
+async def print_baseline(pki: Pki, fl: FakeFlintlockd, uid: str, size: int) -> None:
+    """The same two figures straight to the fake flintlockd (mutual TLS, no agent, no checks):
+    the floor the agent adds to."""
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=pki.serving_ca.cert_pem,
+        private_key=pki.files["flintlockd_key_file"].read_bytes(),
+        certificate_chain=pki.files["flintlockd_cert_file"].read_bytes(),
+    )
+    async with grpc.aio.secure_channel(fl.target, credentials) as channel:
+        true = microvmexec_pb2.ExecStart(uid=uid, cmd="true")
+        for _ in range(WARM):
+            await run_exec(channel, (), true)
+        seconds = []
+        for _ in range(RUNS):
+            started = time.perf_counter()
+            await run_exec(channel, (), true)
+            seconds.append(time.perf_counter() - started)
+        big = microvmexec_pb2.ExecStart(uid=uid, cmd=f"head -c {size} /dev/zero", shell=True)
+        started = time.perf_counter()
+        await run_exec(channel, (), big)
+        spent = time.perf_counter() - started
+    print(
+        json.dumps(
+            {
+                "bench": "flintlockd_direct_baseline",
+                "runs": RUNS,
+                **latency_figures(seconds, ndigits=2),
+                "mib_per_s": round(MIB / spent, 1),
+            }
+        )
+    )

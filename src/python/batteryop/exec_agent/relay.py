@@ -9,14 +9,16 @@ code and message become the call's status. In order:
    uid and a command (INVALID_ARGUMENT otherwise; DEADLINE_EXCEEDED if none comes);
 3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
    before this passes;
-4. within `open_timeout` (EA-021): `GetMicroVM` on flintlockd (it answers for the MicroVM), open
-   `ExecCommand`, send the start. Timeout: UNAVAILABLE; flintlockd's own refusal keeps its code;
+4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
+   MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
+   refusal keeps its code;
 5. relay both ways until flintlockd reports the exit (EA-020):
    - caller to flintlockd: `stdin` and `stdin_eof` messages when the start said `has_stdin`
      (flintlockd reads nothing else, so nothing else is sent on); the caller's half-close
      half-closes upstream; a second `start`, or a message that does not decode, ends the
      exchange with INVALID_ARGUMENT;
-   - flintlockd to caller: every response, in order; the one carrying `exit_code` is the last
+   - flintlockd to caller: every response, in order, output messages that wait back to back
+     joined (same kind, at most `COALESCE_BYTES`); the one carrying `exit_code` is the last
      and the call then ends OK. The agent never makes up an exit status: a stream that
      flintlockd ends without one, or fails, ends with a non-OK status (flintlockd's code,
      except that OK and UNKNOWN become UNAVAILABLE), never with an exit code.
@@ -51,8 +53,12 @@ from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
 
-BUFFERED_RESPONSES: Final = 16
-"""Responses read from flintlockd but not yet sent to the caller, at most."""
+BUFFERED_RESPONSES: Final = 64
+"""Responses read from flintlockd but not yet sent to the caller, at most (2 MiB of output)."""
+
+COALESCE_BYTES: Final = 1024 * 1024
+"""The most output bytes joined into one message to the caller (a quarter of gRPC's default
+receive limit, so any client takes it)."""
 
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -93,8 +99,13 @@ class ExecRelay:
         metadata: Iterable[tuple[str, str | bytes]] | None,
     ) -> AsyncIterator[Response]:
         """Authorize, open and relay one exec stream (see the module docstring)."""
-        caller = await self._authorizer.authenticate(metadata)
-        start = await self._first_start(requests)
+        caller = await self._authorizer.authenticate(metadata, read_claim=True)
+        try:
+            start = await self._first_start(requests)
+        except BaseException:
+            if caller.claim_read is not None:
+                caller.claim_read.task.cancel()
+            raise
         await self._authorizer.authorize(caller, start.uid)
         call = await self._open(start)
         started = time.perf_counter()
@@ -136,31 +147,44 @@ class ExecRelay:
         return start
 
     async def _open(self, start: microvmexec_pb2.ExecStart) -> ExecCall:
-        """EA-021: flintlockd answers for the MicroVM and takes the start, in time."""
-        call: ExecCall | None = None
+        """EA-021: flintlockd answers for the MicroVM and takes the start, in time.
+
+        The `GetMicroVM` probe and the stream with its start go out together (the command may
+        start before the probe's answer is in); a probe that fails or is late cancels the stream.
+        """
         started = time.perf_counter()
+        call = self._flintlockd.exec_command()
+        probe = asyncio.ensure_future(self._flintlockd.get_microvm(start.uid))
+        sending = asyncio.ensure_future(call.write(Request(start=start)))
         try:
             async with asyncio.timeout(self._open_timeout):
-                await self._flintlockd.get_microvm(start.uid)
-                call = self._flintlockd.exec_command()
-                await call.write(Request(start=start))
+                try:
+                    await probe
+                except grpc.aio.AioRpcError as e:
+                    raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
+                try:
+                    await sending
+                except grpc.aio.AioRpcError as e:
+                    raise flintlockd_failure(e.code(), e.details(), "ExecCommand") from None
+                except asyncio.InvalidStateError:
+                    # The stream ended before the start went out: flintlockd refused it.
+                    code, details = await call.code(), await call.details()
+                    raise flintlockd_failure(code, details, "ExecCommand") from None
         except TimeoutError:
-            if call is not None:
-                call.cancel()
+            call.cancel()
             raise RefusedError(
                 UNAVAILABLE,
                 Check.FLINTLOCKD,
                 f"flintlockd did not take the stream within {self._open_timeout:g}s",
             ) from None
-        except grpc.aio.AioRpcError as e:
-            what = "GetMicroVM" if call is None else "ExecCommand"
-            raise flintlockd_failure(e.code(), e.details(), what) from None
-        except asyncio.InvalidStateError:
-            # The stream ended before the start could be written: flintlockd refused it.
-            assert call is not None
-            code, details = await call.code(), await call.details()
-            raise flintlockd_failure(code, details, "ExecCommand") from None
+        except BaseException:
+            call.cancel()
+            raise
         finally:
+            for future in (probe, sending):
+                future.cancel()
+                if future.done() and not future.cancelled():
+                    future.exception()  # retrieved: a failure was reported above, or moot
             observe(self._observer, Phase.FLINTLOCKD_OPEN, started)
         return call
 
@@ -172,11 +196,16 @@ class ExecRelay:
             asyncio.create_task(_from_flintlockd(call, outbox)),
             asyncio.create_task(_to_flintlockd(requests, call, outbox, has_stdin=has_stdin)),
         ]
+        held: Response | RefusedError | None = None
         try:
             while True:
-                item = await outbox.get()
+                item = held if held is not None else await outbox.get()
+                held = None
                 if isinstance(item, RefusedError):
                     raise item
+                kind = item.WhichOneof("payload")
+                if kind in ("stdout", "stderr"):
+                    item, held = _coalesce(item, str(kind), outbox)
                 yield item
                 if is_exit(item):  # EA-020: the exit status is the last frame, and only OK end
                     return
@@ -185,6 +214,36 @@ class ExecRelay:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _coalesce(
+    first: Response, kind: str, outbox: asyncio.Queue[Response | RefusedError]
+) -> tuple[Response, Response | RefusedError | None]:
+    """`first` joined with the outbox's waiting messages of the same kind (stdout or stderr), up
+    to `COALESCE_BYTES`, and the first waiting item that could not join (sent next).
+
+    Fewer, larger messages to the caller; the bytes and their order (also between stdout and
+    stderr) stay exactly as flintlockd sent them.
+    """
+    chunks = [getattr(first, kind)]
+    size = len(chunks[0])
+    held: Response | RefusedError | None = None
+    while size < COALESCE_BYTES and not outbox.empty():
+        item = outbox.get_nowait()
+        data = getattr(item, kind) if isinstance(item, Response) else b""
+        if (
+            not isinstance(item, Response)
+            or item.WhichOneof("payload") != kind
+            or size + len(data) > COALESCE_BYTES
+        ):
+            held = item
+            break
+        chunks.append(data)
+        size += len(data)
+    if len(chunks) == 1:
+        return first, held
+    joined = b"".join(chunks)
+    return (Response(stdout=joined) if kind == "stdout" else Response(stderr=joined)), held
 
 
 class _End:

@@ -114,7 +114,9 @@ async def test_a_stream_cut_by_flintlockd_fails_and_never_ends_with_an_exit_code
     )
     assert "exit_code" not in kinds(received)
     if after_chunks is not None:
-        assert kinds(received) == ["stdout"] * after_chunks
+        # The output sent before the cut arrives (perhaps joined into fewer messages).
+        assert set(kinds(received)) == {"stdout"}
+        assert joined(received, "stdout").startswith(b"1\n2\n3\n")
 
 
 @pytest.mark.req("EA-020")

@@ -113,7 +113,9 @@ class MicroVMServicer(microvms_pb2_grpc.MicroVMServicer):
         self, request: microvms_pb2.GetMicroVMRequest, context: grpc.aio.ServicerContext
     ) -> microvms_pb2.GetMicroVMResponse:
         try:
-            caller = await self._authorizer.authenticate(context.invocation_metadata())
+            caller = await self._authorizer.authenticate(
+                context.invocation_metadata(), read_claim=True
+            )
             await self._authorizer.authorize(caller, request.uid)
             try:
                 return await self._flintlockd.get_microvm(request.uid)
