@@ -197,6 +197,14 @@ def claim_of_exec_secret(secret_name: str) -> str | None:
     return claim if claim and claim != secret_name else None
 
 
+# --- Kubernetes' own keys we read --------------------------------------------------------------
+
+NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
+"""User extra naming the Node of the Pod a service-account token is bound to (EA-050, EA-051)."""
+CREDENTIAL_ID_EXTRA: Final = "authentication.kubernetes.io/credential-id"
+"""User extra of a service-account token's id, `JTI=<jti>` (EA-012)."""
+
+
 # --- Objects the Manifests create ------------------------------------------------------------
 
 OPERATOR_NAMESPACE: Final = "battery-operator-system"

@@ -11,14 +11,14 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
 - `flintlockd`: the channel to this Host's flintlockd (EA-001).
 - `host_checks`, `node_report`: the Host checks and the Node report annotations the operator
   turns into `HostReady` (EA-030..EA-035).
+- `identity`: at start, the agent's own identity must name its Host (EA-050).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 
 Its DaemonSet, identity, RBAC and the admission policy confining its Node writes (EA-004,
 EA-051) are in `batteryop.manifests.exec_agent`.
 
-Not built yet (issue 9), and so not claimed here: the drain guard (EA-040); the identity check
-at start (EA-050); certificates by CSR and their renewal (EA-060..EA-068) — until then the
+Not built yet (issue 9), and so not claimed here: the drain guard (EA-040); certificates by CSR and their renewal (EA-060..EA-068) — until then the
 serving certificate, the flintlockd client certificate and the CA are files named by flags, which
 the DaemonSet reads from a host directory.
 """

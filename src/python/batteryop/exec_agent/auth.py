@@ -65,7 +65,7 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError, NotFoundError
 from batteryop.kube.resources import CLAIMS, TOKEN_REVIEWS
 
-CREDENTIAL_ID_EXTRA: Final = "authentication.kubernetes.io/credential-id"
+CREDENTIAL_ID_EXTRA: Final = names.CREDENTIAL_ID_EXTRA
 """TokenReview `user.extra` key of a service-account token's `JTI=<jti>` (Kubernetes 1.29+)."""
 
 AUTHORIZATION_METADATA: Final = "authorization"

@@ -4,10 +4,11 @@
         --tls-cert-file=... --tls-key-file=... \
         --flintlockd-ca-file=... --flintlockd-cert-file=... --flintlockd-key-file=...
 
-Runs two things until SIGTERM or SIGINT: the exec API (`server`) and the Node report
-(`node_report`, every `--sync-interval`). Exits 2 with one line per problem on bad flags,
-including a flintlockd endpoint or a serving address that is not this Host's (EA-001, EA-002);
-0 after a signal once running execs had their grace period. With
+First checks that its own identity names its Host (`identity`, EA-050), then runs two things
+until SIGTERM or SIGINT: the exec API (`server`) and the Node report (`node_report`, every
+`--sync-interval`). Exits 2 with one line per problem on bad flags, including a flintlockd
+endpoint or a serving address that is not this Host's (EA-001, EA-002); 1 when its identity
+names another Host or none; 0 after a signal once running execs had their grace period. With
 `--health-probe-bind-address`, `/healthz` is the event loop answering, `/readyz` the exec API
 listening and the Node report loop running, and `/metrics` the agent's metrics.
 """
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
 from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.identity import IdentityError, check_identity
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.exec_agent.node_report import NodeReporter
 from batteryop.exec_agent.server import AgentServer, AgentServerError
@@ -58,6 +60,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
         ) as kube,
         Flintlockd.connect(config) as flintlockd,
     ):
+        await check_identity(kube, config.node_name)  # EA-050: before anything is served
         authorizer = Authorizer(
             kube, node_name=config.node_name, audience=config.token_audience, observer=metrics
         )
@@ -116,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, KubeConfigError, AgentServerError, ValueError) as e:
         print(f"exec-agent: {e}", file=sys.stderr)
         return 2
+    except IdentityError as e:
+        print(f"exec-agent: {e}", file=sys.stderr)
+        return 1
     log.info("Stopped")
     return 0
 

@@ -18,7 +18,12 @@ from kubernetes import client as k8s
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api import names
-from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
+from batteryop.testing.controlplane import (
+    ControlPlane,
+    admin_client,
+    pod_bound_token,
+    request_token,
+)
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.exec_agent import (
     AGENT_ADDRESS,
@@ -91,7 +96,7 @@ async def agent_process(argv: list[str]) -> AsyncIterator[AgentProcess]:
         await running._reader
 
 
-@pytest.mark.req("EA-001", "EA-002", "EA-003", "EA-034")
+@pytest.mark.req("EA-001", "EA-002", "EA-003", "EA-034", "EA-050")
 async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly(
     cluster: ControlPlane, pki: Pki, flintlockd: FakeFlintlockd, holders: Holders, tmp_path: Path
 ) -> None:
@@ -99,7 +104,7 @@ async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly
     try:
         with contextlib.suppress(k8s.ApiException):
             k8s.CoreV1Api(api).create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=NODE)))
-        token = request_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME)
+        token = pod_bound_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME, NODE)
     finally:
         api.close()
     kubeconfig = cluster.write_kubeconfig(tmp_path / "agent.kubeconfig", token=token)
@@ -144,3 +149,39 @@ async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly
         async with asyncio.timeout(20):
             assert await agent.process.wait() == 0
     assert not any(holding.token in json.dumps(line) for line in agent.lines)
+
+
+@pytest.mark.req("EA-050")
+@pytest.mark.parametrize("bound_to", [None, "host-elsewhere"])
+async def test_an_agent_whose_identity_does_not_name_its_host_refuses_to_start(
+    cluster: ControlPlane,
+    pki: Pki,
+    flintlockd: FakeFlintlockd,
+    tmp_path: Path,
+    bound_to: str | None,
+) -> None:
+    api = admin_client(cluster)
+    try:
+        if bound_to is None:
+            token = request_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME)
+        else:
+            token = pod_bound_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME, bound_to)
+    finally:
+        api.close()
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "agent.kubeconfig", token=token)
+    argv = [
+        f"--host-node={NODE}",
+        f"--address={AGENT_ADDRESS}",
+        f"--port={free_port(AGENT_ADDRESS)}",
+        f"--flintlockd={flintlockd.target}",
+        *(f"--{key.replace('_', '-')}={path}" for key, path in pki.files.items()),
+        f"--kubeconfig={kubeconfig}",
+    ]
+    async with agent_process(argv) as agent:
+        async with asyncio.timeout(30):
+            assert await agent.process.wait() == 1
+    said = " ".join(str(line.get("message")) for line in agent.lines)
+    expected = "names no Node" if bound_to is None else f"names Node {bound_to}"
+    assert f"identity check for Host {NODE}: " in said
+    assert expected in said
+    assert not any(line.get("message") == "Exec API listening" for line in agent.lines)

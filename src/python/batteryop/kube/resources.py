@@ -88,3 +88,7 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
 """TokenReviews (create only): the Exec Agent authenticates its callers' tokens with them."""
+SELF_SUBJECT_REVIEWS = Resource(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False
+)
+"""SelfSubjectReviews (create only): who the API server takes this client for."""

@@ -59,8 +59,7 @@ TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_EXPIRATION_SECONDS: Final = 3607
 RUN_AS: Final = 65532
 
-NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
-"""TokenReview extra naming the Node a Pod-bound service-account token's Pod runs on."""
+NODE_NAME_EXTRA: Final = names.NODE_NAME_EXTRA
 
 
 def exec_agent_image_for(operator_image: str) -> str:

@@ -18,6 +18,7 @@ from batteryop.manifests import exec_agent, render
 from batteryop.testing.controlplane import (
     ControlPlane,
     admin_client,
+    pod_bound_token,
     request_token,
     token_client,
 )
@@ -107,29 +108,7 @@ def nodes(admin: k8s.ApiClient) -> Iterator[tuple[str, str]]:
 def agent_on(admin: k8s.ApiClient, controlplane: ControlPlane, node: str) -> k8s.ApiClient:
     """A client acting as the agent's ServiceAccount with a token bound to its Pod on `node`,
     as the kubelet mints it (so the identity names the Node)."""
-    pod = k8s.CoreV1Api(admin).create_namespaced_pod(
-        NS,
-        k8s.V1Pod(
-            metadata=k8s.V1ObjectMeta(generate_name="exec-agent-"),
-            spec=k8s.V1PodSpec(
-                node_name=node,
-                service_account_name=names.EXEC_AGENT_NAME,
-                automount_service_account_token=False,
-                containers=[k8s.V1Container(name="agent", image="registry.k8s.io/pause:3.10")],
-            ),
-        ),
-    )
-    spec = k8s.V1TokenRequestSpec(
-        audiences=[],
-        expiration_seconds=600,
-        bound_object_ref=k8s.V1BoundObjectReference(
-            api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
-        ),
-    )
-    answer = k8s.CoreV1Api(admin).create_namespaced_service_account_token(
-        names.EXEC_AGENT_NAME, NS, k8s.AuthenticationV1TokenRequest(spec=spec)
-    )
-    return token_client(controlplane, answer.status.token)
+    return token_client(controlplane, pod_bound_token(admin, NS, names.EXEC_AGENT_NAME, node))
 
 
 def refusal(call: Callable[[], Any]) -> str:
