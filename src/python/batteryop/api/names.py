@@ -179,6 +179,12 @@ def spiffe_exec_agent_id(trust_domain: str, node: str) -> str:
 EXEC_AGENT_AUDIENCE: Final = f"{GROUP}/exec-agent"
 """Audience of the Holder's tokens, checked by the Exec Agent's TokenReview."""
 
+EXEC_AGENT_PORT: Final = 10270
+"""The port of the Exec Agent's exec API on its Host's internal address (EA-002)."""
+
+FLINTLOCKD_PORT: Final = 9090
+"""The port of flintlockd's gRPC API on a Host's internal address."""
+
 EXEC_SECRET_SUFFIX: Final = "-exec"
 """Suffix of the Secret a claim's tokens are bound to."""
 
@@ -186,6 +192,20 @@ EXEC_SECRET_SUFFIX: Final = "-exec"
 def exec_secret_name(claim_name: str) -> str:
     """Name of the Secret, owned by the claim, that the Holder's tokens are bound to."""
     return f"{claim_name}{EXEC_SECRET_SUFFIX}"
+
+
+def claim_of_exec_secret(secret_name: str) -> str | None:
+    """The claim whose `<claim>-exec` Secret is `secret_name`; None for any other name."""
+    claim = secret_name.removesuffix(EXEC_SECRET_SUFFIX)
+    return claim if claim and claim != secret_name else None
+
+
+# --- Kubernetes' own keys we read --------------------------------------------------------------
+
+NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
+"""User extra naming the Node of the Pod a service-account token is bound to (EA-050, EA-051)."""
+CREDENTIAL_ID_EXTRA: Final = "authentication.kubernetes.io/credential-id"
+"""User extra of a service-account token's id, `JTI=<jti>` (EA-012)."""
 
 
 # --- Objects the Manifests create ------------------------------------------------------------

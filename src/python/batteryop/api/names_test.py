@@ -24,6 +24,13 @@ def test_the_exec_secret_is_the_claim_name_with_exec() -> None:
     assert names.EXEC_AGENT_AUDIENCE == "battery.liquidmetal-x.dev/exec-agent"
 
 
+def test_the_claim_of_an_exec_secret_is_its_name_without_exec() -> None:
+    assert names.claim_of_exec_secret(names.exec_secret_name("ci-42")) == "ci-42"
+    assert names.claim_of_exec_secret("ci-42") is None
+    assert names.claim_of_exec_secret("-exec") is None
+    assert names.claim_of_exec_secret("a-exec-exec") == "a-exec"
+
+
 def test_spiffe_ids() -> None:
     td = names.DEFAULT_TRUST_DOMAIN
     assert names.spiffe_host_id(td, "n1") == "spiffe://battery.liquidmetal-x.dev/flintlock/host/n1"

@@ -85,3 +85,10 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", namespaced=False
 )
 """SelfSubjectAccessReviews (create only), behind `KubeClient.self_subject_access_review`."""
+
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+"""TokenReviews (create only): the Exec Agent authenticates its callers' tokens with them."""
+SELF_SUBJECT_REVIEWS = Resource(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False
+)
+"""SelfSubjectReviews (create only): who the API server takes this client for."""

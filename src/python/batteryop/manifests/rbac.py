@@ -78,6 +78,7 @@ WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deleteco
 
 CORE: Final = ""
 EVENTS_GROUP: Final = "events.k8s.io"
+AUTHENTICATION_GROUP: Final = "authentication.k8s.io"
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
 
@@ -115,6 +116,18 @@ def manager_namespace_rules() -> list[Obj]:
     if OPERATOR_SECRETS:  # DP-021: only these, only here
         rules.append(rule(CORE, ["secrets"], READ, OPERATOR_SECRETS))
     return rules
+
+
+def exec_agent_cluster_rules() -> list[Obj]:
+    """The Exec Agent identity's rules: review callers' tokens (EA-010), read the one claim a
+    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache), and
+    patch Nodes for its Node report (EA-034). RBAC cannot say "only your own Node, only our
+    annotations": the admission policy of EA-051 does."""
+    return [
+        rule(AUTHENTICATION_GROUP, ["tokenreviews"], ["create"]),
+        rule(names.GROUP, [names.CLAIM_PLURAL], ["get"]),
+        rule(CORE, ["nodes"], ["patch"]),
+    ]
 
 
 def claim_editor_rules() -> list[Obj]:

@@ -3,8 +3,9 @@
 `render()` returns, in the order `kubectl apply -f install.yaml` must create them: the
 Namespace, both CRDs, the MutatingAdmissionPolicy storing our finalizers at create and its
 binding (`admission`), the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
-its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim and the
-Operator Deployment. `to_yaml()` writes them as one multi-document stream; `main()` writes the
+its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim, the
+Operator Deployment, then the Exec Agent's ServiceAccount, RBAC, admission policy and DaemonSet
+(`exec_agent`). `to_yaml()` writes them as one multi-document stream; `main()` writes the
 file.
 
 The Operator Pod (DP-001..DP-006, reference layout of §1.5):
@@ -45,7 +46,7 @@ from typing import Any, Final
 import yaml
 
 from batteryop.api import crds, names
-from batteryop.manifests import admission, rbac
+from batteryop.manifests import admission, exec_agent, rbac
 
 Obj = dict[str, Any]
 
@@ -475,14 +476,17 @@ def render(
     battery_image: str = BATTERY_IMAGE,
     namespace: str = names.OPERATOR_NAMESPACE,
     host_registry_image: str | None = None,
+    exec_agent_image: str | None = None,
 ) -> list[Obj]:
     """Every object of install.yaml, in apply order, as fresh dicts the caller may change.
 
-    `host_registry_image` defaults to `<operator repo>/host-registry:<operator tag>`.
+    `host_registry_image` defaults to `<operator repo>/host-registry:<operator tag>`, and
+    `exec_agent_image` to `<operator repo>/exec-agent:<operator tag>`.
     """
     if not operator_image.strip():
         raise ValueError("operator_image must name an image")
     registry_image = host_registry_image or host_registry_image_for(operator_image)
+    agent_image = exec_agent_image or exec_agent.exec_agent_image_for(operator_image)
     objects: list[Obj] = [namespace_object(namespace), *crd_objects()]
     objects += admission.finalizer_policy_objects(labels(COMPONENT_OPERATOR))
     objects += rbac.objects(namespace=namespace, labels=labels(COMPONENT_OPERATOR))
@@ -496,6 +500,7 @@ def render(
             battery_image=battery_image,
         ),
     ]
+    objects += exec_agent.objects(namespace, labels(names.COMPONENT_EXEC_AGENT), agent_image)
     return copy.deepcopy(objects)
 
 
@@ -558,6 +563,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--host-registry-image",
         help="the host registry image (default: <operator repo>/host-registry:<operator tag>)",
     )
+    parser.add_argument(
+        "--exec-agent-image",
+        help="the Exec Agent image (default: <operator repo>/exec-agent:<operator tag>)",
+    )
     parser.add_argument("--battery-image", default=BATTERY_IMAGE, help="the poolmgrd image")
     parser.add_argument("--namespace", default=names.OPERATOR_NAMESPACE)
     parser.add_argument("-o", "--output", default="install.yaml", help="file to write, or -")
@@ -569,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 battery_image=args.battery_image,
                 namespace=args.namespace,
                 host_registry_image=args.host_registry_image,
+                exec_agent_image=args.exec_agent_image,
             )
         )
     except ValueError as err:

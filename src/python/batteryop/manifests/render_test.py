@@ -34,6 +34,13 @@ APPLY_ORDER = [
     "ConfigMap",
     "PersistentVolumeClaim",
     "Deployment",
+    # The Exec Agent (exec_agent.py).
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "DaemonSet",
 ]
 
 
@@ -104,6 +111,8 @@ def test_every_namespaced_object_is_in_the_namespace_given() -> None:
         "CustomResourceDefinition",
         "MutatingAdmissionPolicy",
         "MutatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ClusterRole",
         "ClusterRoleBinding",
     }
@@ -259,6 +268,7 @@ def test_host_registry_image_sits_beside_the_operator_image() -> None:
     pinned = render.render(
         operator_image="ghcr.io/o/op:v1@sha256:" + "0" * 64,
         host_registry_image="ghcr.io/o/hr:v1@sha256:" + "1" * 64,
+        exec_agent_image="ghcr.io/o/ea:v1@sha256:" + "2" * 64,
     )
     assert container(pinned, "host-registry")["image"].startswith("ghcr.io/o/hr:v1@")
     with pytest.raises(ValueError, match="operator_image"):

@@ -46,14 +46,58 @@ def request_token(
     *,
     audiences: Sequence[str] = (),
     seconds: int = 3600,
+    bound_secret: tuple[str, str] | None = None,
 ) -> str:
-    """Mint a token for a ServiceAccount through the TokenRequest API."""
+    """Mint a token for a ServiceAccount through the TokenRequest API.
+
+    `bound_secret` is the (name, uid) of a Secret in `namespace` the token is bound to: the
+    API server stops accepting the token once that Secret is gone.
+    """
     core = k8s.CoreV1Api(api)
-    spec = k8s.V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=seconds)
+    bound = None
+    if bound_secret is not None:
+        bound = k8s.V1BoundObjectReference(
+            api_version="v1", kind="Secret", name=bound_secret[0], uid=bound_secret[1]
+        )
+    spec = k8s.V1TokenRequestSpec(
+        audiences=list(audiences), expiration_seconds=seconds, bound_object_ref=bound
+    )
     resp = core.create_namespaced_service_account_token(
         service_account, namespace, k8s.AuthenticationV1TokenRequest(spec=spec)
     )
     return str(resp.status.token)
+
+
+def pod_bound_token(
+    api: k8s.ApiClient, namespace: str, service_account: str, node: str, *, seconds: int = 3600
+) -> str:
+    """A token for a ServiceAccount bound to a new Pod on `node`, as the kubelet gets one for a
+    Pod it runs: its identity names the Pod and the Node (`authentication.kubernetes.io/...`
+    extras). The Pod is only an object; nothing runs it."""
+    core = k8s.CoreV1Api(api)
+    pod = core.create_namespaced_pod(
+        namespace,
+        k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{service_account}-"),
+            spec=k8s.V1PodSpec(
+                node_name=node,
+                service_account_name=service_account,
+                automount_service_account_token=False,
+                containers=[k8s.V1Container(name="pause", image="registry.k8s.io/pause:3.10")],
+            ),
+        ),
+    )
+    spec = k8s.V1TokenRequestSpec(
+        audiences=[],
+        expiration_seconds=seconds,
+        bound_object_ref=k8s.V1BoundObjectReference(
+            api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
+        ),
+    )
+    answer = core.create_namespaced_service_account_token(
+        service_account, namespace, k8s.AuthenticationV1TokenRequest(spec=spec)
+    )
+    return str(answer.status.token)
 
 
 def service_account_client(

@@ -1,0 +1,347 @@
+"""Who may run what: the agent's authorization of every call, with no cache (EA-010..EA-014).
+
+How a call names its claim. flintlock's exec API carries only the MicroVM's uid (`ExecStart.uid`,
+`GetMicroVMRequest.uid`), and clients that already speak it must work unchanged plus a bearer
+token (EA-003). So the claim is not named by the request: it is named by the token. A Holder's
+token is minted by TokenRequest bound to its claim's Secret `<claim>-exec` (CC-001), so the claim
+is that Secret's name without `-exec`, in the Secret's namespace; the request's MicroVM uid must
+then be the one that claim holds. A token can therefore only ever reach the one claim it was
+minted for, and a refusal only ever talks about that claim or the caller's own input.
+
+The checks, in order; the first that fails refuses the call (`RefusedError`, named by `Check`):
+
+1. `bearer token`: exactly one `authorization: Bearer <token>` metadata entry, else
+   UNAUTHENTICATED.
+2. `token review`: a TokenReview with the agent's audience (EA-010). Not authenticated, no user,
+   or the audience not among those the review confirms: UNAUTHENTICATED. The review cannot be
+   made (API server unreachable, slow, refusing the agent): UNAVAILABLE (EA-014).
+3. `token binding` (EA-012): TokenReview reports no Secret binding, so the token's payload is
+   read (its signature was just vouched for by the review of this very string): its
+   `kubernetes.io` claim must name a Secret with a uid, in a namespace, the Secret's name must be
+   `<claim>-exec`, `sub` must be the reviewed user, and when the review reports a credential id
+   (`authentication.kubernetes.io/credential-id`, `JTI=<jti>`), it must be this token's `jti`.
+   The uid half of "by name and uid" is the API server's: a bound token whose Secret is gone, or
+   was re-created under the same name (a new uid), fails the review itself. Otherwise
+   PERMISSION_DENIED.
+4. `claim lookup` (EA-014): the claim is read from the API server for every call (`get`, never a
+   cache or watch). Not found: PERMISSION_DENIED; the read cannot complete: UNAVAILABLE.
+5. `holder` (EA-011): the reviewed user is `system:serviceaccount:<claim ns>:<serviceAccountName>`,
+   else PERMISSION_DENIED.
+6. `claim` (EA-013): not being deleted, phase Bound, `leaseExpiresAt` set and in the future,
+   `status.microVM.uid` the requested uid, `status.host.nodeName` this Host; else
+   PERMISSION_DENIED.
+
+`ServerInfo` needs steps 1-2 only; `GetMicroVM` and `ExecCommand` need all six. No token is ever
+logged or put in a message.
+
+Latency: for `GetMicroVM` and `ExecCommand` the claim read of step 4 starts beside the review of
+step 2, for the claim the (not yet reviewed) token names; its answer is used only once the
+review authenticated that same token and the binding of step 3 names that same claim, and it is
+dropped otherwise. The price: a call with a forged token costs the API server one claim read
+besides the review.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import grpc
+
+from batteryop.api import names
+from batteryop.api.claim import MicroVMClaim
+from batteryop.api.conditions import ClaimPhase
+from batteryop.api.errors import MalformedObjectError
+from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import KubeError, NotFoundError
+from batteryop.kube.resources import CLAIMS, TOKEN_REVIEWS
+
+CREDENTIAL_ID_EXTRA: Final = names.CREDENTIAL_ID_EXTRA
+"""TokenReview `user.extra` key of a service-account token's `JTI=<jti>` (Kubernetes 1.29+)."""
+
+AUTHORIZATION_METADATA: Final = "authorization"
+BEARER_SCHEME: Final = "bearer"
+
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class SecretBinding:
+    """The Secret a service-account token was minted bound to (its `kubernetes.io` claim)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class ClaimRead:
+    """The read of claim `namespace/name` from the API server, under way for one call."""
+
+    namespace: str
+    name: str
+    task: asyncio.Future[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: the user the API server reviewed, and the token's binding."""
+
+    username: str
+    binding: SecretBinding | None = None
+    binding_problem: str = ""
+    """Why the token's payload names no usable binding (empty when `binding` is set)."""
+    groups: tuple[str, ...] = field(default=())
+    claim_read: ClaimRead | None = field(default=None, compare=False)
+    """The claim read started beside the review (`Authorizer.authenticate(read_claim=True)`)."""
+
+
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    """The token of the one `authorization: Bearer <token>` entry; RefusedError otherwise."""
+    values = [v for k, v in (metadata or ()) if k.lower() == AUTHORIZATION_METADATA]
+    if not values:
+        raise RefusedError(UNAUTHENTICATED, Check.BEARER_TOKEN, "no authorization metadata")
+    if len(values) > 1:
+        raise RefusedError(
+            UNAUTHENTICATED, Check.BEARER_TOKEN, "more than one authorization metadata entry"
+        )
+    value = values[0]
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    scheme, _, token = text.strip().partition(" ")
+    if scheme.lower() != BEARER_SCHEME:
+        raise RefusedError(UNAUTHENTICATED, Check.BEARER_TOKEN, "not a Bearer authorization")
+    token = token.strip()
+    if not token:
+        raise RefusedError(UNAUTHENTICATED, Check.BEARER_TOKEN, "the Bearer token is empty")
+    return token
+
+
+def token_payload(token: str) -> Mapping[str, Any] | None:
+    """The JSON payload of a JWT, unverified; None when `token` is not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    segment = parts[1]
+    try:
+        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+        payload = json.loads(raw)
+    except (binascii.Error, ValueError):
+        return None
+    return payload if isinstance(payload, Mapping) else None
+
+
+def read_binding(
+    token: str, username: str, extra: Mapping[str, Any]
+) -> tuple[SecretBinding | None, str]:
+    """The Secret binding of a reviewed token, or (None, why not). See step 3 of the module."""
+    payload = token_payload(token)
+    if payload is None:
+        return None, "the token is not a service account token"
+    if payload.get("sub") != username:
+        return None, "the token's subject is not the reviewed user"
+    credential_ids = extra.get(CREDENTIAL_ID_EXTRA)
+    if credential_ids:
+        jti = payload.get("jti")
+        if not isinstance(jti, str) or list(credential_ids) != [f"JTI={jti}"]:
+            return None, "the token's id is not the one the review reports"
+    scope = payload.get("kubernetes.io")
+    if not isinstance(scope, Mapping):
+        return None, "the token carries no Kubernetes binding"
+    secret = scope.get("secret")
+    namespace = scope.get("namespace")
+    if not isinstance(secret, Mapping):
+        return None, "the token is not bound to a Secret"
+    name, uid = secret.get("name"), secret.get("uid")
+    if not (isinstance(namespace, str) and namespace and isinstance(name, str) and name):
+        return None, "the token's Secret binding names no Secret"
+    if not isinstance(uid, str) or not uid:
+        return None, f"the token's binding to Secret {namespace}/{name} has no uid"
+    return SecretBinding(namespace=namespace, name=name, uid=uid), ""
+
+
+class Authorizer:
+    """Runs the checks of the module docstring against the API server, for every call.
+
+    `kube` acts as the agent's identity, which needs `create tokenreviews` and `get
+    microvmclaims`; its timeout bounds every request (EA-014). `now` is the clock the lease
+    expiry is judged by.
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        node_name: str,
+        audience: str = names.EXEC_AGENT_AUDIENCE,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        observer: PhaseObserver | None = None,
+    ) -> None:
+        self._kube = kube
+        self._node_name = node_name
+        self._audience = audience
+        self._now = now
+        self._observer = observer
+
+    async def authenticate(
+        self,
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+        *,
+        read_claim: bool = False,
+    ) -> Caller:
+        """Steps 1-2 (and reading the binding for step 3): who the caller is (EA-010).
+
+        With `read_claim`, the read of the claim the token names (step 4) starts now, beside the
+        TokenReview instead of after it, and `authorize` uses its answer. It is still a fresh
+        read for this call; its answer is never looked at unless the review authenticates this
+        very token, and the read is cancelled when it does not.
+        """
+        token = bearer_token(metadata)
+        review = {
+            "apiVersion": TOKEN_REVIEWS.api_version,
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [self._audience]},
+        }
+        claim_read = self._start_claim_read(token) if read_claim else None
+        try:
+            caller = await self._review(token, review)
+        except BaseException:
+            if claim_read is not None:
+                claim_read.task.cancel()
+            raise
+        return replace(caller, claim_read=claim_read)
+
+    async def _review(self, token: str, review: Mapping[str, Any]) -> Caller:
+        started = time.perf_counter()
+        try:
+            answer = await self._kube.create(TOKEN_REVIEWS, review)
+        except KubeError as e:
+            # EA-014: no review, no call. The server's reason, never the request body.
+            raise RefusedError(
+                UNAVAILABLE, Check.TOKEN_REVIEW, f"the review could not be made ({e.reason})"
+            ) from e
+        finally:
+            observe(self._observer, Phase.TOKEN_REVIEW, started)
+        status = answer.get("status") or {}
+        user = status.get("user") or {}
+        username = user.get("username") if isinstance(user, Mapping) else None
+        if not status.get("authenticated") or not isinstance(username, str) or not username:
+            raise RefusedError(
+                UNAUTHENTICATED, Check.TOKEN_REVIEW, "the API server did not authenticate the token"
+            )
+        if self._audience not in (status.get("audiences") or ()):
+            raise RefusedError(
+                UNAUTHENTICATED,
+                Check.TOKEN_REVIEW,
+                f"the token is not for audience {self._audience}",
+            )
+        extra = user.get("extra") or {}
+        binding, problem = read_binding(
+            token, username, extra if isinstance(extra, Mapping) else {}
+        )
+        groups = user.get("groups") or ()
+        return Caller(
+            username=username,
+            binding=binding,
+            binding_problem=problem,
+            groups=tuple(str(g) for g in groups),
+        )
+
+    def _start_claim_read(self, token: str) -> ClaimRead | None:
+        """The read of the claim an (unreviewed) token names, started; None if it names none."""
+        payload = token_payload(token)
+        scope = payload.get("kubernetes.io") if payload is not None else None
+        secret = scope.get("secret") if isinstance(scope, Mapping) else None
+        namespace = scope.get("namespace") if isinstance(scope, Mapping) else None
+        name = secret.get("name") if isinstance(secret, Mapping) else None
+        if not (isinstance(namespace, str) and namespace and isinstance(name, str)):
+            return None
+        claim = names.claim_of_exec_secret(name)
+        if claim is None:
+            return None
+        task = asyncio.ensure_future(self._read_claim(namespace, claim))
+        # Never "exception was never retrieved": the answer may be dropped on purpose.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return ClaimRead(namespace=namespace, name=claim, task=task)
+
+    async def _read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        started = time.perf_counter()
+        try:
+            return await self._kube.get(CLAIMS, name, namespace)
+        finally:
+            observe(self._observer, Phase.CLAIM_READ, started)
+
+    async def authorize(self, caller: Caller, microvm_uid: str) -> MicroVMClaim:
+        """Steps 3-6: the claim that lets `caller` use MicroVM `microvm_uid` on this Host."""
+        binding = caller.binding
+        if binding is None:
+            raise RefusedError(PERMISSION_DENIED, Check.TOKEN_BINDING, caller.binding_problem)
+        claim_name = names.claim_of_exec_secret(binding.name)
+        if claim_name is None:
+            raise RefusedError(
+                PERMISSION_DENIED,
+                Check.TOKEN_BINDING,
+                f"the token is bound to Secret {binding.namespace}/{binding.name}, "
+                f"which is no claim's {names.EXEC_SECRET_SUFFIX} Secret",
+            )
+        where = f"{binding.namespace}/{claim_name}"
+        started = caller.claim_read
+        try:
+            if started is not None and (started.namespace, started.name) == (
+                binding.namespace,
+                claim_name,
+            ):
+                body = await started.task
+            else:
+                body = await self._read_claim(binding.namespace, claim_name)
+        except NotFoundError:
+            raise RefusedError(
+                PERMISSION_DENIED, Check.CLAIM_LOOKUP, f"there is no claim {where}"
+            ) from None
+        except KubeError as e:
+            raise RefusedError(
+                UNAVAILABLE, Check.CLAIM_LOOKUP, f"claim {where} could not be read ({e.reason})"
+            ) from e
+        try:
+            claim = MicroVMClaim.from_dict(body)
+        except MalformedObjectError as e:
+            raise RefusedError(
+                PERMISSION_DENIED, Check.CLAIM, f"claim {where} is unreadable ({e.path})"
+            ) from e
+        if caller.username != claim.holder:  # EA-011
+            raise RefusedError(
+                PERMISSION_DENIED,
+                Check.HOLDER,
+                f"{caller.username} is not the Holder of claim {where}",
+            )
+        self._check_claim(claim, where, microvm_uid)
+        return claim
+
+    def _check_claim(self, claim: MicroVMClaim, where: str, microvm_uid: str) -> None:
+        """EA-013: Bound, unexpired, this MicroVM, this Host."""
+        status = claim.status
+
+        def deny(detail: str) -> RefusedError:
+            return RefusedError(PERMISSION_DENIED, Check.CLAIM, f"claim {where} {detail}")
+
+        if claim.metadata.deleting:
+            raise deny("is being released")
+        if status.phase != ClaimPhase.BOUND:
+            raise deny(f"is {status.phase or 'not yet Bound'}, not Bound")
+        expires = status.lease_expires_at
+        if expires is None or expires <= self._now():
+            raise deny("has an expired lease")
+        if not microvm_uid or status.microvm_uid != microvm_uid:
+            raise deny(f"does not hold microvm {microvm_uid!r}")
+        if status.node_name != self._node_name:
+            raise deny(f"is not on Host {self._node_name}")

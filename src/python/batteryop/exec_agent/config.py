@@ -1,0 +1,355 @@
+"""The Exec Agent's settings: one frozen value, parsed from flags (and environment) once.
+
+Every flag has an environment twin, `BATTERYOP_<FLAG>` (`--call-timeout` is
+`BATTERYOP_CALL_TIMEOUT`); the Node name and the Host address also fall back on `NODE_NAME` and
+`HOST_IP`, which the DaemonSet sets from the downward API. A bad value stops the agent at start
+with every problem listed, one line each, naming the flag.
+
+`parse()` also checks the one thing that needs the machine: the flintlockd endpoint and the
+serving address are addresses of this Host (EA-001, EA-002). An address is this Host's when a
+socket can be bound to it; every loopback address is, which is what tests use.
+
+Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certificate), EA-002
+(serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
+on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 (the
+not-ready directory is configured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from batteryop.api import names
+from batteryop.api.times import parse_duration
+from batteryop.exec_agent.host_checks import HostPaths
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""gRPC's default receive limit, which flintlockd keeps: a bigger stdin chunk would not reach it."""
+
+MIN_MESSAGE_BYTES = 64 * 1024
+"""Below this even one 32 KiB output frame with its framing may not fit."""
+
+
+class ConfigError(ValueError):
+    """One or more flags have values the agent cannot run with; `problems` lists them."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything the agent runs with. Build it with `parse()`, or directly in tests.
+
+    - `node_name`: this Host's Node; a claim must name it (EA-013).
+    - `address` and `port`: where the exec API listens (EA-002); port 0 picks a free port.
+    - `flintlockd`: `ip:port` of this Host's flintlockd (EA-001).
+    - `tls_cert_file`, `tls_key_file`: the exec API's serving certificate and key.
+    - `flintlockd_ca_file`: the CA that signed flintlockd's serving certificate.
+    - `flintlockd_cert_file`, `flintlockd_key_file`: the agent's flintlockd client certificate.
+    - `token_audience`: the audience every caller's token must carry (EA-010).
+    - `call_timeout`: the deadline of each API server request (TokenReview, claim read) and of
+      unary calls to flintlockd.
+    - `exec_open_timeout`: how long a caller has to send its start message, and flintlockd to
+      answer for the MicroVM and accept the stream (EA-021).
+    - `max_message_bytes`: the largest gRPC message taken from a caller (and sent on).
+    - `host_paths`: where the Host checks look (EA-031..EA-033).
+    - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
+      is written even when it did not change (EA-034).
+    """
+
+    node_name: str
+    address: str
+    flintlockd: str
+    tls_cert_file: Path
+    tls_key_file: Path
+    flintlockd_ca_file: Path
+    flintlockd_cert_file: Path
+    flintlockd_key_file: Path
+    port: int = names.EXEC_AGENT_PORT
+    token_audience: str = names.EXEC_AGENT_AUDIENCE
+    call_timeout: timedelta = timedelta(seconds=10)
+    exec_open_timeout: timedelta = timedelta(seconds=10)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    kubeconfig: Path | None = None
+    health_probe_bind_address: str = "0"
+    log_level: str = "info"
+    log_format: str = "json"
+    shutdown_grace: timedelta = field(default=timedelta(seconds=5))
+    host_paths: HostPaths = field(default_factory=HostPaths)
+    sync_interval: timedelta = timedelta(seconds=2)
+    report_resync: timedelta = timedelta(minutes=5)
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+
+    def problems(self) -> list[str]:
+        """Every rule the values break, sorted; [] when the config is usable."""
+        found: list[str] = []
+        if not self.node_name or not _is_dns_subdomain(self.node_name):
+            found.append(f"--host-node: {self.node_name!r} is not a Node name")
+        if not _is_ip(self.address):
+            found.append(f"--address: {self.address!r} is not an IP address")
+        if not 0 <= self.port <= 65535:
+            found.append(f"--port: {self.port} is not a port")
+        try:
+            host, _ = split_endpoint(self.flintlockd)
+        except ValueError as e:
+            found.append(f"--flintlockd: {e}")
+        else:
+            if not _is_ip(host):
+                # EA-001: a name could resolve anywhere; only an address can be checked.
+                found.append(f"--flintlockd: {self.flintlockd!r} must name an IP address")
+        for flag, path in (
+            ("--tls-cert-file", self.tls_cert_file),
+            ("--tls-key-file", self.tls_key_file),
+            ("--flintlockd-ca-file", self.flintlockd_ca_file),
+            ("--flintlockd-cert-file", self.flintlockd_cert_file),
+            ("--flintlockd-key-file", self.flintlockd_key_file),
+        ):
+            if not str(path) or str(path) == ".":
+                found.append(f"{flag}: is required")
+        if not self.token_audience.strip():
+            found.append("--token-audience: must not be empty")
+        for flag, value in (
+            ("--call-timeout", self.call_timeout),
+            ("--exec-open-timeout", self.exec_open_timeout),
+            ("--sync-interval", self.sync_interval),
+            ("--report-resync", self.report_resync),
+        ):
+            if value <= timedelta(0):
+                found.append(f"{flag}: must be greater than zero")
+        if self.shutdown_grace < timedelta(0):
+            found.append("--shutdown-grace: must not be negative")
+        if self.max_message_bytes < MIN_MESSAGE_BYTES:
+            found.append(f"--max-message-bytes: must be at least {MIN_MESSAGE_BYTES}")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            found.append("--log-level: must be debug, info, warning or error")
+        if self.log_format not in ("json", "text"):
+            found.append("--log-format: must be json or text")
+        return sorted(found)
+
+    @property
+    def agent_address(self) -> str:
+        """Where Holders reach this agent, as the Node report publishes it (EA-034)."""
+        return join_endpoint(self.address, self.port)
+
+    @property
+    def listen_target(self) -> str:
+        """`address:port` for the gRPC server (IPv6 in brackets)."""
+        return join_endpoint(self.address, self.port)
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of `host:port` or `[v6]:port`; ValueError naming what is wrong."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{endpoint!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{endpoint!r}: write an IPv6 address as [addr]:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{endpoint!r} has no valid port")
+    return host, int(port)
+
+
+def join_endpoint(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    if len(value) > 253:
+        return False
+    labels = value.split(".")
+    return all(
+        label
+        and len(label) <= 63
+        and label[0].isalnum()
+        and label[-1].isalnum()
+        and all(c.isalnum() or c == "-" for c in label)
+        and label == label.lower()
+        for label in labels
+    )
+
+
+def is_address_of_this_host(address: str) -> bool:
+    """Whether `address` (an IP) is assigned to this machine: a socket can be bound to it.
+
+    Every 127.0.0.0/8 address and ::1 are (loopback). Binding does not listen, and port 0
+    never clashes with a socket already bound.
+    """
+    ip = ipaddress.ip_address(address)
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, 0))
+        except OSError as e:
+            if e.errno in (errno.EADDRNOTAVAIL, errno.EINVAL, errno.EAFNOSUPPORT):
+                return False
+            raise
+    return True
+
+
+def check_host_addresses(config: AgentConfig) -> None:
+    """EA-001, EA-002: refuse a flintlockd endpoint or a serving address not of this Host."""
+    problems = []
+    host, _ = split_endpoint(config.flintlockd)
+    if not is_address_of_this_host(host):
+        problems.append(f"--flintlockd: {config.flintlockd!r} is not an address of this Host")
+    if not is_address_of_this_host(config.address):
+        problems.append(f"--address: {config.address!r} is not an address of this Host")
+    if problems:
+        raise ConfigError(sorted(problems))
+
+
+# --- flags -----------------------------------------------------------------------------------
+
+_FALLBACK_ENV: Mapping[str, str] = {"--host-node": "NODE_NAME", "--address": "HOST_IP"}
+
+
+def env_name(flag: str) -> str:
+    """The environment twin of a flag: `--call-timeout` -> `BATTERYOP_CALL_TIMEOUT`."""
+    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    env = os.environ if environ is None else environ
+    p = argparse.ArgumentParser(
+        prog="exec-agent",
+        description="Runs claimed MicroVMs' commands on this Host, for their Holders only.",
+        epilog="Every flag can also be set by BATTERYOP_<FLAG>, e.g. BATTERYOP_CALL_TIMEOUT; "
+        "--host-node and --address fall back on NODE_NAME and HOST_IP.",
+    )
+
+    def add(flag: str, default: object, help: str) -> None:
+        value = env.get(env_name(flag))
+        if value is None and flag in _FALLBACK_ENV:
+            value = env.get(_FALLBACK_ENV[flag])
+        p.add_argument(flag, default=value if value is not None else default, help=help)
+
+    add("--host-node", "", "this Host's Node name")
+    add("--address", "", "this Host's internal IP address, where the exec API listens")
+    add("--port", names.EXEC_AGENT_PORT, "port of the exec API")
+    add(
+        "--flintlockd",
+        "",
+        f"this Host's flintlockd, ip:port (default <address>:{names.FLINTLOCKD_PORT})",
+    )
+    add("--tls-cert-file", "", "the exec API's serving certificate (PEM)")
+    add("--tls-key-file", "", "the exec API's serving key (PEM)")
+    add("--flintlockd-ca-file", "", "CA bundle verifying flintlockd's serving certificate")
+    add("--flintlockd-cert-file", "", "client certificate for flintlockd")
+    add("--flintlockd-key-file", "", "client key for flintlockd")
+    add("--token-audience", names.EXEC_AGENT_AUDIENCE, "audience callers' tokens must carry")
+    add("--call-timeout", "10s", "deadline of each API server request and flintlockd call")
+    add("--exec-open-timeout", "10s", "deadline for the start message and flintlockd to accept")
+    add("--max-message-bytes", DEFAULT_MAX_MESSAGE_BYTES, "largest gRPC message accepted")
+    add("--kubeconfig", "", "kubeconfig file; default: in-cluster, else $KUBECONFIG")
+    add("--health-probe-bind-address", "0", "/healthz and /readyz; 0 = off")
+    add("--shutdown-grace", "5s", "how long running execs may finish at shutdown")
+    d = HostPaths()
+    add("--not-ready-dir", d.not_ready_dir, "files here name reasons the Host is not ready")
+    add("--kvm-device", d.kvm_device, "KVM's device node (a character device)")
+    add("--kvm-sysfs-dir", d.kvm_sysfs_dir, "KVM's sysfs directory")
+    add("--thin-pool", d.thin_pool, "containerd's thin pool device name; empty: not checked")
+    add("--sys-block-dir", d.sys_block_dir, "where device-mapper devices are listed")
+    add("--sync-interval", "2s", "how often the Host is checked")
+    add("--report-resync", "5m", "how often the Node report is rewritten unchanged")
+    add("--log-level", "info", "debug, info, warning or error")
+    add("--log-format", "json", "json or text")
+    return p
+
+
+def parse(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    check_host: bool = True,
+) -> AgentConfig:
+    """Flags and environment to a checked AgentConfig; ConfigError listing every problem.
+
+    With `check_host`, also refuse addresses that are not this Host's (EA-001, EA-002).
+    """
+    a = parser(environ).parse_args(argv)
+    problems: list[str] = []
+
+    def duration(flag: str, value: object) -> timedelta:
+        try:
+            return parse_duration(str(value).strip())
+        except ValueError:
+            problems.append(f"{flag}: {value!r} is not a duration such as 10s, 2m or 500ms")
+            return timedelta(seconds=1)
+
+    def integer(flag: str, value: object) -> int:
+        try:
+            return int(str(value))
+        except ValueError:
+            problems.append(f"{flag}: {value!r} is not a whole number")
+            return 0
+
+    address = str(a.address)
+    flintlockd = str(a.flintlockd) or (
+        join_endpoint(address, names.FLINTLOCKD_PORT) if address else ""
+    )
+    values = {
+        "node_name": str(a.host_node),
+        "address": address,
+        "port": integer("--port", a.port),
+        "flintlockd": flintlockd,
+        "tls_cert_file": Path(str(a.tls_cert_file)),
+        "tls_key_file": Path(str(a.tls_key_file)),
+        "flintlockd_ca_file": Path(str(a.flintlockd_ca_file)),
+        "flintlockd_cert_file": Path(str(a.flintlockd_cert_file)),
+        "flintlockd_key_file": Path(str(a.flintlockd_key_file)),
+        "token_audience": str(a.token_audience),
+        "call_timeout": duration("--call-timeout", a.call_timeout),
+        "exec_open_timeout": duration("--exec-open-timeout", a.exec_open_timeout),
+        "max_message_bytes": integer("--max-message-bytes", a.max_message_bytes),
+        "kubeconfig": Path(str(a.kubeconfig)) if a.kubeconfig else None,
+        "health_probe_bind_address": str(a.health_probe_bind_address),
+        "shutdown_grace": duration("--shutdown-grace", a.shutdown_grace),
+        "host_paths": HostPaths(
+            not_ready_dir=Path(str(a.not_ready_dir)),
+            kvm_device=Path(str(a.kvm_device)),
+            kvm_sysfs_dir=Path(str(a.kvm_sysfs_dir)),
+            thin_pool=str(a.thin_pool),
+            sys_block_dir=Path(str(a.sys_block_dir)),
+        ),
+        "sync_interval": duration("--sync-interval", a.sync_interval),
+        "report_resync": duration("--report-resync", a.report_resync),
+        "log_level": str(a.log_level),
+        "log_format": str(a.log_format),
+    }
+    try:
+        config = AgentConfig(**values)  # type: ignore[arg-type]
+    except ConfigError as e:
+        raise ConfigError(sorted([*problems, *e.problems])) from None
+    if problems:
+        raise ConfigError(sorted(problems))
+    if check_host:
+        check_host_addresses(config)
+    return config

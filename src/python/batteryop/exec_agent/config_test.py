@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from batteryop.api import names
+from batteryop.exec_agent.config import (
+    ConfigError,
+    env_name,
+    is_address_of_this_host,
+    parse,
+    split_endpoint,
+)
+
+FILES = [
+    "--tls-cert-file=/etc/agent/tls.crt",
+    "--tls-key-file=/etc/agent/tls.key",
+    "--flintlockd-ca-file=/etc/agent/serving-ca.crt",
+    "--flintlockd-cert-file=/etc/agent/client.crt",
+    "--flintlockd-key-file=/etc/agent/client.key",
+]
+
+
+def test_defaults_come_from_the_names_and_the_downward_api() -> None:
+    config = parse(FILES, {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"})
+    assert config.node_name == "host-a"
+    assert config.address == "127.0.0.5"
+    assert config.port == names.EXEC_AGENT_PORT
+    assert config.flintlockd == f"127.0.0.5:{names.FLINTLOCKD_PORT}"
+    assert config.token_audience == names.EXEC_AGENT_AUDIENCE
+    assert config.call_timeout == timedelta(seconds=10)
+    assert config.exec_open_timeout == timedelta(seconds=10)
+    assert config.listen_target == f"127.0.0.5:{names.EXEC_AGENT_PORT}"
+
+
+def test_flags_win_over_their_environment_twins() -> None:
+    env = {
+        env_name("--host-node"): "from-env",
+        env_name("--call-timeout"): "3s",
+        "NODE_NAME": "fallback",
+        "HOST_IP": "127.0.0.5",
+    }
+    config = parse([*FILES, "--host-node=from-flag"], env)
+    assert config.node_name == "from-flag"
+    assert config.call_timeout == timedelta(seconds=3)
+    assert parse(FILES, env).node_name == "from-env"
+
+
+def test_every_problem_is_listed_at_once_naming_its_flag() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(
+            ["--address=not-an-ip", "--call-timeout=soon", "--max-message-bytes=10"],
+            {},
+        )
+    problems = caught.value.problems
+    assert problems == tuple(sorted(problems))
+    flags = {p.split(":")[0] for p in problems}
+    assert {
+        "--host-node",
+        "--address",
+        "--call-timeout",
+        "--max-message-bytes",
+        "--tls-cert-file",
+        "--flintlockd-key-file",
+    } <= flags
+
+
+@pytest.mark.req("EA-001")
+def test_flintlockd_must_be_named_by_an_address() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    with pytest.raises(ConfigError, match="--flintlockd: 'flintlockd.local:9090' must name an IP"):
+        parse([*FILES, "--flintlockd=flintlockd.local:9090"], env)
+
+
+@pytest.mark.req("EA-001", "EA-002")
+def test_addresses_that_are_not_this_hosts_are_refused_at_start() -> None:
+    # 192.0.2.0/24 is TEST-NET-1: documentation only, assigned to no machine.
+    assert not is_address_of_this_host("192.0.2.10")
+    assert is_address_of_this_host("127.0.0.77")
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    with pytest.raises(ConfigError) as caught:
+        parse([*FILES, "--flintlockd=192.0.2.10:9090"], env)
+    assert caught.value.problems == (
+        "--flintlockd: '192.0.2.10:9090' is not an address of this Host",
+    )
+    with pytest.raises(ConfigError, match="--address: '192.0.2.11' is not an address"):
+        parse([*FILES, "--address=192.0.2.11", "--flintlockd=127.0.0.1:9090"], env)
+    assert parse([*FILES, "--flintlockd=192.0.2.10:9090"], env, check_host=False)
+
+
+def test_endpoints_split_with_ipv6_in_brackets() -> None:
+    assert split_endpoint("[::1]:9090") == ("::1", 9090)
+    assert split_endpoint("10.0.0.1:9090") == ("10.0.0.1", 9090)
+    for bad in ("10.0.0.1", "::1:9090", "10.0.0.1:0", "10.0.0.1:http"):
+        with pytest.raises(ValueError):
+            split_endpoint(bad)
+
+
+@pytest.mark.req("EA-033")
+def test_the_host_checks_look_where_the_flags_say() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    default = parse(FILES, env)
+    assert default.host_paths.not_ready_dir == Path("/run/battery/not-ready.d")
+    assert default.host_paths.kvm_device == Path("/dev/kvm")
+    assert default.sync_interval == timedelta(seconds=2)
+    assert default.agent_address == f"127.0.0.5:{names.EXEC_AGENT_PORT}"
+    moved = parse(
+        [*FILES, "--not-ready-dir=/host/run/nr", "--kvm-device=/host/dev/kvm", "--thin-pool="],
+        env,
+    )
+    assert moved.host_paths.not_ready_dir == Path("/host/run/nr")
+    assert moved.host_paths.kvm_device == Path("/host/dev/kvm")
+    assert moved.host_paths.thin_pool == ""

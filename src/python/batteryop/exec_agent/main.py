@@ -1,0 +1,130 @@
+"""The Exec Agent's entry point: flags, logging, the API server client, flintlockd, then serve.
+
+    exec-agent --host-node=$(NODE_NAME) --address=$(HOST_IP) \
+        --tls-cert-file=... --tls-key-file=... \
+        --flintlockd-ca-file=... --flintlockd-cert-file=... --flintlockd-key-file=...
+
+First checks that its own identity names its Host (`identity`, EA-050), then runs two things
+until SIGTERM or SIGINT: the exec API (`server`) and the Node report (`node_report`, every
+`--sync-interval`). Exits 2 with one line per problem on bad flags, including a flintlockd
+endpoint or a serving address that is not this Host's (EA-001, EA-002); 1 when its identity
+names another Host or none; 0 after a signal once running execs had their grace period. With
+`--health-probe-bind-address`, `/healthz` is the event loop answering, `/readyz` the exec API
+listening and the Node report loop running, and `/metrics` the agent's metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
+from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.identity import IdentityError, check_identity
+from batteryop.exec_agent.metrics import AgentMetrics
+from batteryop.exec_agent.node_report import NodeReporter
+from batteryop.exec_agent.server import AgentServer, AgentServerError
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.errors import KubeConfigError
+from batteryop.obs.addresses import parse_bind_address
+from batteryop.obs.health import HealthServer
+from batteryop.obs.logging import configure_logging
+
+log = logging.getLogger("batteryop.exec_agent")
+
+USER_AGENT = "battery-operator-exec-agent"
+
+
+async def run(config: AgentConfig, stop: asyncio.Event) -> None:
+    """Serve until `stop` is set."""
+    kube_config = (
+        KubeConfig.from_kubeconfig(str(config.kubeconfig))
+        if config.kubeconfig
+        else KubeConfig.load()
+    )
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry)
+    health_at = parse_bind_address(
+        config.health_probe_bind_address, flag="--health-probe-bind-address"
+    )
+    async with (
+        KubeClient(
+            kube_config, timeout=config.call_timeout.total_seconds(), user_agent=USER_AGENT
+        ) as kube,
+        Flintlockd.connect(config) as flintlockd,
+    ):
+        await check_identity(kube, config.node_name)  # EA-050: before anything is served
+        authorizer = Authorizer(
+            kube, node_name=config.node_name, audience=config.token_audience, observer=metrics
+        )
+        server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd, observer=metrics)
+        reporter = NodeReporter(
+            kube,
+            node_name=config.node_name,
+            agent_address=config.agent_address,
+            flintlockd_address=config.flintlockd,
+            paths=config.host_paths,
+            server_info=flintlockd.server_info,
+            interval=config.sync_interval.total_seconds(),
+            resync=config.report_resync.total_seconds(),
+        )
+        await server.start()
+        reports = asyncio.create_task(reporter.run(stop), name="node-report")
+        health = None
+        if health_at is not None:
+            health = HealthServer(
+                *health_at,
+                checks={
+                    "exec-api": lambda: server.port != 0,
+                    "node-report": lambda: not reports.done(),
+                },
+                liveness_checks={"loop": lambda: True},
+                metrics_registry=registry,
+            )
+            await health.start()
+        try:
+            await stop.wait()
+        finally:
+            if health is not None:
+                await health.stop()
+            await reports  # ends at once: it waits on `stop` between checks
+            await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse(argv)
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"exec-agent: {problem}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
+    stop = asyncio.Event()
+
+    async def _main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run(config, stop)
+
+    try:
+        asyncio.run(_main())
+    except (ConfigError, KubeConfigError, AgentServerError, ValueError) as e:
+        print(f"exec-agent: {e}", file=sys.stderr)
+        return 2
+    except IdentityError as e:
+        print(f"exec-agent: {e}", file=sys.stderr)
+        return 1
+    log.info("Stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

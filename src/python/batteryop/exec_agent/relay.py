@@ -1,0 +1,304 @@
+"""One exec stream, caller to flintlockd and back (EA-020, EA-021).
+
+`ExecRelay.run` takes the caller's request stream and metadata and yields the responses to send
+back; it ends either by returning after the exit-status frame or by raising `RefusedError`, whose
+code and message become the call's status. In order:
+
+1. authenticate the token (`auth.Authorizer.authenticate`), before anything is read;
+2. read the first message within `open_timeout`: it must decode, be a `start`, name a MicroVM
+   uid and a command (INVALID_ARGUMENT otherwise; DEADLINE_EXCEEDED if none comes);
+3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
+   before this passes;
+4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
+   MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
+   refusal keeps its code;
+5. relay both ways until flintlockd reports the exit (EA-020):
+   - caller to flintlockd: `stdin` and `stdin_eof` messages when the start said `has_stdin`
+     (flintlockd reads nothing else, so nothing else is sent on); the caller's half-close
+     half-closes upstream; a second `start`, or a message that does not decode, ends the
+     exchange with INVALID_ARGUMENT;
+   - flintlockd to caller: every response, in order, output messages that wait back to back
+     joined (same kind, at most `COALESCE_BYTES`); the one carrying `exit_code` is the last
+     and the call then ends OK. The agent never makes up an exit status: a stream that
+     flintlockd ends without one, or fails, ends with a non-OK status (flintlockd's code,
+     except that OK and UNKNOWN become UNAVAILABLE), never with an exit code.
+
+Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
+upstream stream is cancelled on the way out, so a command is never left running for a caller
+who is gone (flintlockd ends the guest session when its RPC ends). Backpressure holds end to
+end: at most `BUFFERED_RESPONSES` responses wait between flintlockd and a slow caller.
+
+Requests arrive already decoded; a message that failed to decode arrives as None (see
+`servicer.decode_request`). Messages above the server's size limit never arrive: gRPC fails the
+call with RESOURCE_EXHAUSTED, which cancels this relay like any other caller-side end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Final
+
+import grpc
+import grpc.aio
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
+from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
+
+Request = microvmexec_pb2.ExecCommandRequest
+Response = microvmexec_pb2.ExecCommandResponse
+
+BUFFERED_RESPONSES: Final = 64
+"""Responses read from flintlockd but not yet sent to the caller, at most (2 MiB of output)."""
+
+COALESCE_BYTES: Final = 1024 * 1024
+"""The most output bytes joined into one message to the caller (a quarter of gRPC's default
+receive limit, so any client takes it)."""
+
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+_KEPT_CODES: Final = frozenset(grpc.StatusCode) - {grpc.StatusCode.OK, grpc.StatusCode.UNKNOWN}
+
+
+def flintlockd_failure(code: grpc.StatusCode, details: str | None, what: str) -> RefusedError:
+    """The status a failed flintlockd call ends the caller's call with (see the module doc)."""
+    kept = code if code in _KEPT_CODES else UNAVAILABLE
+    detail = details or code.name
+    return RefusedError(kept, Check.FLINTLOCKD, f"{what}: {detail}")
+
+
+def is_exit(response: Response) -> bool:
+    return response.WhichOneof("payload") == "exit_code"
+
+
+class ExecRelay:
+    """Authorizes and relays `ExecCommand` streams to this Host's flintlockd."""
+
+    def __init__(
+        self,
+        authorizer: Authorizer,
+        flintlockd: Flintlockd,
+        *,
+        open_timeout: float,
+        observer: PhaseObserver | None = None,
+    ) -> None:
+        self._authorizer = authorizer
+        self._flintlockd = flintlockd
+        self._open_timeout = open_timeout
+        self._observer = observer
+
+    async def run(
+        self,
+        requests: AsyncIterator[Request | None],
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+    ) -> AsyncIterator[Response]:
+        """Authorize, open and relay one exec stream (see the module docstring)."""
+        caller = await self._authorizer.authenticate(metadata, read_claim=True)
+        try:
+            start = await self._first_start(requests)
+        except BaseException:
+            if caller.claim_read is not None:
+                caller.claim_read.task.cancel()
+            raise
+        await self._authorizer.authorize(caller, start.uid)
+        call = await self._open(start)
+        started = time.perf_counter()
+        try:
+            async for response in self._relay(requests, call, has_stdin=start.has_stdin):
+                yield response
+        finally:
+            call.cancel()  # a no-op once flintlockd sent the exit status
+            observe(self._observer, Phase.EXEC, started)
+
+    async def _first_start(
+        self, requests: AsyncIterator[Request | None]
+    ) -> microvmexec_pb2.ExecStart:
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                first = await anext(requests, _END)
+        except TimeoutError:
+            raise RefusedError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                Check.REQUEST,
+                f"no start message within {self._open_timeout:g}s",
+            ) from None
+        if first is _END:
+            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the stream ended before a start")
+        if first is None:
+            raise RefusedError(
+                INVALID_ARGUMENT, Check.REQUEST, "the first message is not an ExecCommandRequest"
+            )
+        assert isinstance(first, Request)
+        if first.WhichOneof("payload") != "start":
+            raise RefusedError(
+                INVALID_ARGUMENT, Check.REQUEST, "the first message must be a start message"
+            )
+        start = first.start
+        if not start.uid:
+            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no microvm uid")
+        if not (start.cmd or start.shell):
+            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no command")
+        return start
+
+    async def _open(self, start: microvmexec_pb2.ExecStart) -> ExecCall:
+        """EA-021: flintlockd answers for the MicroVM and takes the start, in time.
+
+        The `GetMicroVM` probe and the stream with its start go out together (the command may
+        start before the probe's answer is in); a probe that fails or is late cancels the stream.
+        """
+        started = time.perf_counter()
+        call = self._flintlockd.exec_command()
+        probe = asyncio.ensure_future(self._flintlockd.get_microvm(start.uid))
+        sending = asyncio.ensure_future(call.write(Request(start=start)))
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                try:
+                    await probe
+                except grpc.aio.AioRpcError as e:
+                    raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
+                try:
+                    await sending
+                except grpc.aio.AioRpcError as e:
+                    raise flintlockd_failure(e.code(), e.details(), "ExecCommand") from None
+                except asyncio.InvalidStateError:
+                    # The stream ended before the start went out: flintlockd refused it.
+                    code, details = await call.code(), await call.details()
+                    raise flintlockd_failure(code, details, "ExecCommand") from None
+        except TimeoutError:
+            call.cancel()
+            raise RefusedError(
+                UNAVAILABLE,
+                Check.FLINTLOCKD,
+                f"flintlockd did not take the stream within {self._open_timeout:g}s",
+            ) from None
+        except BaseException:
+            call.cancel()
+            raise
+        finally:
+            for future in (probe, sending):
+                future.cancel()
+                if future.done() and not future.cancelled():
+                    future.exception()  # retrieved: a failure was reported above, or moot
+            observe(self._observer, Phase.FLINTLOCKD_OPEN, started)
+        return call
+
+    async def _relay(
+        self, requests: AsyncIterator[Request | None], call: ExecCall, *, has_stdin: bool
+    ) -> AsyncIterator[Response]:
+        outbox: asyncio.Queue[Response | RefusedError] = asyncio.Queue(BUFFERED_RESPONSES)
+        tasks = [
+            asyncio.create_task(_from_flintlockd(call, outbox)),
+            asyncio.create_task(_to_flintlockd(requests, call, outbox, has_stdin=has_stdin)),
+        ]
+        held: Response | RefusedError | None = None
+        try:
+            while True:
+                item = held if held is not None else await outbox.get()
+                held = None
+                if isinstance(item, RefusedError):
+                    raise item
+                kind = item.WhichOneof("payload")
+                if kind in ("stdout", "stderr"):
+                    item, held = _coalesce(item, str(kind), outbox)
+                yield item
+                if is_exit(item):  # EA-020: the exit status is the last frame, and only OK end
+                    return
+        finally:
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _coalesce(
+    first: Response, kind: str, outbox: asyncio.Queue[Response | RefusedError]
+) -> tuple[Response, Response | RefusedError | None]:
+    """`first` joined with the outbox's waiting messages of the same kind (stdout or stderr), up
+    to `COALESCE_BYTES`, and the first waiting item that could not join (sent next).
+
+    Fewer, larger messages to the caller; the bytes and their order (also between stdout and
+    stderr) stay exactly as flintlockd sent them.
+    """
+    chunks = [getattr(first, kind)]
+    size = len(chunks[0])
+    held: Response | RefusedError | None = None
+    while size < COALESCE_BYTES and not outbox.empty():
+        item = outbox.get_nowait()
+        data = getattr(item, kind) if isinstance(item, Response) else b""
+        if (
+            not isinstance(item, Response)
+            or item.WhichOneof("payload") != kind
+            or size + len(data) > COALESCE_BYTES
+        ):
+            held = item
+            break
+        chunks.append(data)
+        size += len(data)
+    if len(chunks) == 1:
+        return first, held
+    joined = b"".join(chunks)
+    return (Response(stdout=joined) if kind == "stdout" else Response(stderr=joined)), held
+
+
+class _End:
+    """The caller closed its side before sending anything."""
+
+
+_END: Final = _End()
+
+
+async def _from_flintlockd(call: ExecCall, outbox: asyncio.Queue[Response | RefusedError]) -> None:
+    """flintlockd's responses into the outbox, then how its stream ended if not by an exit."""
+    try:
+        while True:
+            response = await call.read()
+            if response is grpc.aio.EOF:
+                await outbox.put(
+                    RefusedError(
+                        UNAVAILABLE,
+                        Check.FLINTLOCKD,
+                        "flintlockd ended the stream without an exit status",
+                    )
+                )
+                return
+            await outbox.put(response)
+            if is_exit(response):
+                return
+    except grpc.aio.AioRpcError as e:
+        await outbox.put(flintlockd_failure(e.code(), e.details(), "the exec stream failed"))
+
+
+async def _to_flintlockd(
+    requests: AsyncIterator[Request | None],
+    call: ExecCall,
+    outbox: asyncio.Queue[Response | RefusedError],
+    *,
+    has_stdin: bool,
+) -> None:
+    """The caller's stdin to flintlockd; a protocol violation into the outbox."""
+    try:
+        async for request in requests:
+            if request is None:
+                await outbox.put(
+                    RefusedError(
+                        INVALID_ARGUMENT, Check.REQUEST, "a message is not an ExecCommandRequest"
+                    )
+                )
+                return
+            kind = request.WhichOneof("payload")
+            if kind == "start":
+                await outbox.put(
+                    RefusedError(INVALID_ARGUMENT, Check.REQUEST, "a second start message")
+                )
+                return
+            if has_stdin and kind in ("stdin", "stdin_eof"):
+                await call.write(request)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        return  # flintlockd's side ended; _from_flintlockd reports how

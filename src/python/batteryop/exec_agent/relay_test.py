@@ -1,0 +1,215 @@
+"""Exec semantics through the agent (EA-020, EA-021): stdin, large output, exit codes, a stream
+that flintlockd cuts, a flintlockd that does not answer, and a caller who goes away. Every call
+passes the full authorization first (real API server, real tokens and claims).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import grpc
+import grpc.aio
+import pytest
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc import (
+    MicroVMExecStub,
+)
+from battery_protos.flintlock.types import microvm_pb2
+from batteryop.kube.config import KubeConfig
+from batteryop.testing.exec_agent import (
+    Agent,
+    Holders,
+    Pki,
+    drain,
+    joined,
+    run_exec,
+    running_agent,
+)
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+
+pytestmark = pytest.mark.controlplane
+
+Start = microvmexec_pb2.ExecStart
+Request = microvmexec_pb2.ExecCommandRequest
+Response = microvmexec_pb2.ExecCommandResponse
+
+TEN_MIB = 10 * 1024 * 1024
+
+
+def kinds(responses: list[Response]) -> list[str]:
+    return [str(r.WhichOneof("payload")) for r in responses]
+
+
+def assert_exit_last(responses: list[Response], code: int) -> None:
+    assert kinds(responses).count("exit_code") == 1
+    assert kinds(responses)[-1] == "exit_code"
+    assert responses[-1].exit_code == code
+
+
+@pytest.mark.req("EA-020")
+async def test_stdin_reaches_the_command_and_its_output_comes_back(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="cat", has_stdin=True)
+    async with agent.channel() as channel:
+        responses = await run_exec(channel, holding.metadata, start, [b"one ", b"two ", b"three"])
+    assert joined(responses, "stdout") == b"one two three"
+    assert_exit_last(responses, 0)
+
+
+@pytest.mark.req("EA-020")
+async def test_ten_mib_of_stdout_arrive_whole_and_in_order(agent: Agent, holders: Holders) -> None:
+    holding = await holders.hold()
+    # A counting pattern, so a lost, doubled or reordered chunk changes the bytes.
+    script = f"seq 1 {TEN_MIB} | head -c {TEN_MIB}"
+    async with agent.channel() as channel:
+        responses = await run_exec(
+            channel, holding.metadata, Start(uid=holding.microvm_uid, cmd=script, shell=True)
+        )
+    out = joined(responses, "stdout")
+    assert len(out) == TEN_MIB
+    expected = "".join(f"{i}\n" for i in range(1, 2_000_000)).encode()[:TEN_MIB]
+    assert out == expected
+    assert_exit_last(responses, 0)
+
+
+@pytest.mark.req("EA-020")
+async def test_a_non_zero_exit_is_the_last_frame_after_stderr(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="echo out; echo err >&2; exit 7", shell=True)
+    async with agent.channel() as channel:
+        responses = await run_exec(channel, holding.metadata, start)
+    assert joined(responses, "stdout") == b"out\n"
+    assert joined(responses, "stderr") == b"err\n"
+    assert_exit_last(responses, 7)
+
+
+@pytest.mark.req("EA-020")
+@pytest.mark.parametrize("after_chunks", [None, 2])
+async def test_a_stream_cut_by_flintlockd_fails_and_never_ends_with_an_exit_code(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd, after_chunks: int | None
+) -> None:
+    holding = await holders.hold()
+    await flintlockd.cut_next_exec_stream(after_chunks=after_chunks)
+    start = Start(uid=holding.microvm_uid, cmd="seq 1 100000", shell=True)
+    received: list[Response] = []
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(
+            iter([Request(start=start)]), metadata=holding.metadata, timeout=20
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await drain(call, into=received)
+    # flintlockd said UNKNOWN; the caller sees UNAVAILABLE, and no exit code ever came.
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details() == (
+        "flintlockd: the exec stream failed: reading guest-agent exec frame: unexpected EOF"
+    )
+    assert "exit_code" not in kinds(received)
+    if after_chunks is not None:
+        # The output sent before the cut arrives (perhaps joined into fewer messages).
+        assert set(kinds(received)) == {"stdout"}
+        assert joined(received, "stdout").startswith(b"1\n2\n3\n")
+
+
+@pytest.mark.req("EA-020")
+async def test_flintlockds_refusal_keeps_its_code(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+    await flintlockd.set_vm_state(holding.microvm_uid, microvm_pb2.MicroVMStatus.PENDING)
+    async with agent.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run_exec(channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details().startswith("flintlockd: ")
+    assert await flintlockd.exec_history() == []
+
+
+@pytest.mark.req("EA-021")
+async def test_a_flintlockd_that_is_down_makes_the_call_unavailable(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+    await flintlockd.go_down()
+    async with agent.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run_exec(channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details().startswith("flintlockd: GetMicroVM: ")
+
+
+@contextlib.asynccontextmanager
+async def silent_listener(address: str) -> AsyncIterator[str]:
+    """A TCP endpoint that accepts connections and never says a word (a hung flintlockd)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, address, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"{address}:{port}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.req("EA-021")
+async def test_a_flintlockd_that_does_not_answer_in_time_ends_the_call_unavailable(
+    pki: Pki, holders: Holders, agent_identity: KubeConfig, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+    async with (
+        silent_listener("127.0.0.43") as hung,
+        running_agent(
+            pki, agent_identity, hung, exec_open_timeout=timedelta(milliseconds=500)
+        ) as agent,
+        agent.channel() as channel,
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run_exec(channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details() == "flintlockd: flintlockd did not take the stream within 0.5s"
+
+
+async def process_exit(pid: int) -> None:
+    """Return when process `pid` has ended (a pidfd becomes readable then)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    ended = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, ended.set)
+    try:
+        await ended.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+@pytest.mark.req("EA-020")
+async def test_a_caller_who_cancels_stops_the_command(agent: Agent, holders: Holders) -> None:
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="echo $$; exec sleep 600", shell=True)
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(
+            iter([Request(start=start)]), metadata=holding.metadata
+        )
+        first = await call.read()
+        assert isinstance(first, Response)
+        pid = int(first.stdout.decode().strip())
+        call.cancel()
+        async with asyncio.timeout(10):
+            await process_exit(pid)  # the command ended: nothing runs for a caller who left

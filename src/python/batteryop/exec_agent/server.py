@@ -1,0 +1,102 @@
+"""The agent's gRPC server: the exec API over TLS on this Host's address (EA-002, EA-003).
+
+`AgentServer` wires the servicers to one grpc.aio server listening on `config.listen_target`
+with the serving certificate and key from the config's files (until the CSR flow exists,
+EA-068). Callers are not asked for a certificate: they prove who they are with a bearer token
+(`auth`). gRPC's TLS offers HTTP/2 by ALPN and TLS 1.2 or newer. The largest message accepted,
+either way, is `config.max_message_bytes`: a bigger one fails its call with RESOURCE_EXHAUSTED
+before any handler sees it.
+
+    server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd)
+    await server.start()        # server.port is the bound port (config.port 0: a free one)
+    ...
+    await server.stop()         # running execs get config.shutdown_grace to finish
+
+Requirements: EA-002, EA-003.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
+from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
+from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.relay import ExecRelay
+from batteryop.exec_agent.servicer import ExecServicer, MicroVMServicer
+from batteryop.exec_agent.timing import PhaseObserver
+
+log = logging.getLogger(__name__)
+
+
+class AgentServerError(RuntimeError):
+    """The exec API could not listen on its address."""
+
+
+def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
+    """TLS with the serving certificate, no client certificates (EA-002)."""
+    try:
+        cert = config.tls_cert_file.read_bytes()
+        key = config.tls_key_file.read_bytes()
+    except OSError as e:
+        raise ConfigError(
+            [f"--tls-cert-file/--tls-key-file: cannot read {e.filename}: {e.strerror}"]
+        ) from e
+    return grpc.ssl_server_credentials([(key, cert)], require_client_auth=False)
+
+
+class AgentServer:
+    """The exec API on one grpc.aio server."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        authorizer: Authorizer,
+        flintlockd: Flintlockd,
+        observer: PhaseObserver | None = None,
+    ) -> None:
+        self._config = config
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+        self._server = grpc.aio.server(options=options)
+        relay = ExecRelay(
+            authorizer,
+            flintlockd,
+            open_timeout=config.exec_open_timeout.total_seconds(),
+            observer=observer,
+        )
+        self._server.add_generic_rpc_handlers((ExecServicer(relay).handler(),))
+        microvms_pb2_grpc.add_MicroVMServicer_to_server(
+            MicroVMServicer(authorizer, flintlockd), self._server
+        )
+        self._credentials = server_credentials(config)
+        self.port = 0
+
+    @property
+    def target(self) -> str:
+        """`address:port` where the exec API listens (after `start`)."""
+        return join_endpoint(self._config.address, self.port)
+
+    async def start(self) -> None:
+        try:
+            port = self._server.add_secure_port(self._config.listen_target, self._credentials)
+        except RuntimeError as e:
+            raise AgentServerError(f"cannot listen on {self._config.listen_target}: {e}") from e
+        if port == 0:
+            raise AgentServerError(f"cannot listen on {self._config.listen_target}")
+        self.port = port
+        await self._server.start()
+        log.info("Exec API listening", extra={"address": self.target})
+
+    async def stop(self) -> None:
+        """Stop taking calls; running ones get the shutdown grace, then are cancelled."""
+        await self._server.stop(self._config.shutdown_grace.total_seconds())

@@ -1,0 +1,149 @@
+"""The exec API the agent serves: flintlock's `MicroVMExec`, and `ServerInfo` and `GetMicroVM` of
+flintlock's `MicroVM` (EA-003). A client that speaks flintlockd's exec API works unchanged, plus a
+bearer token.
+
+- `ExecCommand`: `relay.ExecRelay` (authorization, then the relay). Its requests are decoded
+  here (`decode_request`), so a message that does not decode reaches the relay as None and is
+  refused with INVALID_ARGUMENT by name instead of failing inside gRPC.
+- `ServerInfo`: authenticated callers only (steps 1-2 of `auth`); answers what this Host's
+  flintlockd answers.
+- `GetMicroVM`: authorized for the requested uid (all of `auth`), then flintlockd's answer.
+- Every other `MicroVM` method: UNIMPLEMENTED. The agent creates and deletes nothing.
+
+A refusal (`RefusedError`) becomes the call's status here and nowhere else, and is logged with
+the check, the code and the caller's user where known; never the token.
+
+Requirements: EA-003; EA-010..EA-014 (through `auth`); EA-020, EA-021 (through `relay`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Final, NoReturn
+
+import grpc
+import grpc.aio
+from google.protobuf import empty_pb2
+from google.protobuf.message import DecodeError
+
+from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.errors import RefusedError
+from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.relay import ExecRelay, flintlockd_failure
+
+log = logging.getLogger(__name__)
+
+EXEC_SERVICE: Final = microvmexec_pb2.DESCRIPTOR.services_by_name["MicroVMExec"].full_name
+"""`microvmexec.services.api.v1alpha1.MicroVMExec`."""
+MICROVM_SERVICE: Final = microvms_pb2.DESCRIPTOR.services_by_name["MicroVM"].full_name
+"""`microvm.services.api.v1alpha1.MicroVM`."""
+
+MSG_UNIMPLEMENTED: Final = "the Exec Agent serves only ServerInfo and GetMicroVM of this service"
+
+
+def decode_request(data: bytes) -> microvmexec_pb2.ExecCommandRequest | None:
+    """An ExecCommandRequest from the wire, or None when the bytes are not one."""
+    try:
+        return microvmexec_pb2.ExecCommandRequest.FromString(data)
+    except DecodeError:
+        return None
+
+
+async def refuse(context: grpc.aio.ServicerContext, error: RefusedError, method: str) -> NoReturn:
+    """End the call with the refusal's status, after logging which check failed."""
+    log.info(
+        "Refused %s",
+        method,
+        extra={"check": str(error.check), "code": error.code.name, "detail": error.detail},
+    )
+    await context.abort(error.code, error.message)
+    raise AssertionError("context.abort returned")
+
+
+class ExecServicer:
+    """`MicroVMExec.ExecCommand` over `ExecRelay`."""
+
+    def __init__(self, relay: ExecRelay) -> None:
+        self._relay = relay
+
+    async def ExecCommand(
+        self,
+        request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[microvmexec_pb2.ExecCommandResponse]:
+        try:
+            async for response in self._relay.run(request_iterator, context.invocation_metadata()):
+                yield response
+        except RefusedError as e:
+            await refuse(context, e, "ExecCommand")
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's handler, decoding requests with `decode_request`."""
+        method = grpc.stream_stream_rpc_method_handler(
+            self.ExecCommand,
+            request_deserializer=decode_request,
+            response_serializer=microvmexec_pb2.ExecCommandResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(EXEC_SERVICE, {"ExecCommand": method})
+
+
+class MicroVMServicer(microvms_pb2_grpc.MicroVMServicer):
+    """`ServerInfo` and `GetMicroVM`, authorized, answered by this Host's flintlockd."""
+
+    def __init__(self, authorizer: Authorizer, flintlockd: Flintlockd) -> None:
+        self._authorizer = authorizer
+        self._flintlockd = flintlockd
+
+    async def ServerInfo(
+        self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext
+    ) -> microvms_pb2.ServerInfoResponse:
+        try:
+            await self._authorizer.authenticate(context.invocation_metadata())
+            try:
+                return await self._flintlockd.server_info()
+            except grpc.aio.AioRpcError as e:
+                raise flintlockd_failure(e.code(), e.details(), "ServerInfo") from None
+        except RefusedError as e:
+            await refuse(context, e, "ServerInfo")
+
+    async def GetMicroVM(
+        self, request: microvms_pb2.GetMicroVMRequest, context: grpc.aio.ServicerContext
+    ) -> microvms_pb2.GetMicroVMResponse:
+        try:
+            caller = await self._authorizer.authenticate(
+                context.invocation_metadata(), read_claim=True
+            )
+            await self._authorizer.authorize(caller, request.uid)
+            try:
+                return await self._flintlockd.get_microvm(request.uid)
+            except grpc.aio.AioRpcError as e:
+                raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
+        except RefusedError as e:
+            await refuse(context, e, "GetMicroVM")
+
+    async def CreateMicroVM(
+        self, request: microvms_pb2.CreateMicroVMRequest, context: grpc.aio.ServicerContext
+    ) -> microvms_pb2.CreateMicroVMResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_UNIMPLEMENTED)
+        raise AssertionError("context.abort returned")
+
+    async def DeleteMicroVM(
+        self, request: microvms_pb2.DeleteMicroVMRequest, context: grpc.aio.ServicerContext
+    ) -> empty_pb2.Empty:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_UNIMPLEMENTED)
+        raise AssertionError("context.abort returned")
+
+    async def ListMicroVMs(
+        self, request: microvms_pb2.ListMicroVMsRequest, context: grpc.aio.ServicerContext
+    ) -> microvms_pb2.ListMicroVMsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_UNIMPLEMENTED)
+        raise AssertionError("context.abort returned")
+
+    async def ListMicroVMsStream(
+        self, request: microvms_pb2.ListMicroVMsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[microvms_pb2.ListMessage]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, MSG_UNIMPLEMENTED)
+        yield microvms_pb2.ListMessage()  # unreachable; makes this an async generator

@@ -1,0 +1,376 @@
+"""The Exec Agent's part of install.yaml: its identity, its admission policy, its DaemonSet.
+
+In apply order:
+
+- ServiceAccount `names.EXEC_AGENT_NAME` (no automounted token; the Pod mounts a projected one).
+- ClusterRole and ClusterRoleBinding `names.EXEC_AGENT_NAME`: `rbac.exec_agent_cluster_rules`
+  (TokenReviews, `get` of claims, `patch` of Nodes).
+- ValidatingAdmissionPolicy `names.EXEC_AGENT_ADMISSION_POLICY` and its binding (EA-051): for
+  the agent's identity only, a write to a Node is allowed only when the identity names exactly
+  one Node (the `authentication.kubernetes.io/node-name` extra of a token bound to a Pod on
+  that Node), it is an update of that Node object itself (no subresource, no create, no
+  delete), labels, owner references, finalizers and spec are unchanged, and only annotations
+  under `names.PREFIX` are added, changed or removed. `failurePolicy: Fail`, action Deny.
+  RBAC grants `patch nodes` cluster-wide; this policy is what confines it.
+- DaemonSet `names.EXEC_AGENT_NAME` (EA-004): only on Nodes labelled `names.HOST_LABEL=true`,
+  tolerating the Host taint; `hostNetwork`, so the exec API listens on the Host's internal
+  address (`HOST_IP` from the downward API) and reaches flintlockd there (EA-001, EA-002).
+  Read-only host mounts for the Host checks: `/dev` (KVM's device node), `/sys` (KVM in sysfs,
+  device-mapper names) and the Host Image's not-ready directory.
+
+Certificates: until the agent gets them by CSR (EA-060..EA-068, not built yet), its serving
+certificate and key, its flintlockd client certificate and key, and flintlockd's serving CA are
+files the Host provides under `CERT_DIR` (read-only host mount), readable by the agent's user.
+
+Requirements: EA-004, EA-051.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from batteryop.api import names
+from batteryop.manifests import admission, rbac
+
+Obj = dict[str, Any]
+
+EXEC_AGENT_IMAGE_NAME: Final = "exec-agent"
+"""The agent's image sits beside the operator's (`<operator repo>/exec-agent`)."""
+CONTAINER: Final = "exec-agent"
+EXEC_API_PORT_NAME: Final = "exec-api"
+HEALTH_PORT: Final = 10271
+"""The agent's /healthz, /readyz and /metrics, on the Host's network (next to the exec API)."""
+HEALTH_PORT_NAME: Final = "health"
+
+CERT_DIR: Final = "/etc/battery/exec-agent"
+"""Host directory of the agent's certificates until the CSR flow exists (see the docstring)."""
+HOST_DEV: Final = "/host/dev"
+HOST_SYS: Final = "/host/sys"
+NOT_READY_DIR: Final = "/run/battery/not-ready.d"
+"""Where the Host Image's units name their not-ready reasons (EA-033)."""
+
+VOLUME_TOKEN: Final = "kube-api-access"
+VOLUME_CERTS: Final = "certs"
+VOLUME_DEV: Final = "host-dev"
+VOLUME_SYS: Final = "host-sys"
+VOLUME_NOT_READY: Final = "not-ready"
+TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION_SECONDS: Final = 3607
+RUN_AS: Final = 65532
+
+NODE_NAME_EXTRA: Final = names.NODE_NAME_EXTRA
+
+
+def exec_agent_image_for(operator_image: str) -> str:
+    """`<repo>/exec-agent:<tag>` beside `<repo>:<tag>`; a digest cannot be carried over."""
+    if "@" in operator_image:
+        raise ValueError(
+            f"operator image {operator_image!r} is pinned by digest: name the exec agent's "
+            "image too (exec_agent_image)"
+        )
+    slash = operator_image.rfind("/")
+    colon = operator_image.rfind(":")
+    repo, tag = (
+        (operator_image[:colon], operator_image[colon:]) if colon > slash else (operator_image, "")
+    )
+    return f"{repo}/{EXEC_AGENT_IMAGE_NAME}{tag}"
+
+
+def agent_user(namespace: str) -> str:
+    """The Kubernetes user name of the agent's ServiceAccount."""
+    return f"system:serviceaccount:{namespace}:{names.EXEC_AGENT_NAME}"
+
+
+# --- EA-051: the admission policy ----------------------------------------------------------------
+
+_OLD_OR_EMPTY = "has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {empty}"
+_NEW_OR_EMPTY = "has(object.metadata.{f}) ? object.metadata.{f} : {empty}"
+
+
+def _unchanged(field: str, empty: str) -> str:
+    new = _NEW_OR_EMPTY.format(f=field, empty=empty)
+    old = _OLD_OR_EMPTY.format(f=field, empty=empty)
+    return f"({new}) == ({old})"
+
+
+def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+    """The ValidatingAdmissionPolicy of EA-051 and its binding (see the module docstring)."""
+    prefix = names.PREFIX
+    variables = [
+        {
+            "name": "nodeNames",
+            "expression": (
+                f"'{NODE_NAME_EXTRA}' in request.userInfo.extra"
+                f" ? request.userInfo.extra['{NODE_NAME_EXTRA}'] : []"
+            ),
+        },
+        {"name": "newAnnotations", "expression": _NEW_OR_EMPTY.format(f="annotations", empty="{}")},
+        {"name": "oldAnnotations", "expression": _OLD_OR_EMPTY.format(f="annotations", empty="{}")},
+    ]
+    validations = [
+        {
+            "expression": "size(variables.nodeNames) == 1",
+            "message": "the Exec Agent's identity must name exactly one Node",
+        },
+        {
+            "expression": (
+                "request.operation == 'UPDATE'"
+                " && (!has(request.subResource) || request.subResource == '')"
+            ),
+            "message": "the Exec Agent may only update a Node object, nothing else of it",
+        },
+        {
+            "expression": "object.metadata.name == variables.nodeNames[0]",
+            "message": "the Exec Agent may only change its own Node",
+        },
+        {
+            "expression": " && ".join(
+                [
+                    _unchanged("labels", "{}"),
+                    _unchanged("ownerReferences", "[]"),
+                    _unchanged("finalizers", "[]"),
+                    "object.spec == oldObject.spec",
+                ]
+            ),
+            "message": "the Exec Agent may not change a Node's labels, owners, finalizers or spec",
+        },
+        {
+            "expression": (
+                f"variables.newAnnotations.all(k, k.startsWith('{prefix}') ||"
+                " (k in variables.oldAnnotations &&"
+                " variables.oldAnnotations[k] == variables.newAnnotations[k]))"
+                f" && variables.oldAnnotations.all(k, k.startsWith('{prefix}') ||"
+                " k in variables.newAnnotations)"
+            ),
+            "message": f"the Exec Agent may only change annotations under {prefix}",
+        },
+    ]
+    metadata = {"name": names.EXEC_AGENT_ADMISSION_POLICY, "labels": dict(labels)}
+    policy: Obj = {
+        "apiVersion": admission.API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata,
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["nodes", "nodes/status"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "exec-agent-identity",
+                    "expression": f"request.userInfo.username == '{agent_user(namespace)}'",
+                }
+            ],
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding: Obj = {
+        "apiVersion": admission.API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": dict(metadata, labels=dict(labels)),
+        "spec": {
+            "policyName": names.EXEC_AGENT_ADMISSION_POLICY,
+            "validationActions": ["Deny"],
+        },
+    }
+    return [policy, binding]
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+
+def identity_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+    """The ServiceAccount, the ClusterRole and its binding."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": names.EXEC_AGENT_NAME,
+                "namespace": namespace,
+                "labels": dict(labels),
+            },
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": rbac.RBAC_VERSION,
+            "kind": "ClusterRole",
+            "metadata": {"name": names.EXEC_AGENT_NAME, "labels": dict(labels)},
+            "rules": rbac.exec_agent_cluster_rules(),
+        },
+        {
+            "apiVersion": rbac.RBAC_VERSION,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": names.EXEC_AGENT_NAME, "labels": dict(labels)},
+            "roleRef": {
+                "apiGroup": rbac.RBAC_GROUP,
+                "kind": "ClusterRole",
+                "name": names.EXEC_AGENT_NAME,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": names.EXEC_AGENT_NAME, "namespace": namespace}
+            ],
+        },
+    ]
+
+
+# --- the DaemonSet -------------------------------------------------------------------------------
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def container(image: str) -> Obj:
+    return {
+        "name": CONTAINER,
+        "image": image,
+        "args": [
+            f"--port={names.EXEC_AGENT_PORT}",
+            f"--flintlockd=$(HOST_IP):{names.FLINTLOCKD_PORT}",
+            f"--tls-cert-file={CERT_DIR}/tls.crt",
+            f"--tls-key-file={CERT_DIR}/tls.key",
+            f"--flintlockd-ca-file={CERT_DIR}/flintlockd-serving-ca.crt",
+            f"--flintlockd-cert-file={CERT_DIR}/flintlockd-client.crt",
+            f"--flintlockd-key-file={CERT_DIR}/flintlockd-client.key",
+            f"--kvm-device={HOST_DEV}/kvm",
+            f"--kvm-sysfs-dir={HOST_SYS}/class/misc/kvm",
+            f"--sys-block-dir={HOST_SYS}/block",
+            f"--not-ready-dir={NOT_READY_DIR}",
+            f"--health-probe-bind-address=$(HOST_IP):{HEALTH_PORT}",
+        ],
+        "env": [
+            _field_env("NODE_NAME", "spec.nodeName"),
+            _field_env("HOST_IP", "status.hostIP"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+        ],
+        "ports": [
+            {
+                "name": EXEC_API_PORT_NAME,
+                "containerPort": names.EXEC_AGENT_PORT,
+                "hostPort": names.EXEC_AGENT_PORT,
+                "protocol": "TCP",
+            },
+            {
+                "name": HEALTH_PORT_NAME,
+                "containerPort": HEALTH_PORT,
+                "hostPort": HEALTH_PORT,
+                "protocol": "TCP",
+            },
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": HEALTH_PORT_NAME},
+            "periodSeconds": 10,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": HEALTH_PORT_NAME},
+            "initialDelaySeconds": 15,
+            "periodSeconds": 20,
+        },
+        "resources": {
+            "requests": {"cpu": "20m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "256Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": VOLUME_TOKEN, "mountPath": TOKEN_DIR, "readOnly": True},
+            {"name": VOLUME_CERTS, "mountPath": CERT_DIR, "readOnly": True},
+            {"name": VOLUME_DEV, "mountPath": HOST_DEV, "readOnly": True},
+            {"name": VOLUME_SYS, "mountPath": HOST_SYS, "readOnly": True},
+            {"name": VOLUME_NOT_READY, "mountPath": NOT_READY_DIR, "readOnly": True},
+        ],
+    }
+
+
+def _host_path(name: str, path: str, kind: str) -> Obj:
+    return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+
+def daemon_set_object(namespace: str, labels: Mapping[str, str], image: str) -> Obj:
+    """The DaemonSet (EA-004): one agent per Host, no agent elsewhere."""
+    selector = dict(labels)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": names.EXEC_AGENT_NAME, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "serviceAccountName": names.EXEC_AGENT_NAME,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "hostNetwork": True,  # EA-002: the Host's internal address
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "nodeSelector": {names.HOST_LABEL: names.HOST_LABEL_VALUE},  # EA-004
+                    "tolerations": [
+                        {
+                            "key": names.HOST_TAINT_KEY,
+                            "operator": "Equal",
+                            "value": names.HOST_TAINT_VALUE,
+                            "effect": names.HOST_TAINT_EFFECT,
+                        }
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": RUN_AS,
+                        "runAsGroup": RUN_AS,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container(image)],
+                    "volumes": [
+                        {
+                            "name": VOLUME_TOKEN,
+                            "projected": {
+                                "defaultMode": 0o444,
+                                "sources": [
+                                    {
+                                        "serviceAccountToken": {
+                                            "path": "token",
+                                            "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
+                                        }
+                                    },
+                                    {
+                                        "configMap": {
+                                            "name": "kube-root-ca.crt",
+                                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                        }
+                                    },
+                                ],
+                            },
+                        },
+                        _host_path(VOLUME_CERTS, CERT_DIR, "Directory"),
+                        _host_path(VOLUME_DEV, "/dev", "Directory"),
+                        _host_path(VOLUME_SYS, "/sys", "Directory"),
+                        _host_path(VOLUME_NOT_READY, NOT_READY_DIR, "DirectoryOrCreate"),
+                    ],
+                },
+            },
+        },
+    }
+
+
+def objects(namespace: str, labels: Mapping[str, str], image: str) -> list[Obj]:
+    """Every object of the Exec Agent, in apply order."""
+    return [
+        *identity_objects(namespace, labels),
+        *admission_policy_objects(namespace, labels),
+        daemon_set_object(namespace, labels, image),
+    ]

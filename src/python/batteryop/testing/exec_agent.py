@@ -1,0 +1,415 @@
+"""A running Exec Agent for tests and benchmarks, with everything around it real but MicroVMs.
+
+- `prepare_cluster(cp)`: the CRDs, and the agent's own ServiceAccount holding exactly the rules
+  the Manifests give it (`rbac.exec_agent_cluster_rules`); `agent_kube_config(cp)` acts as it.
+- `make_pki(dir)`: flintlockd's serving CA and client CA, flintlockd's serving certificate for
+  `FLINTLOCKD_ADDRESS`, the agent's client certificate and its serving certificate.
+- `running_agent(...)`: the agent as a real grpc.aio server with TLS on `AGENT_ADDRESS` (port 0),
+  in this process, acting as its ServiceAccount; the phases it timed land in `Agent.phases`.
+- `Holders`: a Holder's world as a Consumer and the operator make it: a ServiceAccount, the
+  claim's `<claim>-exec` Secret, the claim with a Bound status naming a MicroVM created on the
+  (fake) flintlockd, and a TokenRequest token bound to the Secret for the agent's audience.
+- `run_exec`, `requests_of`, `joined`: calling the agent as a client would.
+
+The fake flintlockd runs with `FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS,
+tls=pki.flintlockd_tls)`: mutual TLS, the agent's client certificate the only way in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+from kubernetes import client as k8s
+
+from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
+    microvmexec_pb2,
+    microvmexec_pb2_grpc,
+)
+from batteryop.api import names, samples
+from batteryop.api.claim import ClaimStatus
+from batteryop.api.conditions import ClaimPhase
+from batteryop.api.crds import all_crds
+from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.config import AgentConfig
+from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.host_checks import HostPaths
+from batteryop.exec_agent.server import AgentServer
+from batteryop.exec_agent.timing import Phase
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.manifests import rbac
+from batteryop.testing.controlplane import (
+    ControlPlane,
+    admin_client,
+    ensure_service_account,
+    install_crd,
+    request_token,
+)
+from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
+from batteryop.testing.fake_flintlock.testkit import make_spec
+from batteryop.tls import CertificateAuthority
+
+NODE = "host-a"
+"""The agent's Host."""
+OTHER_NODE = "host-b"
+FLINTLOCKD_ADDRESS = "127.0.0.41"
+AGENT_ADDRESS = "127.0.0.42"
+AGENT_NAMESPACE = "exec-agent-tests"
+AGENT_ROLE = "exec-agent-tests"
+
+Request = microvmexec_pb2.ExecCommandRequest
+Response = microvmexec_pb2.ExecCommandResponse
+
+
+@dataclass(frozen=True)
+class Pki:
+    serving_ca: CertificateAuthority
+    client_ca: CertificateAuthority
+    flintlockd_tls: TLSFiles
+    files: dict[str, Path]
+    """AgentConfig field name -> file."""
+
+
+def make_pki(directory: Path) -> Pki:
+    """Every certificate the agent and the fake flintlockd need, written under `directory`."""
+    serving_ca = CertificateAuthority.create("flintlockd-serving-ca")
+    client_ca = CertificateAuthority.create("flintlockd-client-ca")
+    d = directory
+    flintlockd = serving_ca.issue(
+        NODE,
+        hosts=[FLINTLOCKD_ADDRESS, names.spiffe_host_id(names.DEFAULT_TRUST_DOMAIN, NODE)],
+        server=True,
+    )
+    fl_cert, fl_key = flintlockd.write(d, "flintlockd")
+    client_ca_file = d / "client-ca.crt"
+    client_ca_file.write_bytes(client_ca.cert_pem)
+    serving_ca_file = d / "serving-ca.crt"
+    serving_ca_file.write_bytes(serving_ca.cert_pem)
+    agent_id = names.spiffe_exec_agent_id(names.DEFAULT_TRUST_DOMAIN, NODE)
+    client_cert, client_key = client_ca.issue(NODE, hosts=[agent_id], client=True).write(
+        d, "agent-client"
+    )
+    serving_cert, serving_key = serving_ca.issue(
+        NODE, hosts=[AGENT_ADDRESS, agent_id], server=True
+    ).write(d, "agent-serving")
+    return Pki(
+        serving_ca=serving_ca,
+        client_ca=client_ca,
+        flintlockd_tls=TLSFiles(cert=fl_cert, key=fl_key, client_ca=client_ca_file),
+        files={
+            "tls_cert_file": serving_cert,
+            "tls_key_file": serving_key,
+            "flintlockd_ca_file": serving_ca_file,
+            "flintlockd_cert_file": client_cert,
+            "flintlockd_key_file": client_key,
+        },
+    )
+
+
+def prepare_cluster(controlplane: ControlPlane) -> ControlPlane:
+    """The control plane with the CRDs and the agent's ServiceAccount and ClusterRole."""
+    api = admin_client(controlplane)
+    try:
+        for crd in all_crds():
+            install_crd(api, crd)
+        core = k8s.CoreV1Api(api)
+        with contextlib.suppress(k8s.ApiException):
+            core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=AGENT_NAMESPACE)))
+        ensure_service_account(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME)
+        authz = k8s.RbacAuthorizationV1Api(api)
+        with contextlib.suppress(k8s.ApiException):
+            authz.create_cluster_role(
+                {"metadata": {"name": AGENT_ROLE}, "rules": rbac.exec_agent_cluster_rules()}
+            )
+        with contextlib.suppress(k8s.ApiException):
+            authz.create_cluster_role_binding(
+                {
+                    "metadata": {"name": AGENT_ROLE},
+                    "roleRef": {
+                        "apiGroup": rbac.RBAC_GROUP,
+                        "kind": "ClusterRole",
+                        "name": AGENT_ROLE,
+                    },
+                    "subjects": [
+                        {
+                            "kind": "ServiceAccount",
+                            "name": names.EXEC_AGENT_NAME,
+                            "namespace": AGENT_NAMESPACE,
+                        }
+                    ],
+                }
+            )
+    finally:
+        api.close()
+    return controlplane
+
+
+def agent_kube_config(cluster: ControlPlane) -> KubeConfig:
+    """The agent's own identity: its ServiceAccount's token, its RBAC only."""
+    api = admin_client(cluster)
+    try:
+        token = request_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME)
+    finally:
+        api.close()
+    return KubeConfig.from_dict(cluster.kubeconfig(token=token))
+
+
+@dataclass
+class PhaseLog:
+    """A `PhaseObserver` keeping every observation, in order."""
+
+    phases: list[tuple[Phase, float]] = field(default_factory=list)
+
+    def observe_phase(self, phase: Phase, seconds: float) -> None:
+        self.phases.append((phase, seconds))
+
+
+@dataclass
+class Agent:
+    """The running agent, and a way to call it as a client would."""
+
+    config: AgentConfig
+    server: AgentServer
+    pki: Pki
+    phases: list[tuple[Phase, float]]
+    """What the agent timed, call after call (`timing.Phase`, seconds)."""
+
+    @contextlib.asynccontextmanager
+    async def channel(self, **options: Any) -> AsyncIterator[grpc.aio.Channel]:
+        """A TLS channel verifying the agent's serving certificate, as a Holder's client has."""
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.pki.serving_ca.cert_pem)
+        opts = [("grpc.max_send_message_length", 64 * 1024 * 1024), *options.items()]
+        async with grpc.aio.secure_channel(self.server.target, credentials, options=opts) as ch:
+            yield ch
+
+
+def agent_config(pki: Pki, flintlockd_target: str, **overrides: Any) -> AgentConfig:
+    values: dict[str, Any] = {
+        "node_name": NODE,
+        "address": AGENT_ADDRESS,
+        "port": 0,
+        "flintlockd": flintlockd_target,
+        **pki.files,
+        "call_timeout": timedelta(seconds=5),
+        "exec_open_timeout": timedelta(seconds=5),
+        **overrides,
+    }
+    return AgentConfig(**values)
+
+
+@contextlib.asynccontextmanager
+async def running_agent(
+    pki: Pki, kube_config: KubeConfig, flintlockd_target: str, **overrides: Any
+) -> AsyncIterator[Agent]:
+    config = agent_config(pki, flintlockd_target, **overrides)
+    log = PhaseLog()
+    async with (
+        KubeClient(kube_config, timeout=config.call_timeout.total_seconds()) as kube,
+        Flintlockd.connect(config) as upstream,
+    ):
+        authorizer = Authorizer(
+            kube, node_name=config.node_name, audience=config.token_audience, observer=log
+        )
+        server = AgentServer(config, authorizer=authorizer, flintlockd=upstream, observer=log)
+        await server.start()
+        try:
+            yield Agent(config=config, server=server, pki=pki, phases=log.phases)
+        finally:
+            await server.stop()
+
+
+# --- Holders: claims, their Secrets, tokens ----------------------------------------------------
+
+
+@dataclass
+class Holding:
+    """One Holder's claim as the agent will see it."""
+
+    namespace: str
+    claim: str
+    service_account: str
+    microvm_uid: str
+    secret_uid: str
+    token: str = field(repr=False)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+
+@dataclass
+class Holders:
+    """Makes Holdings in one namespace (see the module docstring)."""
+
+    api: k8s.ApiClient
+    namespace: str
+    flintlockd: FakeFlintlockd
+    pki: Pki
+
+    async def create_microvm(self, name: str) -> str:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.pki.serving_ca.cert_pem,
+            private_key=self.pki.files["flintlockd_key_file"].read_bytes(),
+            certificate_chain=self.pki.files["flintlockd_cert_file"].read_bytes(),
+        )
+        async with grpc.aio.secure_channel(self.flintlockd.target, credentials) as channel:
+            request = microvms_pb2.CreateMicroVMRequest(microvm=make_spec(name, self.namespace))
+            answer = await microvms_pb2_grpc.MicroVMStub(channel).CreateMicroVM(request, timeout=10)
+        return str(answer.microvm.spec.uid)
+
+    def create_secret(self, claim: str) -> str:
+        secret = k8s.CoreV1Api(self.api).create_namespaced_secret(
+            self.namespace,
+            k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=names.exec_secret_name(claim))),
+        )
+        return str(secret.metadata.uid)
+
+    def token(
+        self,
+        service_account: str,
+        secret: tuple[str, str] | None,
+        *,
+        audience: str = names.EXEC_AGENT_AUDIENCE,
+    ) -> str:
+        return request_token(
+            self.api,
+            self.namespace,
+            service_account,
+            audiences=[audience],
+            seconds=600,
+            bound_secret=secret,
+        )
+
+    def write_claim(
+        self,
+        claim: str,
+        service_account: str,
+        *,
+        phase: ClaimPhase | None = ClaimPhase.BOUND,
+        microvm_uid: str | None = None,
+        node: str | None = NODE,
+        expires_in: timedelta = timedelta(hours=1),
+    ) -> None:
+        custom = k8s.CustomObjectsApi(self.api)
+        body = samples.sample_claim(claim, "pool", service_account, self.namespace)
+        custom.create_namespaced_custom_object(
+            names.GROUP, names.VERSION, self.namespace, names.CLAIM_PLURAL, body
+        )
+        now = datetime.now(UTC).replace(microsecond=0)
+        bound = phase == ClaimPhase.BOUND
+        status = ClaimStatus(
+            phase=phase,
+            lease_id=f"lease-{claim}" if bound else None,
+            microvm_uid=microvm_uid,
+            node_name=node,
+            bound_time=now if bound else None,
+            lease_expires_at=now + expires_in if bound else None,
+        )
+        custom.patch_namespaced_custom_object_status(
+            names.GROUP,
+            names.VERSION,
+            self.namespace,
+            names.CLAIM_PLURAL,
+            claim,
+            {"status": status.to_dict()},
+        )
+
+    async def hold(
+        self,
+        claim: str | None = None,
+        *,
+        service_account: str = "sandbox",
+        phase: ClaimPhase | None = ClaimPhase.BOUND,
+        node: str | None = NODE,
+        expires_in: timedelta = timedelta(hours=1),
+    ) -> Holding:
+        """A Holder with a claim in `phase` on `node`, its Secret, and a bound token."""
+        claim = claim or f"claim-{uuid.uuid4().hex[:8]}"
+        ensure_service_account(self.api, self.namespace, service_account)
+        uid = await self.create_microvm(claim)
+        secret_uid = self.create_secret(claim)
+        self.write_claim(
+            claim,
+            service_account,
+            phase=phase,
+            microvm_uid=uid,
+            node=node,
+            expires_in=expires_in,
+        )
+        token = self.token(service_account, (names.exec_secret_name(claim), secret_uid))
+        return Holding(self.namespace, claim, service_account, uid, secret_uid, token)
+
+
+# --- a made-up Host for the Host checks ------------------------------------------------------
+
+
+def healthy_host(root: Path) -> HostPaths:
+    """Host paths under `root` that pass every file check: KVM in sysfs, a character device
+    (/dev/null, which every machine has), the thin pool among the device-mapper devices, and an
+    empty not-ready directory."""
+    (root / "sys/class/misc/kvm").mkdir(parents=True)
+    (root / "sys/class/misc/kvm/dev").write_text("10:232\n")
+    (root / "sys/block/dm-0/dm").mkdir(parents=True)
+    (root / "sys/block/dm-0/dm/name").write_text("other\n")
+    (root / "sys/block/dm-3/dm").mkdir(parents=True)
+    (root / "sys/block/dm-3/dm/name").write_text("flintlock-thinpool\n")
+    (root / "not-ready.d").mkdir()
+    return HostPaths(
+        not_ready_dir=root / "not-ready.d",
+        kvm_device=Path("/dev/null"),
+        kvm_sysfs_dir=root / "sys/class/misc/kvm",
+        thin_pool="flintlock-thinpool",
+        sys_block_dir=root / "sys/block",
+    )
+
+
+# --- calling the agent ---------------------------------------------------------------------------
+
+
+async def requests_of(
+    start: microvmexec_pb2.ExecStart | None, stdin: Sequence[bytes] = (), *, eof: bool = True
+) -> AsyncIterator[Request]:
+    if start is not None:
+        yield Request(start=start)
+    for chunk in stdin:
+        yield Request(stdin=chunk)
+    if eof and stdin:
+        yield Request(stdin_eof=True)
+
+
+async def run_exec(
+    channel: grpc.aio.Channel,
+    metadata: Sequence[tuple[str, str]],
+    start: microvmexec_pb2.ExecStart,
+    stdin: Sequence[bytes] = (),
+) -> list[Response]:
+    """Every response of one exec stream through the agent; raises the RPC error if it fails."""
+    stub = microvmexec_pb2_grpc.MicroVMExecStub(channel)
+    call = stub.ExecCommand(requests_of(start, stdin), metadata=metadata, timeout=30)
+    return [response async for response in call]
+
+
+async def drain(
+    call: AsyncIterable[Any], into: list[Any] | None = None, on: Callable[[Any], None] | None = None
+) -> list[Any]:
+    """Every message of a response stream (appended to `into` as they come, each shown to `on`),
+    until it ends; raises the RPC error if it fails."""
+    got = [] if into is None else into
+    async for message in call:
+        got.append(message)
+        if on is not None:
+            on(message)
+    return got
+
+
+def joined(responses: Sequence[Response], kind: str) -> bytes:
+    return b"".join(getattr(r, kind) for r in responses if r.WhichOneof("payload") == kind)
