@@ -3,7 +3,7 @@
 How a call names its claim. flintlock's exec API carries only the MicroVM's uid (`ExecStart.uid`,
 `GetMicroVMRequest.uid`), and clients that already speak it must work unchanged plus a bearer
 token (EA-003). So the claim is not named by the request: it is named by the token. A Holder's
-token is minted by TokenRequest bound to its claim's Secret `<claim>-exec` (CC-001), so the claim
+token is minted by TokenRequest bound to its claim's Secret `<claim>-exec`, so the claim
 is that Secret's name without `-exec`, in the Secret's namespace; the request's MicroVM uid must
 then be the one that claim holds. A token can therefore only ever reach the one claim it was
 minted for, and a refusal only ever talks about that claim or the caller's own input.
