@@ -3,7 +3,7 @@
 Each test gets its own FakeBattery (in process, on a FakeClock that the controller reads too,
 sweeping only when a test says so) on fake flintlockd Hosts started once per module. Pools
 live in battery on `host-a`. Claims are dict bodies driven in a loop: `Env.step` reconciles a
-body and applies the Outcome as the runtime would (`operator_env.apply_outcome`). `Env.server`
+body and has the runtime's `Controller.apply` write the Outcome (`operator_env.apply_outcome`). `Env.server`
 plays the API server for the bind guard's fresh read: by default it holds the body being
 reconciled, and a test can make it differ from the "cache". The battery calls a reconcile
 makes are recorded by a `CallLog` on its client; the test's own calls go through `ctl`.
@@ -123,7 +123,7 @@ class Env:
     async def step(self, body: dict[str, Any]) -> tuple[Outcome, dict[str, Any]]:
         """One reconcile, and the body after the runtime applied its Outcome."""
         outcome = await self.reconcile(body)
-        return outcome, apply_outcome(body, outcome)
+        return outcome, await apply_outcome(body, outcome)
 
     async def restarted(self) -> Env:
         """The Operator after a restart: new client, slots and memory; same battery and cluster."""
@@ -448,15 +448,15 @@ async def test_a_restart_before_the_status_was_written_gets_the_same_lease(env: 
     body = claim_body(env)
     uid = body["metadata"]["uid"]
     lost = await env.reconcile(body)  # the Operator stops before writing this
-    assert status(apply_outcome(body, lost)).phase is ClaimPhase.BOUND
+    assert status(await apply_outcome(body, lost)).phase is ClaimPhase.BOUND
 
     after = await env.restarted()
     outcome, body = await after.step(body)
     assert after.calls.take() == ["ClaimVM"]
     again = status(body)
     assert (again.lease_id, again.microvm_uid) == (
-        status(apply_outcome(body, lost)).lease_id,
-        status(apply_outcome(body, lost)).microvm_uid,
+        status(await apply_outcome(body, lost)).lease_id,
+        status(await apply_outcome(body, lost)).microvm_uid,
     )
     assert len(leases_of(env, uid)) == 1, "never a second MicroVM"
     assert events(outcome) == [(EventType.NORMAL, ClaimReason.BOUND)]
@@ -888,7 +888,7 @@ async def test_a_deletion_reported_before_the_binding_was_written_still_expires_
     env.clock.advance(THRESHOLD + 1)
     await env.fake.sweep()  # battery expires it and reports the deletion
     await observe_deletion(env, ref, vm)
-    body = apply_outcome(body, bind)  # the binding lands
+    body = await apply_outcome(body, bind)  # the binding lands
     env.calls.take()
     outcome, body = await env.step(body)
     assert env.calls.take() == []
