@@ -40,6 +40,7 @@ from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
@@ -89,6 +90,7 @@ class Env:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     server: dict[str, dict[str, Any]] = field(default_factory=dict)
     fresh_reads: int = 0
+    lease_checks: LeaseChecks = field(default_factory=LeaseChecks)
 
     def __post_init__(self) -> None:
         self.deleted = DeletedVMs(self.clock.now)
@@ -107,6 +109,7 @@ class Env:
             claim_slots=self.slots,
             deleted_vms=self.deleted,
             clock=self.clock.now,
+            lease_checks=self.lease_checks,
         )
 
     async def reconcile(self, body: dict[str, Any], *, fresh: Any = ...) -> Outcome:
@@ -855,6 +858,53 @@ async def test_list_leases_failing_in_transit_keeps_the_claim_bound(env: Env) ->
     assert status(body).phase is ClaimPhase.BOUND
     assert reason(body, ClaimConditionType.SYNCED)[1] == ClaimReason.BATTERY_UNAVAILABLE
     assert outcome.requeue_after == 1.0
+
+
+def key(body: Mapping[str, Any]) -> tuple[str, str]:
+    return (body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@pytest.mark.req("CL-030", "CL-012")
+async def test_a_claim_due_for_a_lease_check_reads_its_lease_before_its_expiry(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    await env.ctl.release_vm(status(body).lease_id or "")  # battery ended it behind our back
+    await env.fake.sweep()
+    assert await lease(env, body) is None
+    outcome, _ = await env.step(body)
+    assert env.calls.take() == [], "not due: nothing before the recorded expiry (CL-032)"
+
+    env.lease_checks.require(key(body))  # battery's Events stream connected again
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ListLeases"]
+    assert status(body).phase is ClaimPhase.EXPIRED
+    assert reason(body, ClaimConditionType.BOUND)[1] == ClaimReason.LEASE_EXPIRED
+    assert not env.lease_checks.due(key(body))
+
+
+@pytest.mark.req("CL-030", "CL-016")
+async def test_a_lease_check_battery_answers_keeps_the_claim_bound_and_is_done(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    env.lease_checks.require(key(body))
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ListLeases"]
+    assert status(body).phase is ClaimPhase.BOUND
+    assert outcome.requeue_after is not None and outcome.requeue_after > 0  # CL-032
+    assert not env.lease_checks.due(key(body))
+    await env.step(body)
+    assert env.calls.take() == [], "checked once, then back to the recorded expiry"
+
+
+@pytest.mark.req("CL-030", "CL-017")
+async def test_a_lease_check_failing_in_transit_stays_due(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    env.lease_checks.require(key(body))
+    env.fake.set_unavailable()
+    outcome, body = await env.step(body)
+    assert status(body).phase is ClaimPhase.BOUND
+    assert env.lease_checks.due(key(body)), "checked again at the retry"
 
 
 @pytest.mark.req("CL-013")
