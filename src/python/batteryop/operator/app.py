@@ -231,7 +231,10 @@ class Operator:
         self.claims.observe(event_type, body)
         self._observe_claim_metrics(event_type, body)
         if event_type == "DELETED":
+            # Nothing of a deleted claim stays: no Lease check, no place among the ClaimVM
+            # waiters (its reserved slot goes to the next one).
             self.lease_checks.done(key_of(body))
+            self.claim_slots.forget(key_of(body))
         elif event_type is None and _bound(body):
             # CL-030, on start: a listed Bound claim reads its Lease from battery at once.
             self.lease_checks.require(key_of(body))

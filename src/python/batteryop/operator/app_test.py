@@ -211,3 +211,22 @@ async def test_on_battery_reconnect_a_bound_claim_reads_its_lease_even_before_it
             await asyncio.wait_for(calls.called.wait(), timeout=10)
         finally:
             await operator.stop()
+
+
+async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_claim_vm_waiters() -> (
+    None
+):
+    async with offline_operator() as operator:
+        body = bound_claim("c1", timedelta(hours=1))
+        operator.on_claim(None, body)  # listed at start: its Lease is read at once (CL-030)
+        key = ("ns", "c1")
+        assert operator.lease_checks.due(key)
+        with contextlib.ExitStack() as taken:  # every ClaimVM slot busy
+            for _ in range(operator.claim_slots.limit):
+                assert taken.enter_context(operator.claim_slots.try_acquire())
+            assert operator.claim_slots.queue_if_full(key)
+            assert key in operator.claim_slots.waiting
+            operator.on_claim("DELETED", body)
+            assert not operator.lease_checks.due(key)
+            assert key not in operator.claim_slots.waiting
+        assert operator.claims.sizes() == {"bodies": 0, "echoes": 0, "writes": 0, "fresh": 0}
