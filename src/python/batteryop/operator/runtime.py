@@ -90,6 +90,8 @@ class Write:
         self.key = key
         self.deleted = False
         """The object was deleted (DELETED event, or 404) while this write was in flight."""
+        self.seen: list[str] = []
+        """The versions the watch delivered while this write was in flight, in order."""
 
     def answered(self, body: Mapping[str, Any]) -> bool:
         """Store the write's answer; False if it must not be (see `ObjectCache`)."""
@@ -109,6 +111,10 @@ class ObjectCache:
     (`Controller.apply`). A listing (event type None) is taken as it is and forgets the
     expected echoes (a relisted watch may never show them); so is a watch event that comes
     `ECHO_TIMEOUT_SECONDS` after an echo was expected and is not it.
+
+    The watch may also deliver a write's own version before its answer comes back, and more
+    after it: the cache notes the versions delivered while a write is in flight, and an answer
+    whose version is among them is not stored (the cache holds it, or something newer).
 
     Deleted objects leave no trace: a DELETED event forgets the body and the expected echoes,
     and marks the writes in flight (`writing`), so that an answer coming back after the
@@ -138,6 +144,8 @@ class ObjectCache:
         if event_type == "DELETED":
             self.drop(key)
             return False
+        for write in self._writes.get(key, ()):
+            write.seen.append(_rv(body))
         expected = self._echoes.get(key)
         if event_type is None or expected is None:
             return self.put(body)
@@ -196,8 +204,12 @@ class ObjectCache:
         if is_gone(body):
             self.drop(key)  # its DELETED event, before or after this, changes nothing
             return False
-        self._bodies[key] = dict(body)
         rv = _rv(body)
+        if rv and rv in write.seen:
+            # The watch delivered this version before its answer came back: the cache holds
+            # it already, or a newer one (if the watch delivered more since).
+            return write.seen[-1] == rv
+        self._bodies[key] = dict(body)
         if current is not None and rv == _rv(current):
             return True  # the write changed nothing: no new version, no echo to wait for
         since, versions = self._echoes.get(key, (self._clock(), []))

@@ -82,6 +82,28 @@ def test_an_echo_that_never_comes_is_given_up_after_the_timeout() -> None:
     assert cache.sizes()["echoes"] == 0
 
 
+def test_an_answer_overtaken_by_its_own_echo_and_a_later_change_is_not_stored() -> None:
+    cache = ObjectCache()
+    cache.observe("ADDED", body("1", "Pending"))
+    with cache.writing(KEY) as write:
+        assert cache.observe("MODIFIED", body("x", "Bound"))  # the write's version, first
+        assert cache.observe("MODIFIED", body("y", "Expired"))  # somebody's change after it
+        assert not write.answered(body("x", "Bound"))  # then the answer comes back
+    assert cache.get(KEY) == body("y", "Expired")
+    assert cache.observe("MODIFIED", body("z", "Bound"))  # and the watch is not held up
+    assert cache.sizes() == {"bodies": 1, "echoes": 0, "writes": 0}
+
+
+def test_an_answer_overtaken_by_its_own_echo_alone_is_the_cached_body() -> None:
+    cache = ObjectCache()
+    cache.observe("ADDED", body("1", "Pending"))
+    with cache.writing(KEY) as write:
+        cache.observe("MODIFIED", body("x", "Bound"))
+        assert write.answered(body("x", "Bound"))
+    assert cache.get(KEY) == body("x", "Bound")
+    assert cache.sizes()["echoes"] == 0
+
+
 def test_an_answer_after_the_deleted_event_is_not_stored() -> None:
     cache = ObjectCache()
     cache.observe("ADDED", body("1", "Pending"))
