@@ -79,6 +79,48 @@ def wait_for(
     )
 
 
+def wait_for_all(
+    stack: Stack,
+    plural: str,
+    namespace: str,
+    predicate: Callable[[dict[str, dict[str, Any]]], bool],
+    *,
+    timeout: int = 120,
+    what: str = "",
+) -> dict[str, dict[str, Any]]:
+    """Watch every object of `plural` in `namespace` until `predicate(bodies by name)` holds."""
+    custom = stack.custom
+    listed = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, namespace, plural)
+    bodies = {b["metadata"]["name"]: b for b in listed["items"]}
+    if predicate(bodies):
+        return bodies
+    w = watch.Watch()
+    for event in w.stream(
+        custom.list_namespaced_custom_object,
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        plural,
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=timeout,
+    ):
+        name = event["object"]["metadata"]["name"]
+        if event["type"] == "DELETED":
+            bodies.pop(name, None)
+        else:
+            bodies[name] = event["object"]
+        if predicate(bodies):
+            w.stop()
+            return bodies
+    summary = {
+        n: (phase(b), (condition(b, "Bound") or {}).get("reason")) for n, b in bodies.items()
+    }
+    raise AssertionError(
+        f"{plural} in {namespace}: {what or 'condition'} not reached in {timeout}s; last: "
+        f"{summary}\n--- operator log ---\n{stack.operator.logs()[-5000:]}"
+    )
+
+
 def condition(body: dict[str, Any] | None, type: str) -> dict[str, Any] | None:
     for c in ((body or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == type:

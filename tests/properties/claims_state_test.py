@@ -2,21 +2,21 @@
 
 A hypothesis `RuleBasedStateMachine` models the Operator at the reconcile level:
 
-- the API server is a dict of MicroVMClaim bodies (`ApiServer`), with resourceVersions, the
-  status subresource written without a lock, finalizers written with one, and deletion (a
-  deletionTimestamp; the body goes once its finalizers are empty);
-- the runtime is `reconcile_claim` plus the write order of `batteryop.operator.runtime`
-  (finalizer added alone; status; finalizer removed last, locked to the status write's
-  resourceVersion), over an Operator cache that may lag behind the API server, with battery's
-  Events fed to `DeletedVMs` by a rule of their own (the watcher may lag too);
+- the API server is the in-memory `FakeKube` (`ApiServer`): opaque resourceVersions, the
+  status subresource written without a lock, finalizers written with one, deletion (a
+  deletionTimestamp; the body goes once its finalizers are empty), and a watch event per
+  change;
+- the runtime is `reconcile_claim` plus the runtime's own `Controller` (its `ObjectCache` and
+  `apply`, the one implementation of the order of writes), whose watch delivers the API
+  server's events only when a rule says so (the cache lags behind), with battery's Events fed
+  to `DeletedVMs` by a rule of their own (the watcher may lag too);
 - battery is the real `FakeBattery` on a `FakeClock`, one per example, with one Pool of
   `POOL_SIZE` warm MicroVMs on a fake flintlockd Host, reached through the real `BatteryClient`.
 
 Rules, in any order (hypothesis also turns random subsets of them off per example):
 
-- claims: create one (at most `MAX_CLAIMS` live); reconcile one 1-4 times, from the API
-  server's body (the watch caught up) or the Operator's cache, the last write possibly left in
-  flight; a write in flight lands; the Holder renews (spec.renewTime); the claim is deleted;
+- claims: create one (at most `MAX_CLAIMS` live); reconcile one 1-4 times, after the watch
+  caught up or from the Operator's cache as it is, the last write possibly left in flight; a write in flight lands; the Holder renews (spec.renewTime); the claim is deleted;
 - Operator: its Events watcher delivers battery's outbox; it restarts (writes in flight are
   lost, the bodies survive; new BatteryClient, ClaimSlots, DeletedVMs and cache, relisted);
 - battery: lose the next ClaimVM answer; unavailable / available; Heartbeats refused
@@ -87,19 +87,23 @@ from batteryop.api.pool import Pool
 from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, PoolRef
 from batteryop.battery.wire import event_from_pb
+from batteryop.kube.errors import ConflictError as KubeConflictError
+from batteryop.kube.errors import NotFoundError as KubeNotFoundError
+from batteryop.kube.resources import CLAIMS, Resource
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
+from batteryop.operator.runtime import Controller
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
 from batteryop.testing.fake_battery.store import Phase
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.fake_kube import FakeKube, RecordingRecorder, merge_patch
 from batteryop.testing.operator_env import (
     CallLog,
     battery_config,
     flintlock_hosts,
-    merge_patch,
     pool_body,
 )
 
@@ -213,79 +217,68 @@ def harness() -> Iterator[Harness]:
 # --- the API server ----------------------------------------------------------------------------
 
 
-class ConflictError(Exception):
-    """A write carried a resourceVersion the object has moved on from."""
+class ApiServer(FakeKube):
+    """MicroVMClaim bodies, as the API server holds them (`FakeKube`), looked up by uid.
 
-    def __init__(self, uid: str) -> None:
-        super().__init__(f"claim {uid}: resourceVersion conflict")
-        self.uid = uid
+    The runtime's writes reach it through `Controller.apply`; `checks` looks at each write
+    as it lands (the status write never replaces a recorded lease id; the finalizer goes only
+    once battery released the Lease) and counts conflicts and writes to a claim that is gone.
+    """
 
+    def __init__(self, checks: ClaimsMachine) -> None:
+        super().__init__()
+        self.checks = checks
 
-class GoneError(Exception):
-    """A write to a claim the API server no longer holds."""
+    @property
+    def bodies(self) -> dict[str, dict[str, Any]]:
+        """Live claims by uid."""
+        return {body["metadata"]["uid"]: body for body in self.objects.values()}
 
-    def __init__(self, uid: str) -> None:
-        super().__init__(f"claim {uid} is gone")
-        self.uid = uid
-
-
-class ApiServer:
-    """MicroVMClaim bodies by uid, as the API server holds them."""
-
-    def __init__(self) -> None:
-        self.bodies: dict[str, dict[str, Any]] = {}
-        self._rv = 0
-
-    def _bump(self, body: dict[str, Any]) -> None:
-        self._rv += 1
-        body["metadata"]["resourceVersion"] = str(self._rv)
-
-    def _stored(self, uid: str) -> dict[str, Any]:
-        body = self.bodies.get(uid)
-        if body is None:
-            raise GoneError(uid)
-        return body
-
-    def get(self, uid: str) -> dict[str, Any] | None:
+    def get(self, uid: str) -> dict[str, Any] | None:  # type: ignore[override]
         body = self.bodies.get(uid)
         return None if body is None else copy.deepcopy(body)
 
-    def create(self, body: dict[str, Any]) -> None:
-        self._bump(body)
-        self.bodies[body["metadata"]["uid"]] = body
-
-    def patch_status(self, uid: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        """The status subresource's merge-patch: no lock."""
-        body = self._stored(uid)
-        body["status"] = merge_patch(body.get("status") or {}, patch)
-        self._bump(body)
-        return copy.deepcopy(body)
-
-    def patch_finalizers(self, uid: str, finalizers: list[str], rv: object) -> dict[str, Any]:
-        """A metadata merge-patch locked to `rv`; a deleted body without finalizers goes."""
-        body = self._stored(uid)
-        if body["metadata"].get("resourceVersion") != rv:
-            raise ConflictError(uid)
-        body["metadata"]["finalizers"] = finalizers
-        self._bump(body)
-        if body["metadata"].get("deletionTimestamp") and not finalizers:
-            del self.bodies[uid]
-        return copy.deepcopy(body)
+    def add(self, body: dict[str, Any]) -> None:
+        self.create(CLAIMS, body)
 
     def renew(self, uid: str, when: datetime) -> None:
-        body = self._stored(uid)
-        body["spec"]["renewTime"] = format_micro_time(when)
-        self._bump(body)
+        name = self.checks.names[uid]
+        self.patch_now(
+            CLAIMS, name, {"spec": {"renewTime": format_micro_time(when)}}, self.checks.namespace
+        )
 
-    def delete(self, uid: str, when: datetime) -> None:
-        body = self._stored(uid)
-        meta = body["metadata"]
-        if meta.get("deletionTimestamp"):
-            return
-        meta["deletionTimestamp"] = format_time(when)
-        self._bump(body)
-        if not meta.get("finalizers"):
-            del self.bodies[uid]
+    def remove(self, uid: str, when: datetime) -> None:
+        name = self.checks.names[uid]
+        self.delete(CLAIMS, name, self.checks.namespace, when=format_time(when))
+
+    def patch_now(
+        self,
+        res: Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        before = next((b for b in self.objects.values() if b["metadata"]["name"] == name), None)
+        try:
+            after = super().patch_now(res, name, patch, namespace, subresource=subresource)
+        except KubeConflictError:
+            self.checks.stats.seen["write:conflict"] += 1
+            raise
+        except KubeNotFoundError:
+            self.checks.stats.seen["write:gone"] += 1
+            raise
+        assert before is not None
+        uid = before["metadata"]["uid"]
+        if subresource == "status":
+            self.checks.status_written(uid, before, after)
+        lost = set(before["metadata"].get("finalizers") or []) - set(
+            after["metadata"].get("finalizers") or []
+        )
+        if names.CLAIM_FINALIZER in lost:
+            self.checks.finalizer_removed(uid, before)
+        return after
 
 
 # --- the Operator ------------------------------------------------------------------------------
@@ -293,25 +286,26 @@ class ApiServer:
 
 @dataclass
 class Operator:
-    """What an Operator process holds; a restart replaces all of it."""
+    """What an Operator process holds; a restart replaces all of it.
+
+    `claims` is the runtime's own `Controller` (its cache and `apply`), writing to the model's
+    API server; `watched` is how far its watch has delivered the API server's events.
+    """
 
     battery: BatteryClient
     calls: CallLog
     deleted_vms: DeletedVMs
+    claims: Controller
     slots: ClaimSlots = field(default_factory=lambda: ClaimSlots(3))
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    watched: int = 0
     events_delivered: int = 0  # battery's outbox is replayed whole to a new subscriber
 
-    def cache_put(self, body: Mapping[str, Any]) -> None:
-        """The runtime's ObjectCache: keep the newer body."""
-        uid = body["metadata"]["uid"]
-        old = self.cache.get(uid)
-        if old is None or _rv(old) <= _rv(body):
-            self.cache[uid] = copy.deepcopy(dict(body))
+    def cached_uids(self) -> list[str]:
+        return [body["metadata"]["uid"] for body in self.claims.cache]
 
 
-def _rv(body: Mapping[str, Any]) -> int:
-    return int(body["metadata"].get("resourceVersion") or 0)
+async def _not_reconciled(body: Mapping[str, Any]) -> Outcome:
+    raise AssertionError("the machine reconciles; the controller only applies")
 
 
 @dataclass(frozen=True)
@@ -341,7 +335,6 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.h = harness
         self.stats = stats
         stats.examples += 1
-        self.api = ApiServer()
         # Off the whole second, as real clocks are: battery's expiries then fall between the
         # seconds the status keeps them to.
         self.clock = FakeClock(datetime.now(UTC).replace(microsecond=400_000))
@@ -356,6 +349,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.ended_vms: set[str] = set()  # MicroVMs whose Lease battery no longer holds
         self.deleted_in_battery: set[str] = set()  # MicroVMs in battery's deletion Events
         self.violations: dict[str, list[str]] = collections.defaultdict(list)
+        self.api = ApiServer(self)
         self.stack = contextlib.AsyncExitStack()
         self.fake: FakeBattery
         self.ctl: BatteryClient
@@ -383,7 +377,19 @@ class ClaimsMachine(RuleBasedStateMachine):
     def _new_operator(self) -> Operator:
         calls = CallLog()
         client = BatteryClient.connect(battery_config(self.fake.target), observer=calls)
-        return Operator(client, calls, DeletedVMs(self.clock.now))
+        claims = Controller(
+            "claims",
+            CLAIMS,
+            _not_reconciled,
+            kube=self.api,
+            recorder=RecordingRecorder(),
+            workers=1,
+        )
+        op = Operator(client, calls, DeletedVMs(self.clock.now), claims)
+        for body in self.api.objects.values():  # its watch starts with a listing
+            claims.observe(None, copy.deepcopy(body))
+        op.watched = len(self.api.events)
+        return op
 
     def teardown(self) -> None:
         self.h.run(self._stop())
@@ -498,13 +504,10 @@ class ClaimsMachine(RuleBasedStateMachine):
     async def _reconcile(self, uid: str, caught_up: bool, hold: bool) -> bool:
         """One reconcile of the Operator's cached body; False if the Operator has none."""
         op = self.op
-        server = self.api.get(uid)
-        if caught_up or uid not in op.cache:  # the watch delivered the API server's body
-            if server is None:
-                op.cache.pop(uid, None)
-            else:
-                op.cache_put(server)
-        body = op.cache.get(uid)
+        key = (self.namespace, self.names[uid])
+        if caught_up or op.claims.cache.get(key) is None:  # the watch catches up
+            op.watched = self.api.deliver(op.watched, op.claims.observe)
+        body = op.claims.cache.get(key)
         if body is None:
             return False
         op.calls.take()
@@ -512,9 +515,9 @@ class ClaimsMachine(RuleBasedStateMachine):
         self._observe(reconciled=uid)
         self._check_decision(uid, body, outcome, op.calls.take())
         if hold:
-            self.inflight[uid] = (body, outcome)
+            self.inflight[uid] = (copy.deepcopy(body), outcome)
         else:
-            self._apply(uid, body, outcome)
+            await self._apply(uid, body, outcome)
         await self._settle()
         return True
 
@@ -575,47 +578,20 @@ class ClaimsMachine(RuleBasedStateMachine):
                 f"battery holds: {self._battery_view()}"
             )
 
-    def _apply(self, uid: str, body: Mapping[str, Any], outcome: Outcome) -> None:
-        """Write `outcome` as `batteryop.operator.runtime.Controller.apply` does."""
-        op, api = self.op, self.api
-        meta = body["metadata"]
-        try:
-            if outcome.add_finalizer:
-                finalizers = list(meta.get("finalizers") or [])
-                if outcome.add_finalizer not in finalizers:
-                    op.cache_put(
-                        api.patch_finalizers(
-                            uid, [*finalizers, outcome.add_finalizer], meta.get("resourceVersion")
-                        )
-                    )
-                return
-            current: Mapping[str, Any] = body
-            if outcome.status is not None:
-                recorded = _status(api.get(uid)).lease_id
-                current = api.patch_status(uid, outcome.status)
-                op.cache_put(current)
-                if recorded is not None and _status(current).lease_id != recorded:
-                    self.violations["one_microvm_per_claim"].append(
-                        f"claim {self._name(uid)} recorded Lease {recorded}, then "
-                        f"{_status(current).lease_id}; battery holds: {self._battery_view()}"
-                    )
-            if outcome.remove_finalizer:
-                finalizers = list(current["metadata"].get("finalizers") or [])
-                if outcome.remove_finalizer in finalizers:
-                    finalizers.remove(outcome.remove_finalizer)
-                    stored = api.get(uid)
-                    updated = api.patch_finalizers(
-                        uid, finalizers, current["metadata"].get("resourceVersion")
-                    )
-                    op.cache_put(updated)
-                    self._check_finalizer_removed(uid, stored)
-        except ConflictError:
-            self.stats.seen["write:conflict"] += 1
-        except GoneError:
-            self.stats.seen["write:gone"] += 1
-            op.cache.pop(uid, None)
+    async def _apply(self, uid: str, body: Mapping[str, Any], outcome: Outcome) -> None:
+        """The runtime's own `Controller.apply` writes `outcome` (checks: `ApiServer`)."""
+        await self.op.claims.apply((self.namespace, self.names[uid]), body, outcome)
 
-    def _check_finalizer_removed(self, uid: str, stored: Mapping[str, Any] | None) -> None:
+    def status_written(self, uid: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+        """CL-061: a recorded lease id is never replaced."""
+        recorded = _status(before).lease_id
+        if recorded is not None and _status(after).lease_id != recorded:
+            self.violations["one_microvm_per_claim"].append(
+                f"claim {self._name(uid)} recorded Lease {recorded}, then "
+                f"{_status(after).lease_id}; battery holds: {self._battery_view()}"
+            )
+
+    def finalizer_removed(self, uid: str, stored: Mapping[str, Any] | None) -> None:
         """CL-020, CL-021: the finalizer goes only once battery no longer holds the Lease."""
         self._observe()
         lease_id = _status(stored).lease_id
@@ -642,7 +618,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         ]
 
     def _reconcilable(self) -> list[str]:
-        known = dict.fromkeys([*self.api.bodies, *self.op.cache])
+        known = dict.fromkeys([*self.api.bodies, *self.op.cached_uids()])
         return [uid for uid in known if uid not in self.inflight]
 
     # -- rules: claims --------------------------------------------------------------------------
@@ -663,7 +639,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         uid = str(uuid.uuid4())
         body["metadata"].update(uid=uid, generation=1)
         self.names[uid] = name
-        self.api.create(body)
+        self.api.add(body)
 
     def _reconcile_rule(self, plan: tuple[int, int, bool, bool]) -> None:
         pick, times, caught_up, hold = plan
@@ -698,7 +674,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         self._step("write lands")
         uid = list(self.inflight)[pick % len(self.inflight)]
         body, outcome = self.inflight.pop(uid)
-        self._apply(uid, body, outcome)
+        self.h.run(self._apply(uid, body, outcome))
 
     @precondition(lambda self: bool(self._undeleted()))
     @rule(pick=PICK)
@@ -712,7 +688,7 @@ class ClaimsMachine(RuleBasedStateMachine):
     def delete_claim(self, pick: int) -> None:
         self._step("delete")
         candidates = self._undeleted()
-        self.api.delete(candidates[pick % len(candidates)], self.clock.now())
+        self.api.remove(candidates[pick % len(candidates)], self.clock.now())
 
     @rule(action=st.sampled_from(("deliver battery's Events", "restart")))
     def operator(self, action: str) -> None:
@@ -725,8 +701,6 @@ class ClaimsMachine(RuleBasedStateMachine):
             self.inflight.clear()
             self.h.run(self.op.battery.aclose())
             self.op = self._new_operator()
-            for body in self.api.bodies.values():
-                self.op.cache_put(body)
             return
         op = self.op
         events = self.fake.events()

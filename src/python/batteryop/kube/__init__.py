@@ -1,10 +1,10 @@
-"""The project's small async Kubernetes API client; kopf does the watching, this reads and writes.
+"""Our small async Kubernetes API client: kopf watches Pools and claims, this does the rest.
 
 - `config`: `KubeConfig` (server, CA, token or token file, client certificate), loaded in-cluster
   or from a kubeconfig, and handed to kopf as a `kopf.ConnectionInfo`.
 - `resources`: `Resource` (group, version, plural, scope) and its URL paths; the constants for
   every resource the deployables touch.
-- `client`: `KubeClient` on aiohttp: get, list, create, patch, replace, delete,
+- `client`: `KubeClient` on aiohttp: get, list, watch, create, patch, replace, delete,
   SelfSubjectAccessReview; plain dicts in and out.
 - `errors`: the `KubeError` tree, read from the server's Status objects.
 - `events`: `EventRecorder`, best-effort events.k8s.io/v1 Events folded into series.

@@ -1,8 +1,9 @@
 """`KubeClient`: the small async Kubernetes API client the controllers read and write with.
 
-kopf does the watching; this does the rest, on one aiohttp session: get, list (every page),
-create, patch (merge, JSON, strategic, server-side apply), replace, delete with preconditions,
-and SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
+kopf watches Pools and MicroVMClaims; this client does the rest, on one aiohttp session: get,
+list (every page), watch (the operator's Nodes and battery config ConfigMap, through
+`batteryop.operator.informer.list_watch`), create, patch (merge, JSON, strategic, server-side
+apply), replace, delete with preconditions, and SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
 server sends them (list items get the `apiVersion` and `kind` the server leaves out).
 
 Every failure is a `batteryop.kube.errors.KubeError` subclass read from the server's Status;

@@ -113,7 +113,8 @@ class EventRecorder:
         self._clock = clock or _utcnow
         self._recorded: dict[tuple[str, str, str], _Recorded] = {}
         # One record at a time per (object, reason, note), so a repeat never races the create
-        # of its series' Event; different objects' Events go out in parallel.
+        # of its series' Event. Posted Events go out one at a time, in order (`_send`); only
+        # callers awaiting `record` themselves can have several in flight at once.
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._queue: asyncio.Queue[_Posted] = asyncio.Queue(maxsize=QUEUE_LIMIT)
         self._sender: asyncio.Task[None] | None = None

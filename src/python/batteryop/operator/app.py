@@ -21,12 +21,16 @@ Inputs and who they queue:
 - battery Events -> the Pool named (PO-023); VM_HOOK_FAILED -> a Warning on the Pool
   (PO-041); MicroVM deleted -> the claim holding it (CL-013).
 - While not subscribed to Events, every Pool on the resync interval (PO-024).
+- battery's Events stream connected (at start and after every reconnect), and a claim
+  listed at start: every Bound claim, to read its Lease from battery at once (CL-030).
+
+Every background loop runs under a `Supervisor`: one that fails is logged with its
+traceback and started again with backoff, and `/readyz` names it while it is down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -37,6 +41,7 @@ from typing import Any
 import kopf
 
 from batteryop.api import names
+from batteryop.api.conditions import ClaimPhase
 from batteryop.battery import BatteryAPI, EventStream, PoolRef
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -45,6 +50,7 @@ from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
@@ -56,6 +62,7 @@ from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.keys import pool_key_for_claim
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
 from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
+from batteryop.operator.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +71,30 @@ CONTROLLER_NAME = f"{names.GROUP}/operator"
 POOL_EVENT_COALESCE_SECONDS = 0.2
 """A battery Event refreshes its Pool this much later; the events meanwhile add nothing."""
 
+TASKS = (
+    "watch-battery-config",
+    "watch-nodes",
+    "follow-battery-events",
+    "check-leases-on-connect",
+    "resync-while-unsubscribed",
+    "track-subscription",
+)
+"""The background tasks `start` runs under the `Supervisor`; `/readyz` has a check for each."""
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _bound(claim: Mapping[str, Any]) -> bool:
+    """Bound to a Lease and not being deleted: a claim CL-030 checks against battery."""
+    status = claim.get("status") or {}
+    meta = claim.get("metadata") or {}
+    return (
+        status.get("phase") == ClaimPhase.BOUND
+        and bool(status.get("leaseID"))
+        and not meta.get("deletionTimestamp")
+    )
 
 
 class Operator:
@@ -106,6 +134,7 @@ class Operator:
         )
         self.deleted_vms = DeletedVMs(_now)
         self.lease_reads = LeaseReads(battery)  # CL-016: one ListLeases per Pool at a time
+        self.lease_checks = LeaseChecks()  # CL-030
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
         self.claim_slots.on_free = self._slot_freed
         self.claims = Controller(
@@ -118,7 +147,9 @@ class Operator:
             on_reconciled=self._on_reconciled,
         )
         self.stream: EventStream = battery.events()
-        self._tasks: list[asyncio.Task[None]] = []
+        self.supervisor = Supervisor()
+        for task in TASKS:
+            self.supervisor.add(task)
 
     def _claim_deps(self, key: Key) -> ClaimDeps:
         namespace, name = key
@@ -143,6 +174,7 @@ class Operator:
             deleted_vms=self.deleted_vms,
             clock=_now,
             lease_reads=self.lease_reads,
+            lease_checks=self.lease_checks,
         )
 
     def _slot_freed(self, waiter: Any) -> None:
@@ -198,6 +230,14 @@ class Operator:
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         self.claims.observe(event_type, body)
         self._observe_claim_metrics(event_type, body)
+        if event_type == "DELETED":
+            # Nothing of a deleted claim stays: no Lease check, no place among the ClaimVM
+            # waiters (its reserved slot goes to the next one).
+            self.lease_checks.done(key_of(body))
+            self.claim_slots.forget(key_of(body))
+        elif event_type is None and _bound(body):
+            # CL-030, on start: a listed Bound claim reads its Lease from battery at once.
+            self.lease_checks.require(key_of(body))
         finalizers = (body.get("metadata") or {}).get("finalizers") or []
         if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
             pool = pool_key_for_claim(body)
@@ -319,6 +359,28 @@ class Operator:
         """Every Node: their labels place Pools (PO-010), their reports feed claims (CL-005)."""
         await list_watch(self.kube, NODES, on_list=self.on_nodes_listed, on_event=self.on_node)
 
+    def check_every_lease(self) -> None:
+        """CL-030: every Bound claim, not being deleted, reads its Lease from battery now."""
+        for body in self.claims.cache:
+            if _bound(body):
+                key = key_of(body)
+                self.lease_checks.require(key)
+                self.claims.enqueue(key)
+
+    async def check_leases_on_connect(self) -> None:
+        """CL-030: each time battery's Events stream (re)connects, check every Lease.
+
+        battery replays its outbox to a new subscriber and the client drops what it saw
+        already, so a reconnect may bring no event at all: the stream's state says it.
+        """
+        checked = 0
+        while True:
+            await self.stream.wait_subscribed()
+            if self.stream.generation != checked:
+                checked = self.stream.generation
+                self.check_every_lease()
+            await self.stream.wait_unsubscribed()
+
     @property
     def events_subscribed(self) -> bool:
         """Whether battery's Events stream is open now (readiness reads this, DP-012)."""
@@ -326,12 +388,7 @@ class Operator:
 
     async def follow_battery_events(self) -> None:
         """battery's Events stream; the client reconnects and drops replayed events."""
-        generation = 0
         async for event in self.stream:
-            if self.stream.generation != generation:
-                # CL-030: on (re)connect, every claim is checked against battery's Leases.
-                generation = self.stream.generation
-                self.claims.enqueue_all()
             try:
                 await self.on_battery_event(event)
             except Exception:
@@ -358,22 +415,19 @@ class Operator:
     async def start(self) -> None:
         await self.pools.start()
         await self.claims.start()
-        for coro in (
-            self.watch_battery_config(),
-            self.watch_nodes(),
-            self.follow_battery_events(),
-            self.resync_while_unsubscribed(),
-            self.track_subscription(),
-        ):
-            self._tasks.append(asyncio.create_task(coro))
+        loops = (
+            self.watch_battery_config,
+            self.watch_nodes,
+            self.follow_battery_events,
+            self.check_leases_on_connect,
+            self.resync_while_unsubscribed,
+            self.track_subscription,
+        )
+        for name, loop in zip(TASKS, loops, strict=True):
+            self.supervisor.start(name, loop)  # logged, restarted with backoff, in /readyz
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await self.supervisor.stop()
         await self.stream.aclose()
         await self.pools.stop()
         await self.claims.stop()

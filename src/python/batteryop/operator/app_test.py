@@ -1,16 +1,21 @@
+from __future__ import annotations
+
+import asyncio
 import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from batteryop.api import names
+from batteryop.api import names, samples
 from batteryop.battery.client import BatteryClient
 from batteryop.battery.config import BatteryConfig
+from batteryop.battery.models import Event
+from batteryop.battery.observer import CallObserver
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.obs.metrics import NAMESPACE, OperatorMetrics
@@ -34,12 +39,15 @@ def plural(handler: Any) -> object:
 
 
 @contextlib.asynccontextmanager
-async def offline_operator(metrics: OperatorMetrics | None = None) -> AsyncIterator[Operator]:
-    """An Operator whose API server and battery are unreachable (nothing here calls them)."""
+async def offline_operator(
+    metrics: OperatorMetrics | None = None, observer: CallObserver | None = None
+) -> AsyncIterator[Operator]:
+    """An Operator whose API server and battery are unreachable (calls to them fail)."""
     kube_config = KubeConfig(server="http://127.0.0.1:9", ca_data=None)
     kube = KubeClient(kube_config)
     battery = BatteryClient.connect(
-        BatteryConfig(target="127.0.0.1:9", call_timeout=timedelta(seconds=1))
+        BatteryConfig(target="127.0.0.1:9", call_timeout=timedelta(seconds=1)),
+        observer=observer,
     )
     try:
         yield Operator(
@@ -115,3 +123,110 @@ async def test_claims_are_counted_by_phase_as_their_phases_change() -> None:
         operator.on_claim("DELETED", with_phase(claim("a"), "Bound", "5"))
         operator.on_claim("DELETED", with_phase(claim("b"), "Pending", "6"))
         assert (count("Pending"), count("Bound")) == (0, 0)
+
+
+class SwitchedStream:
+    """battery's Events stream, subscribed or not as the test says, and no events at all."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._subscribed = asyncio.Event()
+        self._unsubscribed = asyncio.Event()
+        self._unsubscribed.set()
+        self._closed = asyncio.Event()
+
+    @property
+    def subscribed(self) -> bool:
+        return self._subscribed.is_set()
+
+    def connect(self) -> None:
+        self.generation += 1
+        self._unsubscribed.clear()
+        self._subscribed.set()
+
+    def disconnect(self) -> None:
+        self._subscribed.clear()
+        self._unsubscribed.set()
+
+    def start(self) -> None:
+        pass
+
+    async def wait_subscribed(self) -> None:
+        await self._subscribed.wait()
+
+    async def wait_unsubscribed(self) -> None:
+        await self._unsubscribed.wait()
+
+    def __aiter__(self) -> SwitchedStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        await self._closed.wait()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self._closed.set()
+
+
+class ListLeasesCalled:
+    """A battery `CallObserver` that says when ListLeases was called (answered or not)."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+
+    def on_call(self, rpc: str, code: str, seconds: float) -> None:
+        if rpc == "ListLeases":
+            self.called.set()
+
+
+def bound_claim(name: str, expires_in: timedelta) -> dict[str, Any]:
+    body: dict[str, Any] = samples.sample_claim(name=name, pool="warm", namespace="ns")
+    body["metadata"].update(uid=f"uid-{name}", resourceVersion="1", generation=1)
+    body["metadata"]["finalizers"] = [names.CLAIM_FINALIZER]
+    expires = (datetime.now(UTC) + expires_in).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body["status"] = {
+        "phase": "Bound",
+        "leaseID": f"lease-{name}",
+        "microVM": {"uid": f"vm-{name}"},
+        "host": {"nodeName": "host-a"},
+        "leaseExpiresAt": expires,
+    }
+    return body
+
+
+@pytest.mark.req("CL-030")
+async def test_on_battery_reconnect_a_bound_claim_reads_its_lease_even_before_its_expiry() -> None:
+    # battery may have lost or ended the Lease while we were apart; nothing else would look
+    # before the recorded expiry, an hour away, and no battery event needs to come first.
+    calls = ListLeasesCalled()
+    async with offline_operator(observer=calls) as operator:
+        stream = SwitchedStream()
+        operator.stream = stream
+        stream.connect()
+        await operator.start()
+        try:
+            operator.on_claim("ADDED", bound_claim("c1", timedelta(hours=1)))
+            stream.disconnect()
+            stream.connect()  # reconnected; battery replays nothing new
+            await asyncio.wait_for(calls.called.wait(), timeout=10)
+        finally:
+            await operator.stop()
+
+
+async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_claim_vm_waiters() -> (
+    None
+):
+    async with offline_operator() as operator:
+        body = bound_claim("c1", timedelta(hours=1))
+        operator.on_claim(None, body)  # listed at start: its Lease is read at once (CL-030)
+        key = ("ns", "c1")
+        assert operator.lease_checks.due(key)
+        with contextlib.ExitStack() as taken:  # every ClaimVM slot busy
+            for _ in range(operator.claim_slots.limit):
+                assert taken.enter_context(operator.claim_slots.try_acquire())
+            assert operator.claim_slots.queue_if_full(key)
+            assert key in operator.claim_slots.waiting
+            operator.on_claim("DELETED", body)
+            assert not operator.lease_checks.due(key)
+            assert key not in operator.claim_slots.waiting
+        assert operator.claims.sizes() == {"bodies": 0, "echoes": 0, "writes": 0, "fresh": 0}

@@ -4,7 +4,8 @@
 
 Exits 2 with one line naming the flag on a bad setting; 0 after SIGTERM or SIGINT once
 every controller has stopped. Readiness (`/readyz`) is false while battery's Events stream
-is down (DP-012); liveness (`/healthz`) is the event loop answering.
+is down (DP-012) or a background task is down (named in the answer); liveness (`/healthz`)
+is the event loop answering.
 """
 
 from __future__ import annotations
@@ -74,7 +75,11 @@ async def run(config: OperatorConfig, stop: asyncio.Event) -> None:
             servers.append(
                 HealthServer(
                     *health_at,
-                    checks={"battery": lambda: operator.events_subscribed},
+                    # DP-012, and one check per background task: /readyz names one that is down.
+                    checks={
+                        "battery": lambda: operator.events_subscribed,
+                        **operator.supervisor.checks(),
+                    },
                     liveness_checks={"loop": lambda: True},
                 )
             )

@@ -11,21 +11,26 @@ controller's `WorkQueue` runs the reconcile function on the cached body and appl
 4. finalizer removed — metadata merge-patch locked to the resourceVersion the status write
    returned, so it is the last write and only lands on the state it was decided on.
 
-Every patch's answer replaces the cached body (unless the cache already holds something
-newer), so the next reconcile never acts on a body older than its own writes. A conflict
-means the object moved on: the watch brings the new body and queues the key again.
+Every patch's answer replaces the cached body, so the next reconcile never acts on a body
+older than its own writes; the watch events older than that answer, and its echo, change
+nothing (`ObjectCache`, which compares resourceVersions for equality only). An object the
+API server deleted leaves the cache and every per-object map, whatever order the DELETED
+event and a write's answer arrive in. A conflict means the object moved on: the watch brings
+the new body and queues the key again.
+
+Only `Controller.apply` implements the order of writes; tests run it against an in-memory
+API server (`batteryop.testing.fake_kube`) rather than copy it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import ConflictError, NotFoundError
-from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import Resource
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.workqueue import WorkQueue
@@ -43,11 +48,19 @@ def key_of(body: Mapping[str, Any]) -> Key:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def _rv(body: Mapping[str, Any]) -> int:
-    try:
-        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
+def _rv(body: Mapping[str, Any]) -> str:
+    """The resourceVersion: opaque, so only ever compared for equality."""
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+def is_gone(body: Mapping[str, Any]) -> bool:
+    """A body being deleted with no finalizer left: the API server no longer holds it."""
+    meta = body.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
 _NOT_CONTENT = ("resourceVersion", "managedFields")
@@ -64,27 +77,146 @@ def changed_besides_status(before: Mapping[str, Any], after: Mapping[str, Any]) 
     return content(before) != content(after)
 
 
-class ObjectCache:
-    """The newest body seen of each object, from watch events and from our own writes."""
+ECHO_TIMEOUT_SECONDS = 60.0
+"""How long the cache waits for the watch to echo one of our writes before it takes the
+watch's word again (a safety net: a relisted watch, or a version the watch never showed)."""
 
-    def __init__(self) -> None:
+
+class Write:
+    """One write to an object in flight; its answer goes into the cache through `answered`."""
+
+    def __init__(self, cache: ObjectCache, key: Key) -> None:
+        self._cache = cache
+        self.key = key
+        self.deleted = False
+        """The object was deleted (DELETED event, or 404) while this write was in flight."""
+        self.seen: list[str] = []
+        """The versions the watch delivered while this write was in flight, in order."""
+
+    def answered(self, body: Mapping[str, Any]) -> bool:
+        """Store the write's answer; False if it must not be (see `ObjectCache`)."""
+        return self._cache._answered(self, body)
+
+
+class ObjectCache:
+    """The newest body of each object, from watch events and from the answers to our writes.
+
+    resourceVersions are opaque strings: they are compared for equality, never for order.
+    Order comes from the watch instead, which delivers the versions of one object in the
+    order the API server made them. A write's answer (version X) is newer than every event
+    the watch has not delivered before X's own event, its echo. So the cache remembers X as
+    an expected echo: events before it are older than the cached answer and change nothing,
+    the echo changes nothing, and events after it are stored as usual. The echo of our own
+    write therefore queues nothing; the reconcile that wrote asks for its own follow-up
+    (`Controller.apply`). A listing (event type None) is taken as it is and forgets the
+    expected echoes (a relisted watch may never show them); so is a watch event that comes
+    `ECHO_TIMEOUT_SECONDS` after an echo was expected and is not it.
+
+    The watch may also deliver a write's own version before its answer comes back, and more
+    after it: the cache notes the versions delivered while a write is in flight, and an answer
+    whose version is among them is not stored (the cache holds it, or something newer).
+
+    Deleted objects leave no trace: a DELETED event forgets the body and the expected echoes,
+    and marks the writes in flight (`writing`), so that an answer coming back after the
+    DELETED event is not stored — whatever order the two arrive in, the object does not come
+    back (a zombie), and no bookkeeping of it stays behind (a leak). An answer that shows the
+    object gone (deleting, no finalizer left) forgets it too, and so does an answer about
+    another object of the same name (uid differs) than the one cached.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        echo_timeout: float = ECHO_TIMEOUT_SECONDS,
+    ) -> None:
         self._bodies: dict[Key, dict[str, Any]] = {}
+        self._echoes: dict[Key, tuple[float, list[str]]] = {}
+        self._writes: dict[Key, list[Write]] = {}
+        self._clock = clock
+        self._echo_timeout = echo_timeout
+
+    # -- the watch ---------------------------------------------------------------------
+
+    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """A watch event (None: an item of a listing); True if the key should be queued."""
+        key = key_of(body)
+        if event_type == "DELETED":
+            self.drop(key)
+            return False
+        for write in self._writes.get(key, ()):
+            write.seen.append(_rv(body))
+        expected = self._echoes.get(key)
+        if event_type is None or expected is None:
+            return self.put(body)
+        since, versions = expected
+        rv = _rv(body)
+        if rv in versions:  # the echo of one of our writes, whose answer is cached already
+            rest = versions[versions.index(rv) + 1 :]
+            if rest:
+                self._echoes[key] = (since, rest)
+            else:
+                del self._echoes[key]
+            return False
+        if self._clock() - since < self._echo_timeout:
+            return False  # older than the answer we cached: it comes before that answer's echo
+        log.warning("No echo of our write to %s/%s came; took the watch's body", *key)
+        return self.put(body)
 
     def put(self, body: Mapping[str, Any]) -> bool:
-        """Store body unless an equal or newer resourceVersion is cached; True if stored.
-
-        So the watch event echoing one of our own writes (whose answer is cached already)
-        queues nothing: the reconcile that wrote asked for its own follow-up (`apply`).
-        """
+        """Take `body` as the newest (a listing, a watch without our writes); True if it
+        differs from the cached version."""
         key = key_of(body)
+        self._echoes.pop(key, None)
         current = self._bodies.get(key)
-        if current is not None and _rv(body) > 0 and _rv(current) >= _rv(body):
-            return False
         self._bodies[key] = dict(body)
-        return True
+        return current is None or _rv(current) != _rv(body) or not _rv(body)
 
     def drop(self, key: Key) -> None:
+        """The object is gone: forget it, and refuse the answers of writes in flight."""
         self._bodies.pop(key, None)
+        self._echoes.pop(key, None)
+        for write in self._writes.get(key, ()):
+            write.deleted = True
+
+    # -- our writes --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self, key: Key) -> Iterator[Write]:
+        """Around one write to `key`: a DELETED event meanwhile refuses its answer."""
+        write = Write(self, key)
+        self._writes.setdefault(key, []).append(write)
+        try:
+            yield write
+        finally:
+            writes = self._writes[key]
+            writes.remove(write)
+            if not writes:
+                del self._writes[key]
+
+    def _answered(self, write: Write, body: Mapping[str, Any]) -> bool:
+        key = write.key
+        if write.deleted:
+            return False  # the DELETED event came first: the object must not come back
+        current = self._bodies.get(key)
+        if current is not None and _uid(current) and _uid(current) != _uid(body):
+            return False  # another object of that name took its place meanwhile
+        if is_gone(body):
+            self.drop(key)  # its DELETED event, before or after this, changes nothing
+            return False
+        rv = _rv(body)
+        if rv and rv in write.seen:
+            # The watch delivered this version before its answer came back: the cache holds
+            # it already, or a newer one (if the watch delivered more since).
+            return write.seen[-1] == rv
+        self._bodies[key] = dict(body)
+        if current is not None and rv == _rv(current):
+            return True  # the write changed nothing: no new version, no echo to wait for
+        since, versions = self._echoes.get(key, (self._clock(), []))
+        self._echoes[key] = (since, [*versions, rv])
+        return True
+
+    # -- reading -----------------------------------------------------------------------
 
     def get(self, key: Key) -> dict[str, Any] | None:
         return self._bodies.get(key)
@@ -94,6 +226,38 @@ class ObjectCache:
 
     def __len__(self) -> int:
         return len(self._bodies)
+
+    def sizes(self) -> dict[str, int]:
+        """How many objects each of the cache's maps holds (for leak checks)."""
+        return {
+            "bodies": len(self._bodies),
+            "echoes": len(self._echoes),
+            "writes": len(self._writes),
+        }
+
+
+class Patcher(Protocol):
+    """The one API call `Controller.apply` makes (`KubeClient.patch`, or a test's fake)."""
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]: ...
+
+
+class EventSink(Protocol):
+    """Where `Controller.apply` posts Events (`EventRecorder`, or a test's fake)."""
+
+    def post(
+        self, obj: Mapping[str, Any], type: str, reason: str, note: str, *, action: str
+    ) -> None: ...
+
+    async def drain(self, timeout: float) -> None: ...
 
 
 class Controller:
@@ -105,8 +269,8 @@ class Controller:
         resource: Resource,
         reconcile: Reconcile,
         *,
-        kube: KubeClient,
-        recorder: EventRecorder,
+        kube: Patcher,
+        recorder: EventSink,
         workers: int,
         on_reconciled: Callable[[str, str, float], None] | None = None,
     ) -> None:
@@ -124,12 +288,15 @@ class Controller:
 
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A watch event: remember the body (or forget it) and queue the object."""
-        key = key_of(body)
         if event_type == "DELETED":
-            self.cache.drop(key)
-            return
-        if self.cache.put(body):
-            self.queue.add(key)
+            self.forget(key_of(body))
+        elif self.cache.observe(event_type, body):
+            self.queue.add(key_of(body))
+
+    def forget(self, key: Key) -> None:
+        """The object is gone: nothing of it stays in the cache or the bookkeeping."""
+        self.cache.drop(key)
+        self._fresh.pop(key, None)
 
     def enqueue(self, key: Key, after: float = 0.0) -> None:
         self.queue.add_after(key, after)
@@ -139,7 +306,7 @@ class Controller:
             self.queue.add(key_of(body))
 
     def take_fresh(self, key: Key, max_age: float = 1.0) -> dict[str, Any] | None:
-        """The API server's own answer to our last metadata write of `key`, if just made.
+        """The API server's own answer to our finalizer write of `key`, if just made.
 
         A write's answer is the stored object at that moment, as authoritative as a GET; the
         bind guard (which must not trust the watch cache) uses it once instead of a GET.
@@ -148,6 +315,10 @@ class Controller:
         if entry is None or time.monotonic() - entry[0] > max_age:
             return None
         return entry[1]
+
+    def sizes(self) -> dict[str, int]:
+        """How many objects each of the controller's maps holds (for leak checks)."""
+        return {**self.cache.sizes(), "fresh": len(self._fresh)}
 
     async def start(self) -> None:
         await self.queue.start()
@@ -174,30 +345,34 @@ class Controller:
                 self._on_reconciled(self.name, result, time.perf_counter() - started)
 
     async def apply(self, key: Key, body: Mapping[str, Any], outcome: Outcome) -> float | None:
-        namespace, name = key
-        ns = namespace or None
+        """Write `outcome` for the object `key`, read as `body`; the requeue it asks for.
+
+        The order is `outcome`'s (the module docstring): the finalizer add alone, with the
+        resourceVersion lock (CL-001, PO-001); else status without the lock (CL-002), Events,
+        and the finalizer removal last, locked to the version the status write answered
+        (CL-020, PO-044). A conflict or a 404 ends the writes: the watch brings what changed.
+        """
         current: Mapping[str, Any] = body
         try:
             if outcome.add_finalizer:
                 finalizers = list((body.get("metadata") or {}).get("finalizers") or [])
                 if outcome.add_finalizer not in finalizers:
-                    current = await self._patch_finalizers(
+                    answer, stored = await self._write_finalizers(
                         key, body, [*finalizers, outcome.add_finalizer]
                     )
+                    if stored:  # for the bind guard's fresh read (`take_fresh`)
+                        self._fresh[key] = (time.monotonic(), dict(answer))
                 # Nothing else rides on a reconcile that adds the finalizer (CL-001, PO-001):
                 # the next one sees it stored.
                 return 0.0
             if outcome.status is not None:
-                current = await self._kube.patch(
-                    self.resource, name, {"status": outcome.status}, ns, subresource="status"
-                )
-                self.cache.put(current)
+                current, _ = await self._write(key, {"status": outcome.status}, "status")
                 if outcome.requeue_after is None or changed_besides_status(body, current):
-                    # The echo of this write queues nothing (ObjectCache.put): reconcile again,
+                    # The echo of this write queues nothing (ObjectCache): reconcile again,
                     # as the echo would have, when the chain may have stopped at the write, or
                     # when the answer holds somebody else's change made meanwhile (the status
-                    # write has no lock, and that change's own event is now older than the
-                    # cache, so it queues nothing either).
+                    # write has no lock, and that change's own event comes before this
+                    # write's echo, so it queues nothing either).
                     outcome.requeue(0.0)
             for ev in outcome.events:
                 # Events are best effort and never delay the object's own writes.
@@ -206,19 +381,18 @@ class Controller:
                 finalizers = list((current.get("metadata") or {}).get("finalizers") or [])
                 if outcome.remove_finalizer in finalizers:
                     finalizers.remove(outcome.remove_finalizer)
-                    current = await self._patch_finalizers(key, current, finalizers)
+                    current, _ = await self._write_finalizers(key, current, finalizers)
         except ConflictError:
             log.debug("%s %s/%s changed meanwhile; the watch brings it back", self.name, *key)
             return None
         except NotFoundError:
-            self.cache.drop(key)
+            self.forget(key)
             return None
         return outcome.requeue_after
 
-    async def _patch_finalizers(
+    async def _write_finalizers(
         self, key: Key, body: Mapping[str, Any], finalizers: list[str]
-    ) -> Mapping[str, Any]:
-        namespace, name = key
+    ) -> tuple[Mapping[str, Any], bool]:
         meta = body.get("metadata") or {}
         patch = {
             "metadata": {
@@ -228,7 +402,18 @@ class Controller:
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }
-        updated = await self._kube.patch(self.resource, name, patch, namespace or None)
-        self.cache.put(updated)
-        self._fresh[key] = (time.monotonic(), dict(updated))
-        return updated
+        return await self._write(key, patch)
+
+    async def _write(
+        self, key: Key, patch: Mapping[str, Any], subresource: str | None = None
+    ) -> tuple[Mapping[str, Any], bool]:
+        """One patch; its answer, and whether the cache took it (not if the object is gone)."""
+        namespace, name = key
+        with self.cache.writing(key) as write:
+            answer = await self._kube.patch(
+                self.resource, name, patch, namespace or None, subresource=subresource
+            )
+            stored = write.answered(answer)
+        if not stored and (write.deleted or is_gone(answer)):
+            self._fresh.pop(key, None)
+        return answer, stored

@@ -4,8 +4,8 @@ The Pool and claim controllers are tested the same way: a `FakeBattery` per test
 on fake flintlockd Hosts started once per module (`flintlock_hosts`), reached through the real
 `BatteryClient` (`battery_config`); the battery calls a reconcile makes are recorded by a
 `CallLog` on its client. Reconciles are driven with dict bodies (`pool_body` for Pools), and
-`apply_outcome` writes an `Outcome` back into a body as the runtime would (finalizer added,
-status merge-patched, finalizer removed), so a test can loop reconcile -> apply -> reconcile.
+`apply_outcome` has the runtime's own `Controller.apply` write an `Outcome` to an in-memory API
+server holding the body, so a test can loop reconcile -> apply -> reconcile.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from typing import Any
 
 from batteryop.api import names, samples
 from batteryop.battery import BatteryConfig, ReconnectPolicy
+from batteryop.kube.resources import CLAIMS, POOLS
 from batteryop.operator.outcome import Outcome
+from batteryop.operator.runtime import Controller, key_of
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.fake_kube import FakeKube, RecordingRecorder
 
 HOST_NAMES = ("host-a", "host-b")
 
@@ -83,31 +86,25 @@ def pool_body(
     return body
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge, `None` deletes a key, anything else replaces."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+async def _not_reconciled(body: Mapping[str, Any]) -> Outcome:
+    raise AssertionError("apply_outcome applies; it does not reconcile")
 
 
-def apply_outcome(body: Mapping[str, Any], outcome: Outcome) -> dict[str, Any]:
-    """`body` after the runtime applied `outcome`: finalizer added, status patched, finalizer
-    removed (events and the requeue leave the body as it is)."""
-    out = copy.deepcopy(dict(body))
-    meta = out.setdefault("metadata", {})
-    if outcome.add_finalizer is not None:
-        meta["finalizers"] = [*meta.get("finalizers", []), outcome.add_finalizer]
-    if outcome.status is not None:
-        status = merge_patch(out.get("status") or {}, outcome.status)
-        out["status"] = status
-    if outcome.remove_finalizer is not None:
-        meta["finalizers"] = [
-            f for f in meta.get("finalizers", []) if f != outcome.remove_finalizer
-        ]
-    return out
+async def apply_outcome(body: Mapping[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """`body` after the runtime applied `outcome` to an API server holding `body`.
+
+    The real `Controller.apply` writes it, to an in-memory API server (`FakeKube`): the
+    finalizer add alone, or status, then the finalizer removal. What comes back is the stored
+    body, or, if the writes deleted the object, its last body. Events and the requeue leave
+    the body as it is.
+    """
+    resource = CLAIMS if body.get("kind") == names.CLAIM_KIND else POOLS
+    kube = FakeKube()
+    kube.seed(resource, body)
+    controller = Controller(
+        "apply", resource, _not_reconciled, kube=kube, recorder=RecordingRecorder(), workers=1
+    )
+    key = key_of(body)
+    await controller.apply(key, body, outcome)
+    stored = (resource.plural, key[0], key[1])
+    return copy.deepcopy(kube.objects.get(stored) or kube.gone[stored])

@@ -5,6 +5,8 @@ For a Bound claim, not being deleted, with no renewal pending (a pending renewal
 and would extend the Lease):
 
 - `leaseExpiresAt` in the future: nothing to ask; queue the claim for when it passes (CL-032).
+  Unless the claim is marked in `deps.lease_checks` (battery connected again, CL-030): then
+  the Lease is read now, as below, and the mark goes once battery answered.
 - Absent (just bound) or passed: ListLeases for the claim's Pool (shared with the other
   checks of that Pool, `lease_reads`), and look for the recorded lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
   - Not listed: battery released or expired it: Expired, `LeaseExpired` (CL-012).
@@ -36,10 +38,17 @@ def _until(scope: ClaimScope, when: datetime) -> float:
 async def check_expiry(scope: ClaimScope) -> None:
     """Requeue at the recorded expiry, or read the Lease from battery once it is due."""
     lease_id = scope.status.lease_id
-    if not scope.bound or lease_id is None or scope.renewal_pending:
+    checks = scope.deps.lease_checks
+    key = (scope.claim.namespace, scope.claim.name)
+    if not scope.bound or lease_id is None:
+        if checks is not None:
+            checks.done(key)  # nothing of battery's to check any more
+        return
+    if scope.renewal_pending:
         return
     recorded = scope.status.lease_expires_at
-    if recorded is not None and recorded > scope.now:
+    forced = checks is not None and checks.due(key)  # CL-030: battery (re)connected
+    if recorded is not None and recorded > scope.now and not forced:
         scope.outcome.requeue(_until(scope, recorded))  # CL-032
         return
     try:
@@ -52,6 +61,8 @@ async def check_expiry(scope: ClaimScope) -> None:
         scope.stop()
         return
     scope.answered("ListLeases")
+    if checks is not None:
+        checks.done(key)
     lease = next((lease for lease in leases if lease.lease_id == lease_id), None)
     if lease is None:
         expire(scope, f"battery no longer holds Lease {lease_id}")  # CL-012

@@ -46,6 +46,7 @@ from batteryop.operator.claims.check_expiry import check_expiry
 from batteryop.operator.claims.expiry import DeletedVMs, expire_deleted
 from batteryop.operator.claims.finalizer import ensure_finalizer
 from batteryop.operator.claims.host_ready import host_ready
+from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.pending import pending
 from batteryop.operator.claims.release import release
@@ -92,6 +93,8 @@ class ClaimDeps:
     - `clock`: now, timezone-aware; read once per reconcile.
     - `lease_reads`: ListLeases shared by the expiry checks of one Pool (`LeaseReads`);
       None calls `battery` directly.
+    - `lease_checks`: Bound claims to check against battery's Leases at once, whatever
+      their recorded expiry (CL-030, `LeaseChecks`); None checks only expired ones.
     """
 
     battery: BatteryAPI
@@ -103,6 +106,7 @@ class ClaimDeps:
     clock: Callable[[], datetime]
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
     lease_reads: LeaseReads | None = None
+    lease_checks: LeaseChecks | None = None
 
     async def list_leases(self, pool: PoolRef) -> list[Lease]:
         """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""

@@ -3,7 +3,7 @@
 Each test gets its own FakeBattery (in process, on a FakeClock that the controller reads too,
 sweeping only when a test says so) on fake flintlockd Hosts started once per module. Pools
 live in battery on `host-a`. Claims are dict bodies driven in a loop: `Env.step` reconciles a
-body and applies the Outcome as the runtime would (`operator_env.apply_outcome`). `Env.server`
+body and has the runtime's `Controller.apply` write the Outcome (`operator_env.apply_outcome`). `Env.server`
 plays the API server for the bind guard's fresh read: by default it holds the body being
 reconciled, and a test can make it differ from the "cache". The battery calls a reconcile
 makes are recorded by a `CallLog` on its client; the test's own calls go through `ctl`.
@@ -40,6 +40,7 @@ from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
@@ -89,6 +90,7 @@ class Env:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     server: dict[str, dict[str, Any]] = field(default_factory=dict)
     fresh_reads: int = 0
+    lease_checks: LeaseChecks = field(default_factory=LeaseChecks)
 
     def __post_init__(self) -> None:
         self.deleted = DeletedVMs(self.clock.now)
@@ -107,6 +109,7 @@ class Env:
             claim_slots=self.slots,
             deleted_vms=self.deleted,
             clock=self.clock.now,
+            lease_checks=self.lease_checks,
         )
 
     async def reconcile(self, body: dict[str, Any], *, fresh: Any = ...) -> Outcome:
@@ -123,7 +126,7 @@ class Env:
     async def step(self, body: dict[str, Any]) -> tuple[Outcome, dict[str, Any]]:
         """One reconcile, and the body after the runtime applied its Outcome."""
         outcome = await self.reconcile(body)
-        return outcome, apply_outcome(body, outcome)
+        return outcome, await apply_outcome(body, outcome)
 
     async def restarted(self) -> Env:
         """The Operator after a restart: new client, slots and memory; same battery and cluster."""
@@ -448,15 +451,15 @@ async def test_a_restart_before_the_status_was_written_gets_the_same_lease(env: 
     body = claim_body(env)
     uid = body["metadata"]["uid"]
     lost = await env.reconcile(body)  # the Operator stops before writing this
-    assert status(apply_outcome(body, lost)).phase is ClaimPhase.BOUND
+    assert status(await apply_outcome(body, lost)).phase is ClaimPhase.BOUND
 
     after = await env.restarted()
     outcome, body = await after.step(body)
     assert after.calls.take() == ["ClaimVM"]
     again = status(body)
     assert (again.lease_id, again.microvm_uid) == (
-        status(apply_outcome(body, lost)).lease_id,
-        status(apply_outcome(body, lost)).microvm_uid,
+        status(await apply_outcome(body, lost)).lease_id,
+        status(await apply_outcome(body, lost)).microvm_uid,
     )
     assert len(leases_of(env, uid)) == 1, "never a second MicroVM"
     assert events(outcome) == [(EventType.NORMAL, ClaimReason.BOUND)]
@@ -857,6 +860,53 @@ async def test_list_leases_failing_in_transit_keeps_the_claim_bound(env: Env) ->
     assert outcome.requeue_after == 1.0
 
 
+def key(body: Mapping[str, Any]) -> tuple[str, str]:
+    return (body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@pytest.mark.req("CL-030", "CL-012")
+async def test_a_claim_due_for_a_lease_check_reads_its_lease_before_its_expiry(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    await env.ctl.release_vm(status(body).lease_id or "")  # battery ended it behind our back
+    await env.fake.sweep()
+    assert await lease(env, body) is None
+    outcome, _ = await env.step(body)
+    assert env.calls.take() == [], "not due: nothing before the recorded expiry (CL-032)"
+
+    env.lease_checks.require(key(body))  # battery's Events stream connected again
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ListLeases"]
+    assert status(body).phase is ClaimPhase.EXPIRED
+    assert reason(body, ClaimConditionType.BOUND)[1] == ClaimReason.LEASE_EXPIRED
+    assert not env.lease_checks.due(key(body))
+
+
+@pytest.mark.req("CL-030", "CL-016")
+async def test_a_lease_check_battery_answers_keeps_the_claim_bound_and_is_done(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    env.lease_checks.require(key(body))
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ListLeases"]
+    assert status(body).phase is ClaimPhase.BOUND
+    assert outcome.requeue_after is not None and outcome.requeue_after > 0  # CL-032
+    assert not env.lease_checks.due(key(body))
+    await env.step(body)
+    assert env.calls.take() == [], "checked once, then back to the recorded expiry"
+
+
+@pytest.mark.req("CL-030", "CL-017")
+async def test_a_lease_check_failing_in_transit_stays_due(env: Env) -> None:
+    await add_pool(env)
+    body = await bound_claim(env)
+    env.lease_checks.require(key(body))
+    env.fake.set_unavailable()
+    outcome, body = await env.step(body)
+    assert status(body).phase is ClaimPhase.BOUND
+    assert env.lease_checks.due(key(body)), "checked again at the retry"
+
+
 @pytest.mark.req("CL-013")
 async def test_a_deletion_reported_by_events_expires_the_claim_without_calling_battery(
     env: Env,
@@ -888,7 +938,7 @@ async def test_a_deletion_reported_before_the_binding_was_written_still_expires_
     env.clock.advance(THRESHOLD + 1)
     await env.fake.sweep()  # battery expires it and reports the deletion
     await observe_deletion(env, ref, vm)
-    body = apply_outcome(body, bind)  # the binding lands
+    body = await apply_outcome(body, bind)  # the binding lands
     env.calls.take()
     outcome, body = await env.step(body)
     assert env.calls.take() == []

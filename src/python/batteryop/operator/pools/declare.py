@@ -1,4 +1,4 @@
-"""Step 2: battery holds the Pool's current spec on the Hosts its selector picks.
+"""Step 3: battery holds the Pool's current spec on the Hosts its selector picks.
 
 Order, for a Pool that has its finalizer and is not being deleted:
 

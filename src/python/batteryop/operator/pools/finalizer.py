@@ -1,8 +1,9 @@
-"""Step 1: the Pool's finalizer is stored before battery hears of the Pool (PO-001).
+"""Step 2: the Pool's finalizer is stored before battery hears of the Pool (PO-001).
 
 A Pool without the finalizer gets an `Outcome` that only adds it, and the reconcile stops
-there: the runtime writes it with the resourceVersion lock, and the write's watch event
-brings the Pool back with the finalizer stored. Only then may `declare` call CreatePool, so
+there: the runtime writes it with the resourceVersion lock, caches the write's answer and
+reconciles the Pool again at once (the write's own watch event queues nothing), so the next
+reconcile sees the finalizer stored. Only then may `declare` call CreatePool, so
 a Pool deleted meanwhile can never leave a Pool behind in battery (PO-044 removes the
 finalizer only once battery no longer holds the Pool).
 """

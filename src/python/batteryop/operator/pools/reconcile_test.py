@@ -1,9 +1,8 @@
 """`reconcile_pool` against the fake battery over fake flintlockd processes, with the real client.
 
 Each test gets its own FakeBattery (in process) on two fake flintlockd Hosts started once per
-module, and drives `reconcile_pool` with dict bodies. The runtime is played by
-`operator_env.apply_outcome`, which writes an Outcome back into the body as the runtime
-would. battery calls made by the reconcile are counted by a `CallObserver` on its client; the
+module, and drives `reconcile_pool` with dict bodies. `operator_env.apply_outcome` has the
+runtime's own `Controller.apply` write each Outcome to an in-memory API server. battery calls made by the reconcile are counted by a `CallObserver` on its client; the
 test's own calls (waiting for counts, claiming, releasing) go through a second client that is
 not observed.
 """
@@ -167,7 +166,7 @@ async def declared(env: Env, body: dict[str, Any]) -> dict[str, Any]:
     """Create the Pool in battery through one reconcile; return the body as written back."""
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "CreatePool"]
-    return apply_outcome(body, outcome)
+    return await apply_outcome(body, outcome)
 
 
 async def filled(env: Env, body: dict[str, Any]) -> Pool:
@@ -193,7 +192,7 @@ async def test_a_new_pool_only_gets_its_finalizer_and_battery_is_not_called(env:
     assert env.calls.take() == []
     await raises_not_found(env.ctl.get_pool(ref_of(body)))
 
-    outcome = await env.reconcile(apply_outcome(body, outcome))
+    outcome = await env.reconcile(await apply_outcome(body, outcome))
     assert outcome.add_finalizer is None
     assert env.calls.take() == ["GetPool", "CreatePool"], "created once the finalizer is stored"
 
@@ -225,7 +224,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
     assert started == T0
     assert condition(status, PoolConditionType.READY).observed_generation == 1
 
-    body = apply_outcome(body, outcome)
+    body = await apply_outcome(body, outcome)
     await filled(env, body)
     env.tick(7)
     outcome = await env.reconcile(body)
@@ -247,7 +246,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
 async def test_a_steady_pool_costs_one_get_pool_and_writes_nothing(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     await filled(env, body)
-    body = apply_outcome(body, await env.reconcile(body))
+    body = await apply_outcome(body, await env.reconcile(body))
     env.calls.take()
 
     env.tick(30)
@@ -268,7 +267,7 @@ async def test_a_size_change_is_sent_with_update_pool_and_observed(env: Env) -> 
     assert status.observed_generation == 2
     assert ready(status)[2].endswith(" of 3 MicroVMs are available, leased or provisioning")
 
-    await env.reconcile(apply_outcome(body, outcome))
+    await env.reconcile(await apply_outcome(body, outcome))
     assert env.calls.take() == ["GetPool"], "sent once"
 
 
@@ -282,7 +281,7 @@ async def test_a_host_set_change_is_sent_with_update_pool(env: Env) -> None:
     assert env.calls.take() == ["GetPool", "UpdatePool"]
     held = await env.ctl.get_pool(ref_of(body))
     assert held.spec.flintlock_hosts == ("host-a", "host-b")
-    body = apply_outcome(body, outcome)
+    body = await apply_outcome(body, outcome)
     assert body["status"]["observedGeneration"] == 1, "same generation, new Hosts"
 
     await env.reconcile(body)
@@ -303,7 +302,7 @@ async def test_a_selector_matching_no_host_is_no_eligible_host_until_one_matches
         PoolReason.NO_ELIGIBLE_HOST,
         "No Host matches kubernetes.io/arch=riscv64",
     )
-    body = apply_outcome(body, outcome)
+    body = await apply_outcome(body, outcome)
 
     env.deps.hosts = HostSet({"host-a": {ARCH: "amd64"}, "host-b": {ARCH: "riscv64"}})
     outcome = await env.reconcile(body)
@@ -343,7 +342,7 @@ async def test_a_refused_update_keeps_the_accepted_generation_and_batterys_spec(
     held = await env.ctl.get_pool(ref_of(body))
     assert held.spec.template.interfaces[0].guest_mac is None
 
-    await env.reconcile(apply_outcome(body, outcome))
+    await env.reconcile(await apply_outcome(body, outcome))
     assert env.calls.take() == ["GetPool", "UpdatePool"], "sent again until battery takes it"
 
 
@@ -365,7 +364,7 @@ async def test_nothing_is_sent_before_the_host_set_is_published(env: Env) -> Non
 async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     await filled(env, body)
-    body = apply_outcome(body, await env.reconcile(body))
+    body = await apply_outcome(body, await env.reconcile(body))
     before = PoolStatus.from_dict(body["status"])
     env.calls.take()
 
@@ -385,7 +384,7 @@ async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> N
         before, PoolConditionType.EXHAUSTED
     )
     assert outcome.requeue_after == 1.0
-    body = apply_outcome(body, outcome)
+    body = await apply_outcome(body, outcome)
     delays = [(await env.reconcile(body)).requeue_after for _ in range(6)]
     assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
@@ -415,7 +414,7 @@ async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: En
     ref = ref_of(body)
     await filled(env, body)
     claimed = await env.ctl.claim_vm(ref, request_id=str(uuid.uuid4()))
-    body = apply_outcome(body, await env.reconcile(body))
+    body = await apply_outcome(body, await env.reconcile(body))
     env.calls.take()
 
     body = deleted(body)
@@ -431,7 +430,7 @@ async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: En
     assert "1 MicroVM is leased" in message
     assert status.leased == 1
     assert outcome.requeue_after == 1.0
-    body = apply_outcome(body, outcome)
+    body = await apply_outcome(body, outcome)
 
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["DeletePool", "GetPool"], "drained once"

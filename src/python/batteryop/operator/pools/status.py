@@ -1,4 +1,4 @@
-"""Step 3: the Pool's status, from battery's answer only (PO-020, PO-021, PO-022).
+"""Step 4: the Pool's status, from battery's answer only (PO-020, PO-021, PO-022).
 
 - Counts: battery's PoolStatus as answered in this reconcile, zeros while battery does not
   hold the Pool; never counted or guessed by the Operator (PO-020).

@@ -1,0 +1,124 @@
+"""`Supervisor`: the operator's background tasks, kept running and reported in `/readyz`.
+
+A background task (a watch of Nodes, the battery Events follower, a resync loop) is a
+coroutine meant to run as long as the operator does. Started bare with `create_task`, one
+that raises is gone without a word. Under a `Supervisor`, a task that raises is logged with
+its traceback, reported down, and started again after a backoff (1 s doubling to 30 s, back to
+1 s once a run lasted longer than the longest wait), until `stop()`. A task that returns has
+finished: it is not started again and not reported down.
+
+`checks()` gives one readiness check per task, named after it, for `HealthServer`: it fails
+while the task is down (from its failure until it runs again), with the error in the line,
+so `/readyz` says which task is down: ``[-]watch-nodes failed: TaskDownError: ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+TaskFactory = Callable[[], Awaitable[None]]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class TaskDownError(RuntimeError):
+    """A supervised background task failed and waits to be started again."""
+
+    def __init__(self, task: str, error: str) -> None:
+        super().__init__(f"task {task} is down after {error}")
+        self.task = task
+        self.error = error
+
+
+@dataclass
+class _State:
+    failures: int = 0
+    down: str | None = None
+    """The last failure, while the task waits to be started again."""
+
+
+class Supervisor:
+    """Named background tasks, started again after a failure with backoff."""
+
+    def __init__(
+        self,
+        *,
+        backoff_min: float = 1.0,
+        backoff_max: float = 30.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._backoff_min = backoff_min
+        self._backoff_max = backoff_max
+        self._sleep = sleep
+        self._clock = clock
+        self._states: dict[str, _State] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def add(self, name: str) -> None:
+        """Declare a task (so `checks()` names it before it starts)."""
+        self._states.setdefault(name, _State())
+
+    def start(self, name: str, run: TaskFactory) -> None:
+        """Run `run()` as the task `name`, and again each time it raises."""
+        self.add(name)
+        if name in self._tasks:
+            raise RuntimeError(f"task {name} is already running")
+        self._tasks[name] = asyncio.create_task(self._supervise(name, run), name=name)
+
+    def down(self) -> dict[str, str]:
+        """The tasks that are down now, with their last error."""
+        return {name: s.down for name, s in self._states.items() if s.down is not None}
+
+    def retry_delay(self, failures: int) -> float:
+        return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
+
+    def checks(self) -> dict[str, Callable[[], bool]]:
+        """One readiness check per task, failing with `TaskDownError` while it is down."""
+
+        def check(name: str) -> Callable[[], bool]:
+            def task_up() -> bool:
+                state = self._states[name]
+                if state.down is not None:
+                    raise TaskDownError(name, state.down)
+                return True
+
+            return task_up
+
+        return {name: check(name) for name in self._states}
+
+    async def _supervise(self, name: str, run: TaskFactory) -> None:
+        state = self._states[name]
+        while True:
+            started = self._clock()
+            try:
+                await run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                if self._clock() - started >= self._backoff_max:
+                    state.failures = 0  # it ran well for a while: start the backoff over
+                state.failures += 1
+                state.down = f"{type(err).__name__}: {err}"
+                delay = self.retry_delay(state.failures)
+                log.exception("Task %s failed; starting it again in %.1fs", name, delay)
+                await self._sleep(delay)
+                state.down = None
+                continue
+            log.info("Task %s finished", name)
+            return
+
+    async def stop(self) -> None:
+        """Cancel every task and wait for them to end."""
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
