@@ -213,3 +213,61 @@ async def test_a_caller_who_cancels_stops_the_command(agent: Agent, holders: Hol
         call.cancel()
         async with asyncio.timeout(10):
             await process_exit(pid)  # the command ended: nothing runs for a caller who left
+
+
+@pytest.mark.req("EA-020")
+async def test_a_stdin_message_above_the_size_limit_ends_the_call_and_the_command(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="echo $$; exec cat", shell=True, has_stdin=True)
+    pid_seen = asyncio.Event()
+
+    async def requests() -> AsyncIterator[Request]:
+        yield Request(start=start)
+        await pid_seen.wait()
+        yield Request(stdin=b"x" * (agent.config.max_message_bytes + 1))
+        await asyncio.Event().wait()
+
+    pids: list[int] = []
+
+    def note_pid(response: Response) -> None:
+        if not pids and response.stdout:
+            pids.append(int(response.stdout.decode().split()[0]))
+            pid_seen.set()
+
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(
+            requests(), metadata=holding.metadata, timeout=20
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await drain(call, on=note_pid)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    async with asyncio.timeout(10):
+        await process_exit(pids[0])  # the command did not outlive its call
+
+
+@pytest.mark.req("EA-021")
+async def test_a_caller_who_never_sends_a_start_is_cut_off_at_the_deadline(
+    pki: Pki, holders: Holders, agent_identity: KubeConfig, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+
+    async def silence() -> AsyncIterator[Request]:
+        await asyncio.Event().wait()
+        yield Request()  # never reached
+
+    async with (
+        running_agent(
+            pki, agent_identity, flintlockd.target, exec_open_timeout=timedelta(milliseconds=500)
+        ) as agent,
+        agent.channel() as channel,
+    ):
+        call = MicroVMExecStub(channel).ExecCommand(
+            silence(), metadata=holding.metadata, timeout=20
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await drain(call)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert caught.value.details() == "request: no start message within 0.5s"
+    assert await flintlockd.exec_history() == []
