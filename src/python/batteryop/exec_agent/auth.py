@@ -339,7 +339,10 @@ class Authorizer:
         if status.phase != ClaimPhase.BOUND:
             raise deny(f"is {status.phase or 'not yet Bound'}, not Bound")
         expires = status.lease_expires_at
-        if expires is None or expires <= self._now():
+        if expires is None:
+            # Bound a moment ago: the operator reads battery's expiry right after the bind.
+            raise deny("has no lease expiry yet")
+        if expires <= self._now():
             raise deny("has an expired lease")
         if not microvm_uid or status.microvm_uid != microvm_uid:
             raise deny(f"does not hold microvm {microvm_uid!r}")

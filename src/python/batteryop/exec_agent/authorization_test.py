@@ -279,6 +279,19 @@ async def test_an_expired_claim_is_denied(
 
 
 @pytest.mark.req("EA-013")
+async def test_a_bound_claim_without_a_lease_expiry_yet_is_denied(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold(expires_in=None)
+    error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details() == (
+        f"claim: claim {holders.namespace}/{holding.claim} has no lease expiry yet"
+    )
+    await assert_nothing_ran(flintlockd)
+
+
+@pytest.mark.req("EA-013")
 async def test_a_pending_claim_is_denied(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
 ) -> None:

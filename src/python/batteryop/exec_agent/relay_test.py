@@ -10,6 +10,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -22,6 +23,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.kube.config import KubeConfig
 from batteryop.testing.exec_agent import (
+    FLINTLOCKD_ADDRESS,
     Agent,
     Holders,
     Pki,
@@ -30,7 +32,7 @@ from batteryop.testing.exec_agent import (
     run_exec,
     running_agent,
 )
-from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 
 pytestmark = pytest.mark.controlplane
 
@@ -213,3 +215,84 @@ async def test_a_caller_who_cancels_stops_the_command(agent: Agent, holders: Hol
         call.cancel()
         async with asyncio.timeout(10):
             await process_exit(pid)  # the command ended: nothing runs for a caller who left
+
+
+@pytest.mark.req("EA-020")
+async def test_a_stdin_message_above_the_size_limit_ends_the_call_and_the_command(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="echo $$; exec cat", shell=True, has_stdin=True)
+    pid_seen = asyncio.Event()
+
+    async def requests() -> AsyncIterator[Request]:
+        yield Request(start=start)
+        await pid_seen.wait()
+        yield Request(stdin=b"x" * (agent.config.max_message_bytes + 1))
+        await asyncio.Event().wait()
+
+    pids: list[int] = []
+
+    def note_pid(response: Response) -> None:
+        if not pids and response.stdout:
+            pids.append(int(response.stdout.decode().split()[0]))
+            pid_seen.set()
+
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(
+            requests(), metadata=holding.metadata, timeout=20
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await drain(call, on=note_pid)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    async with asyncio.timeout(10):
+        await process_exit(pids[0])  # the command did not outlive its call
+
+
+@pytest.mark.req("EA-021")
+async def test_a_caller_who_never_sends_a_start_is_cut_off_at_the_deadline(
+    pki: Pki, holders: Holders, agent_identity: KubeConfig, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+
+    async def silence() -> AsyncIterator[Request]:
+        await asyncio.Event().wait()
+        yield Request()  # never reached
+
+    async with (
+        running_agent(
+            pki, agent_identity, flintlockd.target, exec_open_timeout=timedelta(milliseconds=500)
+        ) as agent,
+        agent.channel() as channel,
+    ):
+        call = MicroVMExecStub(channel).ExecCommand(
+            silence(), metadata=holding.metadata, timeout=20
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await drain(call)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert caught.value.details() == "request: no start message within 0.5s"
+    assert await flintlockd.exec_history() == []
+
+
+@pytest.mark.req("EA-001")
+async def test_a_flintlockd_whose_certificate_names_another_address_is_not_trusted(
+    pki: Pki, holders: Holders, agent_identity: KubeConfig, tmp_path: Path
+) -> None:
+    """The agent verifies flintlockd's serving certificate against the dialled address."""
+    impostor = pki.serving_ca.issue("flintlockd", hosts=["127.0.0.99"], server=True)
+    cert, key = impostor.write(tmp_path, "impostor")
+    tls = TLSFiles(cert=cert, key=key, client_ca=pki.flintlockd_tls.client_ca)
+    holding = await holders.hold()  # on the trusted fake flintlockd
+    async with FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=tls) as other:
+        async with (
+            running_agent(pki, agent_identity, other.target) as agent,
+            agent.channel() as channel,
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await run_exec(
+                    channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true")
+                )
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert caught.value.details().startswith("flintlockd: GetMicroVM: ")
+        assert await other.exec_history() == []

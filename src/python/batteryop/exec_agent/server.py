@@ -2,7 +2,7 @@
 
 `AgentServer` wires the servicers to one grpc.aio server listening on `config.listen_target`
 with the serving certificate and key from the config's files (until the CSR flow exists,
-EA-068). Callers are not asked for a certificate: they prove who they are with a bearer token
+EA-068); a certificate that does not name the serving address is refused at start. Callers are not asked for a certificate: they prove who they are with a bearer token
 (`auth`). gRPC's TLS offers HTTP/2 by ALPN and TLS 1.2 or newer. The largest message accepted,
 either way, is `config.max_message_bytes`: a bigger one fails its call with RESOURCE_EXHAUSTED
 before any handler sees it.
@@ -17,11 +17,13 @@ Requirements: EA-002, EA-003.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any
 
 import grpc
 import grpc.aio
+from cryptography import x509
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from batteryop.exec_agent.auth import Authorizer
@@ -38,6 +40,20 @@ class AgentServerError(RuntimeError):
     """The exec API could not listen on its address."""
 
 
+def check_serving_certificate(cert_pem: bytes, address: str) -> None:
+    """EA-002: the serving certificate must name the address the agent serves on."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as e:
+        raise ConfigError([f"--tls-cert-file: not a PEM certificate ({e})"]) from e
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        sans = x509.SubjectAlternativeName([])
+    if ipaddress.ip_address(address) not in sans.get_values_for_type(x509.IPAddress):
+        raise ConfigError([f"--tls-cert-file: the certificate does not name {address}"])
+
+
 def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
     """TLS with the serving certificate, no client certificates (EA-002)."""
     try:
@@ -47,6 +63,7 @@ def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
         raise ConfigError(
             [f"--tls-cert-file/--tls-key-file: cannot read {e.filename}: {e.strerror}"]
         ) from e
+    check_serving_certificate(cert, config.address)
     return grpc.ssl_server_credentials([(key, cert)], require_client_auth=False)
 
 

@@ -297,7 +297,7 @@ class Holders:
         phase: ClaimPhase | None = ClaimPhase.BOUND,
         microvm_uid: str | None = None,
         node: str | None = NODE,
-        expires_in: timedelta = timedelta(hours=1),
+        expires_in: timedelta | None = timedelta(hours=1),
     ) -> None:
         custom = k8s.CustomObjectsApi(self.api)
         body = samples.sample_claim(claim, "pool", service_account, self.namespace)
@@ -312,7 +312,7 @@ class Holders:
             microvm_uid=microvm_uid,
             node_name=node,
             bound_time=now if bound else None,
-            lease_expires_at=now + expires_in if bound else None,
+            lease_expires_at=now + expires_in if bound and expires_in is not None else None,
         )
         custom.patch_namespaced_custom_object_status(
             names.GROUP,
@@ -330,9 +330,11 @@ class Holders:
         service_account: str = "sandbox",
         phase: ClaimPhase | None = ClaimPhase.BOUND,
         node: str | None = NODE,
-        expires_in: timedelta = timedelta(hours=1),
+        expires_in: timedelta | None = timedelta(hours=1),
     ) -> Holding:
-        """A Holder with a claim in `phase` on `node`, its Secret, and a bound token."""
+        """A Holder with a claim in `phase` on `node`, its Secret, and a bound token.
+
+        `expires_in` None: a Bound claim whose lease expiry the operator has not written yet."""
         claim = claim or f"claim-{uuid.uuid4().hex[:8]}"
         ensure_service_account(self.api, self.namespace, service_account)
         uid = await self.create_microvm(claim)
