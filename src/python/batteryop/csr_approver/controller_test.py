@@ -18,7 +18,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
-from batteryop.csr_approver.conftest import (
+from batteryop.kube.errors import NotFoundError
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES
+from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
     certificate_pem,
@@ -29,8 +31,6 @@ from batteryop.csr_approver.conftest import (
     until,
     until_csr,
 )
-from batteryop.kube.errors import NotFoundError
-from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES
 from batteryop.testing.csrs import csr_body, ec_key, request_pem
 
 pytestmark = pytest.mark.controlplane
