@@ -105,6 +105,9 @@ class Approver:
         self._metrics = metrics
         self._clock = clock
         self._requests: dict[str, Object] = {}
+        # resourceVersions of our requests that a write of ours has replaced: their watch
+        # events arrive after the write's answer and must not bring the older copy back.
+        self._superseded: dict[str, set[str]] = {}
         self._cas: dict[str, CA | None] = {
             config.serving_ca_secret: None,
             config.client_ca_secret: None,
@@ -187,6 +190,7 @@ class Approver:
             if (o.get("spec") or {}).get("signerName") in names.SIGNERS
         }
         self._requests = ours
+        self._superseded = {}
         self._listed = True
         for name, obj in ours.items():
             if not _finished(Request.from_object(obj)):
@@ -198,6 +202,12 @@ class Approver:
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
             self._requests.pop(name, None)
+            self._superseded.pop(name, None)
+            return
+        rv = str(obj["metadata"].get("resourceVersion") or "")
+        stale = self._superseded.get(name)
+        if stale and rv in stale:
+            stale.discard(rv)
             return
         self._requests[name] = obj
         if not _finished(Request.from_object(obj)):
@@ -391,8 +401,14 @@ class Approver:
     def _remember(self, answer: Object) -> None:
         # Only a request still known: a write's answer never brings back a deleted one.
         name = str(answer["metadata"]["name"])
-        if name in self._requests:
-            self._requests[name] = answer
+        before = self._requests.get(name)
+        if before is None:
+            return
+        old_rv = str(before["metadata"].get("resourceVersion") or "")
+        new_rv = str(answer["metadata"].get("resourceVersion") or "")
+        if old_rv != new_rv:
+            self._superseded.setdefault(name, set()).add(old_rv)
+        self._requests[name] = answer
 
     async def _refresh(self, name: str) -> None:
         try:
