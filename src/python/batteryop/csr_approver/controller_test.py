@@ -18,9 +18,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
-from batteryop.kube.errors import NotFoundError
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import ForbiddenError, NotFoundError
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES
 from batteryop.testing.csr_approver_env import (
+    APPROVER_CLUSTER_RULES,
     TRUST_DOMAIN,
     Cluster,
     certificate_pem,
@@ -341,3 +343,82 @@ async def test_an_approved_request_left_by_a_stopped_approver_is_signed_after_a_
     assert signed(obj)
     base64.b64decode(obj["status"]["certificate"])
     assert await pins(cluster) == {node: "10.36.0.1"}
+
+
+# -- as its own identity -------------------------------------------------------------------------
+
+
+@pytest.mark.req("CT-001", "CT-010", "CT-011")
+async def test_the_approver_works_with_only_its_own_least_privilege_rbac(
+    cluster: Cluster,
+) -> None:
+    """Approve and sign need `approve` and `sign` on the three signers: the real API server
+    checks both, so this also proves the approver needs no more than APPROVER_CLUSTER_RULES."""
+    credentials = await cluster.approver_credentials()
+    node = await cluster.node("host-rbac", "10.37.0.1")
+    async with running(cluster, credentials=credentials), cluster.client_as(node) as agent:
+        serving = request_pem(ec_key(), ("10.37.0.1", host_id(node)))
+        client = request_pem(ec_key(), (agent_id(node),))
+        first = await cluster.create_csr(agent, csr_body(cluster.name("s"), SERVING, serving))
+        second = await cluster.create_csr(agent, csr_body(cluster.name("c"), CLIENT, client))
+        bad = request_pem(ec_key(), (agent_id("elsewhere"),))
+        third = await cluster.create_csr(agent, csr_body(cluster.name("bad"), CLIENT, bad))
+        for name in (first, second):
+            await until_csr(cluster.kube, name, signed, "signed")
+        denied = await denial(cluster, third)
+        cm = await until(
+            cluster.kube,
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            lambda o: len(o.get("data") or {}) == 2,
+            "published both CAs",
+            namespace=cluster.namespace,
+        )
+    assert denied["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH
+    assert await pins(cluster) == {node: "10.37.0.1"}
+    assert cm["data"][names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
+
+
+async def test_without_sign_on_the_signers_the_api_server_refuses_the_certificate(
+    cluster: Cluster,
+) -> None:
+    """The RBAC the API server enforces: approving needs `approve` on the signer, storing a
+    certificate needs `sign`. With `approve` only, requests are approved and stay unsigned."""
+    rules = [dict(r) for r in APPROVER_CLUSTER_RULES]
+    for rule in rules:
+        if rule["resources"] == ["signers"]:
+            rule["verbs"] = ["approve"]
+    credentials = await cluster.approver_credentials(rules)
+    node = await cluster.node("host-nosign", "10.38.0.1")
+    async with (
+        KubeClient(credentials) as as_approver,
+        running(cluster, credentials=credentials),
+        cluster.client_as(node) as agent,
+    ):
+        assert await as_approver.self_subject_access_review(
+            "approve", "signers", group="certificates.k8s.io", name=CLIENT
+        )
+        assert not await as_approver.self_subject_access_review(
+            "sign", "signers", group="certificates.k8s.io", name=CLIENT
+        )
+        pem = request_pem(ec_key(), (agent_id(node),))
+        name = await cluster.create_csr(agent, csr_body(cluster.name("nosign"), CLIENT, pem))
+        obj = await until_csr(cluster.kube, name, decided, "decided")
+        # The approval went through; the certificate write is refused (403) and retried, so
+        # the request stays approved and unsigned for as long as the grant is missing. The
+        # same write, made here with the approver's credentials, shows the refusal.
+        body = {
+            **obj,
+            "status": {
+                **obj["status"],
+                "certificate": base64.b64encode(
+                    cluster.client_ca.issue(node, client=True).cert_pem
+                ).decode(),
+            },
+        }
+        with pytest.raises(ForbiddenError):
+            await as_approver.replace(
+                CERTIFICATE_SIGNING_REQUESTS, name, body, subresource="status"
+            )
+    assert condition(obj, CSRCondition.APPROVED) is not None
+    assert not signed(await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, name))

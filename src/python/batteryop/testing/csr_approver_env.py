@@ -36,6 +36,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from batteryop.api import names
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
@@ -59,6 +60,55 @@ CLUSTERROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", names
 CLUSTERROLEBINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False
 )
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+
+APPROVER_SA = "csr-approver"
+
+APPROVER_CLUSTER_RULES: list[dict[str, list[str]]] = [
+    {
+        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
+        "resources": [CERTIFICATE_SIGNING_REQUESTS.plural],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
+        "resources": [
+            f"{CERTIFICATE_SIGNING_REQUESTS.plural}/approval",
+            f"{CERTIFICATE_SIGNING_REQUESTS.plural}/status",
+        ],
+        "verbs": ["update"],
+    },
+    {
+        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
+        "resources": ["signers"],
+        "resourceNames": list(names.SIGNERS),
+        "verbs": ["approve", "sign"],
+    },
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+]
+"""What the approver needs cluster-wide, found by running it with no more (a draft for the
+Manifests' RBAC, which are planned)."""
+
+
+def approver_namespace_rules(config: ApproverConfig) -> list[dict[str, list[str]]]:
+    """What the approver needs in its namespace: its two CA Secrets by name, the two ConfigMaps."""
+    return [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [config.serving_ca_secret, config.client_ca_secret],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [config.ca_bundle_config_map, config.address_pins_config_map],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
+    ]
+
 
 TRUST_DOMAIN = "example.test"
 AGENT_SA = "exec-agent"
@@ -243,6 +293,42 @@ class Cluster:
             },
         )
 
+    async def approver_credentials(
+        self, cluster_rules: list[dict[str, list[str]]] | None = None
+    ) -> KubeConfig:
+        """A token of the approver's own ServiceAccount, granted `APPROVER_CLUSTER_RULES`
+        (or `cluster_rules`) and `approver_namespace_rules`, and nothing else."""
+        ns, sa = self.namespace, APPROVER_SA
+        await self.kube.create(SERVICEACCOUNTS, {"metadata": {"name": sa}}, ns)
+        subjects = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+        role = f"csr-approver-{ns}"
+        rules = APPROVER_CLUSTER_RULES if cluster_rules is None else cluster_rules
+        await self.kube.create(CLUSTERROLES, {"metadata": {"name": role}, "rules": rules})
+        await self.kube.create(
+            CLUSTERROLEBINDINGS,
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": CLUSTERROLES.group, "kind": "ClusterRole", "name": role},
+                "subjects": subjects,
+            },
+        )
+        await self.kube.create(
+            ROLES,
+            {"metadata": {"name": role}, "rules": approver_namespace_rules(self.config())},
+            ns,
+        )
+        await self.kube.create(
+            ROLEBINDINGS,
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": ROLES.group, "kind": "Role", "name": role},
+                "subjects": subjects,
+            },
+            ns,
+        )
+        token = await asyncio.to_thread(self._token, sa, None)
+        return KubeConfig.from_dict(self.cp.kubeconfig(token=token))
+
     async def create_csr(self, client: KubeClient, body: dict[str, Any]) -> str:
         created = await client.create(CERTIFICATE_SIGNING_REQUESTS, body)
         name = str(created["metadata"]["name"])
@@ -296,9 +382,12 @@ async def make_cluster(controlplane: ControlPlane, kube: KubeClient, namespace: 
 
 
 @contextlib.asynccontextmanager
-async def running(c: Cluster, config: ApproverConfig | None = None) -> AsyncIterator[Approver]:
-    """The approver, in this process, until the block ends."""
-    async with KubeClient(KubeConfig.from_dict(c.cp.kubeconfig())) as kube:
+async def running(
+    c: Cluster, config: ApproverConfig | None = None, *, credentials: KubeConfig | None = None
+) -> AsyncIterator[Approver]:
+    """The approver, in this process, until the block ends; the admin's credentials unless
+    `credentials` are given."""
+    async with KubeClient(credentials or KubeConfig.from_dict(c.cp.kubeconfig())) as kube:
         approver = Approver(config or c.config(), kube)
         stop = asyncio.Event()
         task = asyncio.create_task(approver.run(stop))
