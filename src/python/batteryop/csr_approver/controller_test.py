@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
@@ -176,6 +177,8 @@ async def denial(cluster: Cluster, name: str) -> dict[str, object]:
         ("other-nodes-address", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "node-address"),
         ("wrong-usages", CSRReason.KEY_USAGES_MISMATCH, "key-usages"),
         ("node-missing", CSRReason.NODE_NOT_FOUND, "node"),
+        ("p521-key", CSRReason.INVALID_REQUEST, "request"),
+        ("huge-san-list", CSRReason.INVALID_REQUEST, "request"),
     ],
 )
 async def test_a_failing_serving_request_is_denied_naming_the_check(
@@ -193,10 +196,13 @@ async def test_a_failing_serving_request_is_denied_naming_the_check(
         sans = ("10.30.0.9", host_id(node))
     elif case == "wrong-usages":
         usages = ["digital signature", "key encipherment", "client auth"]
+    elif case == "huge-san-list":
+        sans = (*sans, *(f"10.99.{i // 250}.{i % 250}" for i in range(4000)))
+    key = ec_key(ec.SECP521R1()) if case == "p521-key" else ec_key()
     async with running(cluster), cluster.client_as(node) as agent:
         if case == "node-missing":
             await cluster.kube.delete(NODES, node)
-        pem = request_pem(ec_key(), sans)
+        pem = request_pem(key, sans)
         name = await cluster.create_csr(
             agent, csr_body(cluster.name(case), SERVING, pem, usages=usages)
         )
