@@ -12,6 +12,9 @@ latency is the latter minus the moment its create request was sent.
 - `burst`: B requests created at once, per signer kind; `approvals_per_second` is B over the
   time from the first create to the last Approved seen, `signed_per_second` likewise to the last
   certificate; latency figures are over the burst's requests.
+- `api_server_floor`: first, before the approver starts, the same burst approved and given a
+  certificate by the benchmark itself: the API server's pace for the approver's two writes on
+  this machine, with no reads and no review.
 
 Prints one JSON object. BATTERYOP_BENCH=1 runs N=50 and B=100; otherwise N=5 and B=10 as a
 smoke run that proves the benchmark works. Also printed: the approver's own mean time per
@@ -22,6 +25,7 @@ server and the benchmark share the machine's cores.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -156,6 +160,38 @@ async def burst(agent: KubeClient, seen: Seen, requests: Requests, kind: str) ->
     return figures
 
 
+async def api_server_floor(
+    kube: KubeClient, agent: KubeClient, seen: Seen, requests: Requests, cluster: Cluster
+) -> dict[str, float]:
+    """Before the approver starts: B client requests created at once, each then approved and
+    given a certificate by the benchmark itself (the approver's two writes, without its reads
+    or review), so the API server's own pace on this machine is known."""
+    bodies = [requests.body("client") for _ in range(B)]
+    cert = base64.b64encode(cluster.client_ca.issue(requests.node, client=True).cert_pem).decode()
+    sent: dict[str, float] = {}
+
+    async def one(body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        sent[name] = time.monotonic()
+        created = await requests.cluster.create_csr(agent, body)
+        obj = await kube.get(CERTIFICATE_SIGNING_REQUESTS, created)
+        obj.setdefault("status", {})["conditions"] = [
+            {"type": "Approved", "status": "True", "reason": "Floor", "message": "bench"}
+        ]
+        obj = await kube.replace(CERTIFICATE_SIGNING_REQUESTS, name, obj, subresource="approval")
+        obj["status"]["certificate"] = cert
+        await kube.replace(CERTIFICATE_SIGNING_REQUESTS, name, obj, subresource="status")
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(b) for b in bodies))
+    made = list(sent)
+    await seen.until_signed(made)
+    figures: dict[str, float] = latency_figures(seen.signed[n] - sent[n] for n in made)
+    figures["approvals_per_second"] = round(B / (max(seen.approved[n] for n in made) - start), 1)
+    figures["signed_per_second"] = round(B / (max(seen.signed[n] for n in made) - start), 1)
+    return figures
+
+
 def review_figures(metrics: str) -> dict[str, float]:
     """The approver's own time per review (read to write done), from its /metrics page."""
     values: dict[str, float] = {}
@@ -187,6 +223,13 @@ async def test_csr_create_to_certificate(
             ]
             requests = Requests(cluster, node, run)
             result: dict[str, Any] = {"bench": "csr_approver", "n": N, "burst": B}
+            async with (
+                cluster.client_as(node) as agent,
+                following(kube, f"{LABEL}={run}") as seen,
+            ):
+                result["api_server_floor"] = await api_server_floor(
+                    kube, agent, seen, requests, cluster
+                )
             with ApproverProcess.start(args) as proc:
                 async with (
                     cluster.client_as(node) as agent,
