@@ -105,7 +105,8 @@ class NodeFacts:
 class Facts:
     """What the checks know about the cluster.
 
-    `node` is the requester's Node (None: it does not exist, or the request names none);
+    `node` is the requester's Node (None: it does not exist, or the request names none; the
+    client signer's checks never look at it, so it need not be read for them);
     `pins` the `host-address-pins` data, Node name to address.
     """
 

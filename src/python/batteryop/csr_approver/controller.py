@@ -126,9 +126,6 @@ class Approver:
         """The requests are listed and both CAs are loaded."""
         return self._listed and all(ca is not None for ca in self._cas.values())
 
-    def ca(self, secret: str) -> CA | None:
-        return self._cas.get(secret)
-
     # -- running -----------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -273,13 +270,15 @@ class Approver:
     async def _facts(self, request: Request) -> tuple[Facts, Pins]:
         node: NodeFacts | None = None
         node_name = requester_node(request)
-        if isinstance(node_name, str):
+        serving = request.signer in SERVING_SIGNERS
+        # Only serving requests need their Node (CT-010, CT-014; CT-011: a client's need not).
+        if serving and isinstance(node_name, str):
             try:
                 node = NodeFacts.from_object(await self._kube.get(NODES, node_name))
             except NotFoundError:
                 node = None
         pins = Pins()
-        if request.signer in SERVING_SIGNERS:
+        if serving:
             pins = await read_pins(
                 self._kube, self.config.namespace, self.config.address_pins_config_map
             )
