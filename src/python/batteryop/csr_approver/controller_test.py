@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import ForbiddenError, NotFoundError
-from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES, SECRETS
 from batteryop.testing.csr_approver_env import (
     APPROVER_CLUSTER_RULES,
     TRUST_DOMAIN,
@@ -31,10 +32,12 @@ from batteryop.testing.csr_approver_env import (
     decided,
     finished,
     running,
+    tls_secret,
     until,
     until_csr,
 )
 from batteryop.testing.csrs import csr_body, ec_key, request_pem
+from batteryop.tls import CertificateAuthority
 
 pytestmark = pytest.mark.controlplane
 
@@ -155,6 +158,56 @@ async def test_both_ca_certificates_are_published_without_keys(cluster: Cluster)
     assert data[names.CLIENT_CA_BUNDLE_KEY].encode() == cluster.client_ca.cert_pem
     assert all("PRIVATE KEY" not in v for v in data.values())
     assert cm["metadata"]["labels"][names.MANAGED_BY_LABEL] == names.MANAGED_BY
+
+
+@pytest.mark.req("CT-005", "CT-002")
+async def test_an_edited_bundle_is_put_right_and_a_new_ca_is_published_and_used(
+    cluster: Cluster,
+) -> None:
+    def bundle_is(serving: bytes) -> Callable[[dict[str, Any]], bool]:
+        def check(o: dict[str, Any]) -> bool:
+            data = o.get("data") or {}
+            return (
+                data.get(names.SERVING_CA_BUNDLE_KEY) == serving.decode()
+                and data.get(names.CLIENT_CA_BUNDLE_KEY) == cluster.client_ca.cert_pem.decode()
+            )
+
+        return check
+
+    async def bundle(serving: bytes, what: str) -> None:
+        await until(
+            cluster.kube,
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            bundle_is(serving),
+            what,
+            namespace=cluster.namespace,
+        )
+
+    node = await cluster.node("host-rot", "10.39.0.1")
+    async with running(cluster):
+        await bundle(cluster.serving_ca.cert_pem, "published")
+        await cluster.kube.patch(
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            {"data": {names.SERVING_CA_BUNDLE_KEY: "tampered", "extra": "kept"}},
+            cluster.namespace,
+        )
+        await bundle(cluster.serving_ca.cert_pem, "put right")
+        rotated = CertificateAuthority.create("serving-ca-2")
+        await cluster.kube.replace(
+            SECRETS,
+            names.SERVING_CA_SECRET,
+            tls_secret(names.SERVING_CA_SECRET, rotated),
+            cluster.namespace,
+        )
+        await bundle(rotated.cert_pem, "published the new CA")
+        async with cluster.client_as(node) as agent:
+            pem = request_pem(ec_key(), ("10.39.0.1", host_id(node)))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("rot"), SERVING, pem))
+            obj = await until_csr(cluster.kube, name, signed, "signed")
+    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
+    cert.verify_directly_issued_by(rotated.pair.cert)
 
 
 # -- denied, naming the check (CT-013) -------------------------------------------------------
