@@ -228,6 +228,7 @@ async def denial(cluster: Cluster, name: str) -> dict[str, object]:
         ("extra-san", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
         ("missing-san", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
         ("other-nodes-address", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "node-address"),
+        ("other-nodes-id", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
         ("wrong-usages", CSRReason.KEY_USAGES_MISMATCH, "key-usages"),
         ("node-missing", CSRReason.NODE_NOT_FOUND, "node"),
         ("p521-key", CSRReason.INVALID_REQUEST, "request"),
@@ -247,6 +248,8 @@ async def test_a_failing_serving_request_is_denied_naming_the_check(
         sans = (host_id(node),)
     elif case == "other-nodes-address":
         sans = ("10.30.0.9", host_id(node))
+    elif case == "other-nodes-id":
+        sans = ("10.30.0.1", host_id(other))
     elif case == "wrong-usages":
         usages = ["digital signature", "key encipherment", "client auth"]
     elif case == "huge-san-list":

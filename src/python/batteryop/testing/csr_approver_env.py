@@ -279,7 +279,7 @@ class Cluster:
                     {
                         "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
                         "resources": [CERTIFICATE_SIGNING_REQUESTS.plural],
-                        "verbs": ["create", "get", "list", "watch"],
+                        "verbs": ["create", "get"],
                     }
                 ],
             },
