@@ -170,6 +170,14 @@ class EventReason(enum.StrEnum):
     The only claim Event with no condition behind it; the others reuse `ClaimReason`."""
 
 
+class CSRCondition(enum.StrEnum):
+    """Condition types of a CertificateSigningRequest (Kubernetes' own)."""
+
+    APPROVED = "Approved"
+    DENIED = "Denied"
+    FAILED = "Failed"
+
+
 class CSRReason(enum.StrEnum):
     """Reasons of the CSR approver's Approved, Denied and Failed conditions."""
 

@@ -155,6 +155,15 @@ EXEC_AGENT_SERVING_SIGNER: Final = f"{GROUP}/exec-agent-serving"
 SIGNERS: Final = (FLINTLOCKD_SERVING_SIGNER, FLINTLOCKD_CLIENT_SIGNER, EXEC_AGENT_SERVING_SIGNER)
 """Every signer the CSR approver acts for, and no other."""
 
+NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
+"""User extra the API server adds for a token bound to a Pod on a Node (Kubernetes >= 1.32); a
+CSR records it in `spec.extra`, and the CSR approver reads the requester's Node from it."""
+
+SERVING_USAGES: Final = ("digital signature", "key encipherment", "server auth")
+"""The CSR `spec.usages` of both serving signers, exactly."""
+CLIENT_USAGES: Final = ("digital signature", "key encipherment", "client auth")
+"""The CSR `spec.usages` of the flintlockd-client signer, exactly."""
+
 DEFAULT_TRUST_DOMAIN: Final = GROUP
 """The SPIFFE trust domain the Manifests configure."""
 
@@ -224,6 +233,8 @@ SERVING_CA_BUNDLE_KEY: Final = "serving-ca.crt"
 """Key of the serving CA certificate in CA_BUNDLE_CONFIG_MAP."""
 CLIENT_CA_BUNDLE_KEY: Final = "client-ca.crt"
 """Key of the client CA certificate in CA_BUNDLE_CONFIG_MAP."""
+CSR_APPROVER_NAME: Final = "battery-operator-csr-approver"
+"""The CSR approver's Deployment and ServiceAccount (the Manifests for it are planned)."""
 ADDRESS_PINS_CONFIG_MAP: Final = "host-address-pins"
 """ConfigMap of Node name to pinned Host address."""
 SERVING_CA_SECRET: Final = "flintlockd-serving-ca"

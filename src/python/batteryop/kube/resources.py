@@ -81,6 +81,14 @@ EVENTS = Resource("events.k8s.io", "v1", "events")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 """Leases (coordination.k8s.io/v1)."""
 
+CERTIFICATE_SIGNING_REQUESTS = Resource(
+    "certificates.k8s.io", "v1", "certificatesigningrequests", namespaced=False
+)
+"""CertificateSigningRequests (cluster-scoped); subresources `approval` (Approved and Denied
+conditions) and `status` (the certificate, and the Failed condition)."""
+PODS = Resource("", "v1", "pods")
+"""Pods (core/v1)."""
+
 SELF_SUBJECT_ACCESS_REVIEWS = Resource(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", namespaced=False
 )

@@ -1,62 +1,6 @@
-"""`list_watch`: a list, then a watch from the list's resourceVersion, for as long as it runs.
+"""The list+watch loop moved to `batteryop.kube.informer` so every deployable can share it; this
+name stays for the operator's existing imports."""
 
-The operator follows two things itself rather than through kopf, because it must know when
-it has seen *all* of them: the battery config ConfigMap (one object, by name: the RBAC grants
-nothing wider) and the Nodes. The Host set a Pool is placed on is the published Host names
-resolved against the Nodes (PO-010, PO-011), and a Host set computed before the Nodes are
-listed would be missing Hosts: a Pool reconciled then would be declared to battery on fewer
-Hosts than it has. kopf's event handlers say nothing of when the first listing is complete;
-`on_list` does.
+from batteryop.kube.informer import list_watch
 
-Every list replaces what the caller knows (`on_list` gets the whole set, so an object deleted
-while the watch was down is noticed); the watch continues from the list's resourceVersion,
-so nothing between the two is lost. A failed list or watch (410 Gone included) is retried
-from a fresh list, with backoff from 1 s doubling to 30 s; so is any other error (a body that
-does not parse, a callback that raises), logged with its traceback: the loop never ends.
-"""
-
-from __future__ import annotations
-
-import asyncio
-import logging
-from collections.abc import Callable
-from typing import Any
-
-from batteryop.kube.client import KubeClient, Objects
-from batteryop.kube.errors import KubeError
-from batteryop.kube.resources import Resource
-
-log = logging.getLogger(__name__)
-
-MAX_BACKOFF_SECONDS = 30.0
-
-
-async def list_watch(
-    kube: KubeClient,
-    res: Resource,
-    *,
-    on_list: Callable[[Objects], None],
-    on_event: Callable[[str, dict[str, Any]], None],
-    namespace: str | None = None,
-    field_selector: str | None = None,
-) -> None:
-    """Feed `on_list` every complete list and `on_event` every watch event after it."""
-    backoff = 1.0
-    while True:
-        try:
-            items = await kube.list(res, namespace, field_selector=field_selector)
-            rv = items.resource_version
-            on_list(items)
-            backoff = 1.0
-            while True:  # a watch the server ends on its timeout is simply opened again
-                async for kind, obj in kube.watch(
-                    res, namespace, field_selector=field_selector, resource_version=rv or None
-                ):
-                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                    on_event(kind, obj)
-        except KubeError as e:
-            log.warning("List/watch of %s failed; listing again: %s", res.plural, e)
-        except Exception:  # a bad body or a failing callback: never stop following
-            log.exception("List/watch of %s failed; listing again", res.plural)
-        await asyncio.sleep(backoff)
-        backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+__all__ = ["list_watch"]

@@ -11,8 +11,8 @@ import pytest
 
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
+from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CONFIGMAPS
-from batteryop.operator.informer import list_watch
 from batteryop.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from batteryop.operator.workqueue import WorkQueue
+from batteryop.kube.workqueue import WorkQueue
 
 
 async def test_a_key_added_many_times_is_reconciled_once() -> None:

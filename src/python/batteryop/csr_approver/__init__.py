@@ -1,0 +1,19 @@
+"""The CSR approver: a deployable of its own that reviews, approves and signs the Exec Agents'
+certificate requests, and publishes the two CA certificates.
+
+It follows CertificateSigningRequests (certificates.k8s.io/v1) by list and watch, and acts on
+the three signers of `batteryop.api.names.SIGNERS` only (CT-001). Each request goes through the
+chain of checks in `checks` (CT-010..CT-016); one that is not yet Approved is approved or denied
+with a reason naming the failing check (CT-013); one that is Approved, by anyone, is signed only
+if it passes every check again, else it is marked Failed (CT-003, CT-006, CT-008). `signing`
+issues the certificate from the CA read from its Secret (CT-002, CT-004, CT-007), `pins` keeps
+the address pins (CT-015, CT-016), `publish` writes the CA bundle ConfigMap (CT-005), `config`
+refuses to start without a trust domain (CT-020).
+
+Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (CAs and
+certificates), `pins`, `publish`, `controller` (the watch-driven loop), `config`, `main`.
+
+Planned, not here: the Deployment, ServiceAccount and least-privilege RBAC in the Manifests
+(`batteryop.manifests`), including the cert-manager CA resources (CT-021..CT-023). Until then the
+approver runs from its pex (`:csr-approver`) with whatever credentials it is given.
+"""

@@ -1,0 +1,422 @@
+"""`Approver`: the watch-driven loop that approves, denies, fails and signs requests.
+
+Inputs, each followed by `batteryop.kube.informer.list_watch` (list, then watch; nothing polls):
+the CertificateSigningRequests (all of them; only the three signers' are kept, the others are
+never touched: CT-001), the two CA Secrets (by name) and the CA bundle ConfigMap (by name, so an
+edit of it is put right). A request is reviewed by a `WorkQueue` worker; one request is never
+reviewed twice at once, and a request changed while under review is reviewed again.
+
+One review (`_review`), from the newest copy of the request:
+
+1. Done already (a certificate, `Denied` or `Failed`): nothing (CT-003).
+2. Read the facts: the requester's Node and, for a serving signer, the address pins, fresh from
+   the API server. Run `checks.review`.
+3. Not yet Approved: a failure is written as `Denied` with the check's reason and message
+   (CT-013), a pass as `Approved` (reason `ExecAgentOwnNode`) through `/approval`.
+4. Approved, by us a moment ago or by anyone else: a failure is written as `Failed` through
+   `/status` and the request is never signed (CT-006, CT-008). A pass is signed with its CA
+   (CT-002) after pinning its address if its Node has no pin yet (CT-015, CT-016), and the
+   certificate is written through `/status`.
+
+Serving requests are reviewed one at a time (`_serving_lock`), so two Nodes asking for the same
+unpinned address are decided in order, the second denied, instead of both approved and the
+second failed. Every write carries the resourceVersion it was decided on; a conflict re-reads
+the request and reviews it again. Since every step starts from what the API server holds, a
+restart at any point resumes where it stopped: an Approved request is signed after a restart,
+a pin written just before a crash is the pin the request passes with.
+
+CT-005: the CA certificates are published whenever a CA Secret or the bundle ConfigMap changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import datetime
+import logging
+import time
+from collections.abc import Callable
+
+from cryptography.hazmat.primitives import serialization
+
+from batteryop.api import names
+from batteryop.api.conditions import CSRCondition, CSRReason
+from batteryop.csr_approver.checks import (
+    SERVING_SIGNERS,
+    Approval,
+    Facts,
+    Failure,
+    NodeFacts,
+    requester_node,
+    review,
+)
+from batteryop.csr_approver.config import ApproverConfig
+from batteryop.csr_approver.metrics import ApproverMetrics
+from batteryop.csr_approver.pins import Pins, add_pin, read_pins
+from batteryop.csr_approver.publish import bundle, publish
+from batteryop.csr_approver.request import Request
+from batteryop.csr_approver.signing import CA, CAError, ca_secret_for, issue
+from batteryop.kube.client import KubeClient, Object, Objects
+from batteryop.kube.errors import ConflictError, NotFoundError
+from batteryop.kube.informer import list_watch
+from batteryop.kube.resources import (
+    CERTIFICATE_SIGNING_REQUESTS,
+    CONFIGMAPS,
+    NODES,
+    SECRETS,
+)
+from batteryop.kube.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+APPROVED_MESSAGE = "The Exec Agent requested a certificate for its own Node"
+FAILED_PREFIX = "Approved, but not signed: "
+
+PUBLISH_KEY = "publish"
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _rfc3339(t: datetime.datetime) -> str:
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finished(request: Request) -> bool:
+    return request.issued or request.denied or request.failed
+
+
+class Approver:
+    """Reviews, decides and signs the requests of the three signers; publishes the CAs."""
+
+    def __init__(
+        self,
+        config: ApproverConfig,
+        kube: KubeClient,
+        *,
+        metrics: ApproverMetrics | None = None,
+        clock: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
+        self.config = config
+        self._kube = kube
+        self._metrics = metrics
+        self._clock = clock
+        self._requests: dict[str, Object] = {}
+        # resourceVersions of our requests that a write of ours has replaced: their watch
+        # events arrive after the write's answer and must not bring the older copy back.
+        self._superseded: dict[str, set[str]] = {}
+        self._cas: dict[str, CA | None] = {
+            config.serving_ca_secret: None,
+            config.client_ca_secret: None,
+        }
+        self._listed = False
+        self._serving_lock = asyncio.Lock()
+        self._queue: WorkQueue[str] = WorkQueue(
+            self._handle, name="certificatesigningrequests", workers=config.workers
+        )
+        self._publisher: WorkQueue[str] = WorkQueue(self._publish, name="ca-bundle", workers=1)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """The requests are listed and both CAs are loaded."""
+        return self._listed and all(ca is not None for ca in self._cas.values())
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the inputs and work the queues until `stop` is set."""
+        await self._queue.start()
+        await self._publisher.start()
+        ns = self.config.namespace
+        followers = [
+            list_watch(
+                self._kube,
+                CERTIFICATE_SIGNING_REQUESTS,
+                on_list=self._on_request_list,
+                on_event=self._on_request_event,
+            ),
+            *(self._follow_ca(secret) for secret in self._cas),
+            list_watch(
+                self._kube,
+                CONFIGMAPS,
+                namespace=ns,
+                field_selector=f"metadata.name={self.config.ca_bundle_config_map}",
+                on_list=lambda _items: self._publisher.add(PUBLISH_KEY),
+                on_event=lambda _kind, _obj: self._publisher.add(PUBLISH_KEY),
+            ),
+        ]
+        tasks = [asyncio.create_task(f) for f in followers]
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._queue.stop()
+            await self._publisher.stop()
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    async def _follow_ca(self, secret: str) -> None:
+        def on_list(items: Objects) -> None:
+            self._on_ca(secret, items[0] if items else None)
+
+        def on_event(kind: str, obj: Object) -> None:
+            self._on_ca(secret, None if kind == "DELETED" else obj)
+
+        await list_watch(
+            self._kube,
+            SECRETS,
+            namespace=self.config.namespace,
+            field_selector=f"metadata.name={secret}",
+            on_list=on_list,
+            on_event=on_event,
+        )
+
+    def _on_request_list(self, items: Objects) -> None:
+        ours = {
+            str(o["metadata"]["name"]): o
+            for o in items
+            if (o.get("spec") or {}).get("signerName") in names.SIGNERS
+        }
+        self._requests = ours
+        self._superseded = {}
+        self._listed = True
+        for name, obj in ours.items():
+            if not _finished(Request.from_object(obj)):
+                self._queue.add(name)
+
+    def _on_request_event(self, kind: str, obj: Object) -> None:
+        if (obj.get("spec") or {}).get("signerName") not in names.SIGNERS:
+            return  # CT-001: never touched
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED":
+            self._requests.pop(name, None)
+            self._superseded.pop(name, None)
+            return
+        rv = str(obj["metadata"].get("resourceVersion") or "")
+        stale = self._superseded.get(name)
+        if stale and rv in stale:
+            stale.discard(rv)
+            return
+        self._requests[name] = obj
+        if not _finished(Request.from_object(obj)):
+            self._queue.add(name)
+
+    def _on_ca(self, secret: str, obj: Object | None) -> None:
+        ca: CA | None = None
+        if obj is not None:
+            try:
+                ca = CA.from_secret(obj)
+            except CAError as e:
+                log.warning("Could not load CA", extra={"secret": secret, "error": e.problem})
+        before = self._cas.get(secret)
+        self._cas[secret] = ca
+        if self._metrics:
+            self._metrics.ca_loaded.labels(secret).set(1 if ca else 0)
+        self._publisher.add(PUBLISH_KEY)
+        if ca is not None and (before is None or before.cert != ca.cert):
+            log.info(
+                "Loaded CA", extra={"secret": secret, "subject": ca.cert.subject.rfc4514_string()}
+            )
+            for name, request in self._requests.items():
+                if not _finished(Request.from_object(request)):
+                    self._queue.add(name)
+
+    # -- the CA bundle (CT-005) --------------------------------------------------------------
+
+    async def _publish(self, _key: str) -> None:
+        serving = self._cas.get(self.config.serving_ca_secret)
+        client = self._cas.get(self.config.client_ca_secret)
+        data = bundle(serving.cert_pem if serving else None, client.cert_pem if client else None)
+        if await publish(self._kube, self.config.namespace, self.config.ca_bundle_config_map, data):
+            log.info(
+                "Published CA certificates",
+                extra={"configmap": self.config.ca_bundle_config_map, "keys": sorted(data)},
+            )
+
+    # -- one request -------------------------------------------------------------------------
+
+    async def _handle(self, name: str) -> float | None:
+        obj = self._requests.get(name)
+        if obj is None:
+            return None
+        request = Request.from_object(obj)
+        if _finished(request):
+            return None  # CT-003
+        started = time.monotonic()
+        try:
+            if request.signer in SERVING_SIGNERS:
+                async with self._serving_lock:
+                    await self._review(name, request, obj)
+            else:
+                await self._review(name, request, obj)
+        except ConflictError:
+            # Someone else wrote first (the request, or the pins): review the newest copy.
+            await self._refresh(name)
+            return 0.0
+        finally:
+            if self._metrics:
+                self._metrics.review_seconds.observe(time.monotonic() - started)
+        return None
+
+    async def _facts(self, request: Request) -> tuple[Facts, Pins]:
+        node: NodeFacts | None = None
+        node_name = requester_node(request)
+        serving = request.signer in SERVING_SIGNERS
+        # Only serving requests need their Node (CT-010, CT-014; CT-011: a client's need not).
+        if serving and isinstance(node_name, str):
+            try:
+                node = NodeFacts.from_object(await self._kube.get(NODES, node_name))
+            except NotFoundError:
+                node = None
+        pins = Pins()
+        if serving:
+            pins = await read_pins(
+                self._kube, self.config.namespace, self.config.address_pins_config_map
+            )
+        facts = Facts(
+            trust_domain=self.config.trust_domain,
+            exec_agent_username=self.config.exec_agent_username,
+            node=node,
+            pins=pins.data,
+        )
+        return facts, pins
+
+    async def _review(self, name: str, request: Request, obj: Object) -> None:
+        facts, pins = await self._facts(request)
+        verdict = review(request, facts)
+        extra = {"csr": name, "signer": request.signer}
+        if not request.approved:
+            if isinstance(verdict, Failure):
+                # CT-013: denied, naming the check.
+                await self._condition(obj, CSRCondition.DENIED, verdict.reason, verdict.message)
+                self._count(request, "denied", verdict.check)
+                log.info(
+                    "Denied CertificateSigningRequest",
+                    extra={**extra, "check": verdict.check, "reason": verdict.message},
+                )
+                return
+            obj = await self._condition(
+                obj, CSRCondition.APPROVED, CSRReason.EXEC_AGENT_OWN_NODE, APPROVED_MESSAGE
+            )
+            self._count(request, "approved")
+            log.info("Approved CertificateSigningRequest", extra={**extra, "node": verdict.node})
+        elif isinstance(verdict, Failure):
+            # CT-006, CT-008: approved by someone, but a check fails: never signed.
+            await self._condition(
+                obj, CSRCondition.FAILED, verdict.reason, FAILED_PREFIX + verdict.message
+            )
+            self._count(request, "failed", verdict.check)
+            log.info(
+                "Failed CertificateSigningRequest",
+                extra={**extra, "check": verdict.check, "reason": verdict.message},
+            )
+            return
+        await self._sign(name, request, obj, verdict, pins)
+
+    async def _sign(
+        self, name: str, request: Request, obj: Object, approval: Approval, pins: Pins
+    ) -> None:
+        secret = ca_secret_for(
+            request.signer, self.config.serving_ca_secret, self.config.client_ca_secret
+        )  # CT-002
+        ca = self._cas.get(secret)
+        if ca is None:
+            # Loading the CA queues every open request again.
+            log.info("Waiting for the CA to sign", extra={"csr": name, "secret": secret})
+            return
+        if approval.pin and approval.ip is not None:
+            # CT-016: the pin is stored before the certificate.
+            await add_pin(
+                self._kube,
+                self.config.namespace,
+                self.config.address_pins_config_map,
+                pins,
+                approval.node,
+                str(approval.ip),
+            )
+            log.info("Pinned address", extra={"node": approval.node, "address": str(approval.ip)})
+        cert = issue(
+            ca,
+            approval,
+            request.signer,
+            now=self._clock(),
+            max_duration=self.config.certificate_max_duration,
+            requested_seconds=request.expiration_seconds,
+        )
+        body = copy.deepcopy(obj)
+        body.setdefault("status", {})["certificate"] = base64.b64encode(
+            cert.public_bytes(serialization.Encoding.PEM)
+        ).decode()
+        answer = await self._kube.replace(
+            CERTIFICATE_SIGNING_REQUESTS, name, body, subresource="status"
+        )
+        self._remember(answer)
+        self._count(request, "signed")
+        log.info(
+            "Signed CertificateSigningRequest",
+            extra={
+                "csr": name,
+                "signer": request.signer,
+                "node": approval.node,
+                "not_after": cert.not_valid_after_utc.isoformat(),
+            },
+        )
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def _condition(
+        self, obj: Object, type: CSRCondition, reason: CSRReason, message: str
+    ) -> Object:
+        """Append a True condition; Approved and Denied through `/approval`, Failed `/status`."""
+        now = _rfc3339(self._clock())
+        body = copy.deepcopy(obj)
+        status = body.setdefault("status", {})
+        status.setdefault("conditions", [])
+        status["conditions"].append(
+            {
+                "type": str(type),
+                "status": "True",
+                "reason": str(reason),
+                "message": message,
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            }
+        )
+        sub = "status" if type == CSRCondition.FAILED else "approval"
+        name = str(body["metadata"]["name"])
+        answer = await self._kube.replace(CERTIFICATE_SIGNING_REQUESTS, name, body, subresource=sub)
+        self._remember(answer)
+        return answer
+
+    def _remember(self, answer: Object) -> None:
+        # Only a request still known: a write's answer never brings back a deleted one.
+        name = str(answer["metadata"]["name"])
+        before = self._requests.get(name)
+        if before is None:
+            return
+        old_rv = str(before["metadata"].get("resourceVersion") or "")
+        new_rv = str(answer["metadata"].get("resourceVersion") or "")
+        if old_rv != new_rv:
+            self._superseded.setdefault(name, set()).add(old_rv)
+        self._requests[name] = answer
+
+    async def _refresh(self, name: str) -> None:
+        try:
+            fresh = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
+        except NotFoundError:
+            self._requests.pop(name, None)
+            return
+        self._remember(fresh)
+
+    def _count(self, request: Request, outcome: str, check: str = "") -> None:
+        if self._metrics:
+            self._metrics.outcome(request.signer, outcome, check)

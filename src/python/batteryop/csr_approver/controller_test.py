@@ -1,0 +1,486 @@
+"""The approver against the real API server: real CSRs from the Exec Agent's real identity.
+
+Every request here is created by a client holding a ServiceAccount token (see conftest.py), so
+`spec.username` and the node-name extra are what the real API server records. The approver is
+awaited on watches; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from batteryop.api import names
+from batteryop.api.conditions import CSRCondition, CSRReason
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import ForbiddenError, NotFoundError
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES, SECRETS
+from batteryop.testing.csr_approver_env import (
+    APPROVER_CLUSTER_RULES,
+    TRUST_DOMAIN,
+    Cluster,
+    certificate_pem,
+    condition,
+    decided,
+    finished,
+    running,
+    tls_secret,
+    until,
+    until_csr,
+)
+from batteryop.testing.csrs import csr_body, ec_key, request_pem
+from batteryop.tls import CertificateAuthority
+
+pytestmark = pytest.mark.controlplane
+
+SERVING = names.FLINTLOCKD_SERVING_SIGNER
+CLIENT = names.FLINTLOCKD_CLIENT_SIGNER
+AGENT_SERVING = names.EXEC_AGENT_SERVING_SIGNER
+
+
+def host_id(node: str) -> str:
+    return names.spiffe_host_id(TRUST_DOMAIN, node)
+
+
+def agent_id(node: str) -> str:
+    return names.spiffe_exec_agent_id(TRUST_DOMAIN, node)
+
+
+def signed(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("status") or {}).get("certificate"))
+
+
+async def pins(cluster: Cluster) -> dict[str, str]:
+    try:
+        cm = await cluster.kube.get(CONFIGMAPS, names.ADDRESS_PINS_CONFIG_MAP, cluster.namespace)
+    except NotFoundError:
+        return {}
+    return dict(cm.get("data") or {})
+
+
+# -- approved and signed ----------------------------------------------------------------------
+
+
+@pytest.mark.req("CT-010", "CT-002", "CT-004", "CT-007", "CT-012", "CT-016")
+async def test_a_flintlockd_serving_request_is_approved_pinned_and_signed(cluster: Cluster) -> None:
+    node = await cluster.node("host-a", "10.20.0.1", "10.20.0.2")
+    async with running(cluster), cluster.client_as(node) as agent:
+        pem = request_pem(ec_key(), ("10.20.0.2", host_id(node)), common_name="anything")
+        name = await cluster.create_csr(
+            agent, csr_body(cluster.name("serving"), SERVING, pem, expiration_seconds=3600)
+        )
+        obj = await until_csr(cluster.kube, name, finished, "finished")
+    assert obj["spec"]["extra"][names.NODE_NAME_EXTRA] == [node]
+    approved = condition(obj, CSRCondition.APPROVED)
+    assert approved and approved["reason"] == CSRReason.EXEC_AGENT_OWN_NODE
+    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
+    cert.verify_directly_issued_by(cluster.serving_ca.pair.cert)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == node
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.20.0.2")]
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [host_id(node)]
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert ku.digital_signature and ku.key_encipherment
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    # one hour asked, backdated five minutes
+    assert lifetime == datetime.timedelta(hours=1, minutes=5)
+    assert await pins(cluster) == {node: "10.20.0.2"}
+
+
+@pytest.mark.req("CT-014", "CT-002")
+async def test_an_exec_agent_serving_request_is_signed_by_the_serving_ca(cluster: Cluster) -> None:
+    node = await cluster.node("host-e", "10.21.0.1")
+    async with running(cluster), cluster.client_as(node) as agent:
+        pem = request_pem(ec_key(), ("10.21.0.1", agent_id(node)))
+        name = await cluster.create_csr(
+            agent, csr_body(cluster.name("agent-serving"), AGENT_SERVING, pem)
+        )
+        obj = await until_csr(cluster.kube, name, finished, "finished")
+    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
+    cert.verify_directly_issued_by(cluster.serving_ca.pair.cert)
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    # no expirationSeconds: the configured maximum (168h), backdated five minutes
+    assert lifetime == datetime.timedelta(hours=168, minutes=5)
+
+
+@pytest.mark.req("CT-011", "CT-002", "CT-012")
+async def test_a_client_request_is_signed_by_the_client_ca_even_after_its_node_is_gone(
+    cluster: Cluster,
+) -> None:
+    node = await cluster.node("host-c", "10.22.0.1")
+    async with cluster.client_as(node) as agent:
+        await cluster.kube.delete(NODES, node)
+        async with running(cluster):
+            pem = request_pem(ec_key(), (agent_id(node),))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("client"), CLIENT, pem))
+            obj = await until_csr(cluster.kube, name, finished, "finished")
+    assert obj["spec"]["extra"][names.NODE_NAME_EXTRA] == [node]
+    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
+    cert.verify_directly_issued_by(cluster.client_ca.pair.cert)
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [agent_id(node)]
+    assert san.get_values_for_type(x509.IPAddress) == []
+
+
+@pytest.mark.req("CT-005")
+async def test_both_ca_certificates_are_published_without_keys(cluster: Cluster) -> None:
+    async with running(cluster) as approver:
+        # A signed request shows both CAs were loaded, and loading them publishes them.
+        node = await cluster.node("host-p", "10.23.0.1")
+        async with cluster.client_as(node) as agent:
+            pem = request_pem(ec_key(), (agent_id(node),))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("pub"), CLIENT, pem))
+            await until_csr(cluster.kube, name, signed, "signed")
+        assert approver.ready
+        cm = await until(
+            cluster.kube,
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            lambda o: len(o.get("data") or {}) == 2,
+            "published both CAs",
+            namespace=cluster.namespace,
+        )
+    data = cm["data"]
+    assert set(data) == {names.SERVING_CA_BUNDLE_KEY, names.CLIENT_CA_BUNDLE_KEY}
+    assert data[names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
+    assert data[names.CLIENT_CA_BUNDLE_KEY].encode() == cluster.client_ca.cert_pem
+    assert all("PRIVATE KEY" not in v for v in data.values())
+    assert cm["metadata"]["labels"][names.MANAGED_BY_LABEL] == names.MANAGED_BY
+
+
+@pytest.mark.req("CT-005", "CT-002")
+async def test_an_edited_bundle_is_put_right_and_a_new_ca_is_published_and_used(
+    cluster: Cluster,
+) -> None:
+    def bundle_is(serving: bytes) -> Callable[[dict[str, Any]], bool]:
+        def check(o: dict[str, Any]) -> bool:
+            data = o.get("data") or {}
+            return (
+                data.get(names.SERVING_CA_BUNDLE_KEY) == serving.decode()
+                and data.get(names.CLIENT_CA_BUNDLE_KEY) == cluster.client_ca.cert_pem.decode()
+            )
+
+        return check
+
+    async def bundle(serving: bytes, what: str) -> None:
+        await until(
+            cluster.kube,
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            bundle_is(serving),
+            what,
+            namespace=cluster.namespace,
+        )
+
+    node = await cluster.node("host-rot", "10.39.0.1")
+    async with running(cluster):
+        await bundle(cluster.serving_ca.cert_pem, "published")
+        await cluster.kube.patch(
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            {"data": {names.SERVING_CA_BUNDLE_KEY: "tampered", "extra": "kept"}},
+            cluster.namespace,
+        )
+        await bundle(cluster.serving_ca.cert_pem, "put right")
+        rotated = CertificateAuthority.create("serving-ca-2")
+        await cluster.kube.replace(
+            SECRETS,
+            names.SERVING_CA_SECRET,
+            tls_secret(names.SERVING_CA_SECRET, rotated),
+            cluster.namespace,
+        )
+        await bundle(rotated.cert_pem, "published the new CA")
+        async with cluster.client_as(node) as agent:
+            pem = request_pem(ec_key(), ("10.39.0.1", host_id(node)))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("rot"), SERVING, pem))
+            obj = await until_csr(cluster.kube, name, signed, "signed")
+    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
+    cert.verify_directly_issued_by(rotated.pair.cert)
+
+
+# -- denied, naming the check (CT-013) -------------------------------------------------------
+
+
+async def denial(cluster: Cluster, name: str) -> dict[str, object]:
+    obj = await until_csr(cluster.kube, name, decided, "decided")
+    denied = condition(obj, CSRCondition.DENIED)
+    assert denied is not None, obj.get("status")
+    assert not signed(obj)
+    return denied
+
+
+@pytest.mark.req("CT-013", "CT-010")
+@pytest.mark.parametrize(
+    ("case", "reason", "check"),
+    [
+        ("extra-san", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
+        ("missing-san", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
+        ("other-nodes-address", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "node-address"),
+        ("other-nodes-id", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, "subject-alt-names"),
+        ("wrong-usages", CSRReason.KEY_USAGES_MISMATCH, "key-usages"),
+        ("node-missing", CSRReason.NODE_NOT_FOUND, "node"),
+        ("p521-key", CSRReason.INVALID_REQUEST, "request"),
+        ("huge-san-list", CSRReason.INVALID_REQUEST, "request"),
+    ],
+)
+async def test_a_failing_serving_request_is_denied_naming_the_check(
+    cluster: Cluster, case: str, reason: CSRReason, check: str
+) -> None:
+    node = await cluster.node("host-d", "10.30.0.1")
+    other = await cluster.node("host-o", "10.30.0.9")
+    sans: tuple[str, ...] = ("10.30.0.1", host_id(node))
+    usages = None
+    if case == "extra-san":
+        sans = (*sans, "host-d.example.test")
+    elif case == "missing-san":
+        sans = (host_id(node),)
+    elif case == "other-nodes-address":
+        sans = ("10.30.0.9", host_id(node))
+    elif case == "other-nodes-id":
+        sans = ("10.30.0.1", host_id(other))
+    elif case == "wrong-usages":
+        usages = ["digital signature", "key encipherment", "client auth"]
+    elif case == "huge-san-list":
+        sans = (*sans, *(f"10.99.{i // 250}.{i % 250}" for i in range(4000)))
+    key = ec_key(ec.SECP521R1()) if case == "p521-key" else ec_key()
+    async with running(cluster), cluster.client_as(node) as agent:
+        if case == "node-missing":
+            await cluster.kube.delete(NODES, node)
+        pem = request_pem(key, sans)
+        name = await cluster.create_csr(
+            agent, csr_body(cluster.name(case), SERVING, pem, usages=usages)
+        )
+        denied = await denial(cluster, name)
+    assert denied["reason"] == reason
+    assert str(denied["message"]).startswith(f"The {check} check failed")
+    assert other  # the other Node exists throughout
+    assert await pins(cluster) == {}
+
+
+@pytest.mark.req("CT-013", "CT-010", "CT-011", "CT-014")
+@pytest.mark.parametrize("signer", [SERVING, CLIENT])
+async def test_a_request_from_another_service_account_is_denied(
+    cluster: Cluster, signer: str
+) -> None:
+    node = await cluster.node("host-r", "10.31.0.1")
+    sans = (agent_id(node),) if signer == CLIENT else ("10.31.0.1", host_id(node))
+    async with running(cluster), cluster.client_as(node, service_account="not-the-agent") as other:
+        pem = request_pem(ec_key(), sans)
+        name = await cluster.create_csr(other, csr_body(cluster.name("requester"), signer, pem))
+        denied = await denial(cluster, name)
+    assert denied["reason"] == CSRReason.REQUESTER_NOT_EXEC_AGENT
+
+
+@pytest.mark.req("CT-013", "CT-011")
+async def test_a_request_whose_token_is_bound_to_no_pod_names_no_node_and_is_denied(
+    cluster: Cluster,
+) -> None:
+    async with running(cluster), cluster.client_as(None) as agent:
+        pem = request_pem(ec_key(), (agent_id("host-x"),))
+        name = await cluster.create_csr(agent, csr_body(cluster.name("no-node"), CLIENT, pem))
+        denied = await denial(cluster, name)
+    assert denied["reason"] == CSRReason.REQUESTER_NODE_MISSING
+
+
+@pytest.mark.req("CT-015", "CT-016", "CT-013")
+async def test_an_address_pinned_to_another_node_is_denied_and_pins_never_change(
+    cluster: Cluster,
+) -> None:
+    # host-b was first at 10.32.0.5; later host-a's kubelet claims the same address.
+    first = await cluster.node("host-b", "10.32.0.5")
+    second = await cluster.node("host-a", "10.32.0.5", "10.32.0.6")
+    async with running(cluster):
+        async with cluster.client_as(first) as agent_b:
+            pem = request_pem(ec_key(), ("10.32.0.5", host_id(first)))
+            name = await cluster.create_csr(agent_b, csr_body(cluster.name("first"), SERVING, pem))
+            await until_csr(cluster.kube, name, signed, "signed")
+        assert await pins(cluster) == {first: "10.32.0.5"}
+        async with cluster.client_as(second) as agent_a:
+            pem = request_pem(ec_key(), ("10.32.0.5", host_id(second)))
+            name = await cluster.create_csr(agent_a, csr_body(cluster.name("taken"), SERVING, pem))
+            denied = await denial(cluster, name)
+            assert denied["reason"] == CSRReason.ADDRESS_PINNED
+            # The Node's other address is free: it is pinned to host-a, and stays its pin.
+            pem = request_pem(ec_key(), ("10.32.0.6", host_id(second)))
+            name = await cluster.create_csr(agent_a, csr_body(cluster.name("free"), SERVING, pem))
+            await until_csr(cluster.kube, name, signed, "signed")
+        # host-b's Node goes away; its pin stays (CT-016), so its address stays refused.
+        await cluster.kube.delete(NODES, first)
+        async with cluster.client_as(second) as agent_a:
+            pem = request_pem(ec_key(), ("10.32.0.6", host_id(second)))
+            name = await cluster.create_csr(agent_a, csr_body(cluster.name("again"), SERVING, pem))
+            await until_csr(cluster.kube, name, signed, "signed")
+    assert await pins(cluster) == {first: "10.32.0.5", second: "10.32.0.6"}
+
+
+# -- approved by someone else; other signers; restarts --------------------------------------
+
+
+@pytest.mark.req("CT-006", "CT-008", "CT-003")
+async def test_a_request_approved_by_someone_else_is_failed_if_a_check_fails(
+    cluster: Cluster,
+) -> None:
+    node = await cluster.node("host-f", "10.33.0.1")
+    async with cluster.client_as(node) as agent:
+        # Made and approved by hand while the approver is down: a DNS name it never allows,
+        # and a good request approved by hand too.
+        bad = request_pem(ec_key(), ("10.33.0.1", host_id(node), "evil.example.test"))
+        bad_name = await cluster.create_csr(agent, csr_body(cluster.name("bad"), SERVING, bad))
+        good = request_pem(ec_key(), (agent_id(node),))
+        good_name = await cluster.create_csr(agent, csr_body(cluster.name("good"), CLIENT, good))
+    await cluster.set_condition(bad_name, CSRCondition.APPROVED, "ByHand")
+    await cluster.set_condition(good_name, CSRCondition.APPROVED, "ByHand")
+    async with running(cluster):
+        failed = await until_csr(cluster.kube, bad_name, finished, "finished")
+        ok = await until_csr(cluster.kube, good_name, finished, "finished")
+    assert not signed(failed)
+    fail = condition(failed, CSRCondition.FAILED)
+    assert fail is not None and fail["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH
+    assert "subject-alt-names" in str(fail["message"])
+    assert condition(failed, CSRCondition.DENIED) is None
+    assert signed(ok)  # approved by someone else and passing every check: signed (CT-006)
+
+
+@pytest.mark.req("CT-003")
+async def test_a_request_denied_by_someone_else_is_never_signed(cluster: Cluster) -> None:
+    node = await cluster.node("host-g", "10.34.0.1")
+    async with cluster.client_as(node) as agent:
+        pem = request_pem(ec_key(), (agent_id(node),))
+        denied_name = await cluster.create_csr(agent, csr_body(cluster.name("denied"), CLIENT, pem))
+        await cluster.set_condition(denied_name, CSRCondition.DENIED, "ByHand")
+        async with running(cluster):
+            # A later request is finished after the approver has seen the denied one.
+            pem = request_pem(ec_key(), (agent_id(node),))
+            later = await cluster.create_csr(agent, csr_body(cluster.name("later"), CLIENT, pem))
+            await until_csr(cluster.kube, later, signed, "signed")
+    obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, denied_name)
+    assert not signed(obj)
+    assert [x["type"] for x in obj["status"]["conditions"]] == [CSRCondition.DENIED]
+
+
+@pytest.mark.req("CT-001")
+async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) -> None:
+    node = await cluster.node("host-h", "10.35.0.1")
+    async with cluster.client_as(node) as agent, running(cluster):
+        pem = request_pem(ec_key(), (agent_id(node),))
+        foreign = await cluster.create_csr(
+            agent,
+            csr_body(
+                cluster.name("foreign"),
+                "example.test/other-signer",
+                pem,
+                usages=list(names.CLIENT_USAGES),
+            ),
+        )
+        later = await cluster.create_csr(agent, csr_body(cluster.name("ours"), CLIENT, pem))
+        await until_csr(cluster.kube, later, signed, "signed")
+    obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, foreign)
+    assert not (obj.get("status") or {}).get("conditions")
+    assert not signed(obj)
+
+
+async def test_an_approved_request_left_by_a_stopped_approver_is_signed_after_a_restart(
+    cluster: Cluster,
+) -> None:
+    node = await cluster.node("host-i", "10.36.0.1")
+    async with cluster.client_as(node) as agent:
+        pem = request_pem(ec_key(), ("10.36.0.1", host_id(node)))
+        name = await cluster.create_csr(agent, csr_body(cluster.name("restart"), SERVING, pem))
+    # The approver approved it and stopped before signing: simulated by approving as it would.
+    await cluster.set_condition(name, CSRCondition.APPROVED, CSRReason.EXEC_AGENT_OWN_NODE)
+    async with running(cluster):
+        obj = await until_csr(cluster.kube, name, finished, "finished")
+    assert signed(obj)
+    base64.b64decode(obj["status"]["certificate"])
+    assert await pins(cluster) == {node: "10.36.0.1"}
+
+
+# -- as its own identity -------------------------------------------------------------------------
+
+
+@pytest.mark.req("CT-001", "CT-010", "CT-011")
+async def test_the_approver_works_with_only_its_own_least_privilege_rbac(
+    cluster: Cluster,
+) -> None:
+    """Approve and sign need `approve` and `sign` on the three signers: the real API server
+    checks both, so this also proves the approver needs no more than APPROVER_CLUSTER_RULES."""
+    credentials = await cluster.approver_credentials()
+    node = await cluster.node("host-rbac", "10.37.0.1")
+    async with running(cluster, credentials=credentials), cluster.client_as(node) as agent:
+        serving = request_pem(ec_key(), ("10.37.0.1", host_id(node)))
+        client = request_pem(ec_key(), (agent_id(node),))
+        first = await cluster.create_csr(agent, csr_body(cluster.name("s"), SERVING, serving))
+        second = await cluster.create_csr(agent, csr_body(cluster.name("c"), CLIENT, client))
+        bad = request_pem(ec_key(), (agent_id("elsewhere"),))
+        third = await cluster.create_csr(agent, csr_body(cluster.name("bad"), CLIENT, bad))
+        for name in (first, second):
+            await until_csr(cluster.kube, name, signed, "signed")
+        denied = await denial(cluster, third)
+        cm = await until(
+            cluster.kube,
+            CONFIGMAPS,
+            names.CA_BUNDLE_CONFIG_MAP,
+            lambda o: len(o.get("data") or {}) == 2,
+            "published both CAs",
+            namespace=cluster.namespace,
+        )
+    assert denied["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH
+    assert await pins(cluster) == {node: "10.37.0.1"}
+    assert cm["data"][names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
+
+
+async def test_without_sign_on_the_signers_the_api_server_refuses_the_certificate(
+    cluster: Cluster,
+) -> None:
+    """The RBAC the API server enforces: approving needs `approve` on the signer, storing a
+    certificate needs `sign`. With `approve` only, requests are approved and stay unsigned."""
+    rules = [dict(r) for r in APPROVER_CLUSTER_RULES]
+    for rule in rules:
+        if rule["resources"] == ["signers"]:
+            rule["verbs"] = ["approve"]
+    credentials = await cluster.approver_credentials(rules)
+    node = await cluster.node("host-nosign", "10.38.0.1")
+    async with (
+        KubeClient(credentials) as as_approver,
+        running(cluster, credentials=credentials),
+        cluster.client_as(node) as agent,
+    ):
+        assert await as_approver.self_subject_access_review(
+            "approve", "signers", group="certificates.k8s.io", name=CLIENT
+        )
+        assert not await as_approver.self_subject_access_review(
+            "sign", "signers", group="certificates.k8s.io", name=CLIENT
+        )
+        pem = request_pem(ec_key(), (agent_id(node),))
+        name = await cluster.create_csr(agent, csr_body(cluster.name("nosign"), CLIENT, pem))
+        obj = await until_csr(cluster.kube, name, decided, "decided")
+        # The approval went through; the certificate write is refused (403) and retried, so
+        # the request stays approved and unsigned for as long as the grant is missing. The
+        # same write, made here with the approver's credentials, shows the refusal.
+        body = {
+            **obj,
+            "status": {
+                **obj["status"],
+                "certificate": base64.b64encode(
+                    cluster.client_ca.issue(node, client=True).cert_pem
+                ).decode(),
+            },
+        }
+        with pytest.raises(ForbiddenError):
+            await as_approver.replace(
+                CERTIFICATE_SIGNING_REQUESTS, name, body, subresource="status"
+            )
+    assert condition(obj, CSRCondition.APPROVED) is not None
+    assert not signed(await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, name))

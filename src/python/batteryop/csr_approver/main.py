@@ -1,0 +1,91 @@
+"""The CSR approver's entry point: flags, logging, the kube client, probes, metrics, then run.
+
+    csr-approver --trust-domain=battery.liquidmetal-x.dev --namespace=battery-operator-system
+
+Exits 2 with one line naming the flag on a bad setting, a missing `--trust-domain` included
+(CT-020); 0 after SIGTERM or SIGINT. Readiness (`/readyz`) is true once the requests are listed
+and both CAs are loaded; liveness (`/healthz`) is the event loop answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from batteryop.csr_approver.config import PROG, ApproverConfig, ConfigError, parse
+from batteryop.csr_approver.controller import Approver
+from batteryop.csr_approver.metrics import ApproverMetrics
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.obs.addresses import parse_bind_address
+from batteryop.obs.health import HealthServer, MetricsServer
+from batteryop.obs.logging import configure_logging
+
+log = logging.getLogger("batteryop.csr_approver")
+
+
+async def run(config: ApproverConfig, stop: asyncio.Event) -> None:
+    registry = CollectorRegistry()
+    kube_config = (
+        KubeConfig.from_kubeconfig(str(config.kubeconfig))
+        if config.kubeconfig
+        else KubeConfig.load()
+    )
+    async with KubeClient(kube_config, user_agent=PROG) as kube:
+        approver = Approver(config, kube, metrics=ApproverMetrics(registry))
+        servers: list[HealthServer | MetricsServer] = []
+        health_at = parse_bind_address(
+            config.health_probe_bind_address, flag="--health-probe-bind-address"
+        )
+        if health_at is not None:
+            servers.append(
+                HealthServer(
+                    *health_at,
+                    checks={"approver": lambda: approver.ready},
+                    liveness_checks={"loop": lambda: True},
+                )
+            )
+        metrics_at = parse_bind_address(config.metrics_bind_address, flag="--metrics-bind-address")
+        if metrics_at is not None:
+            servers.append(MetricsServer(*metrics_at, registry))
+        for server in servers:
+            await server.start()
+        log.info("Started", extra={"trust_domain": config.trust_domain})
+        try:
+            await approver.run(stop)
+        finally:
+            for server in servers:
+                await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse(argv)
+    except (ConfigError, ValueError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
+    stop = asyncio.Event()
+
+    async def _main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run(config, stop)
+
+    try:
+        asyncio.run(_main())
+    except ValueError as e:  # e.g. a bind address that does not parse
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    log.info("Stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The two CAs, read from their Secrets, and the certificates they issue.
+
+A CA Secret has the `kubernetes.io/tls` layout cert-manager writes: `tls.crt` holds the CA
+certificate first (any chain after it is ignored), `tls.key` its key. The certificate must be a
+CA (basic constraints) and the key must be its key; otherwise `CAError` names the Secret.
+
+`issue` makes the leaf (CT-004, CT-007): subject CN = the requester's Node, whatever the request
+asked; the SANs the checks approved; key usage digital signature and key encipherment, extended
+key usage server or client auth by signer; a random serial (cryptography's, 159 bits); not before = now minus five minutes, never before the CA's own; not
+after = now plus the shorter of `expirationSeconds` and the configured maximum, never after the
+CA's own. A CA that has expired signs nothing (`CAError`).
+
+Neither a key nor a key's PEM is ever logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from batteryop.api import names
+from batteryop.csr_approver.checks import SERVING_SIGNERS, Approval
+
+BACKDATE: Final = datetime.timedelta(minutes=5)
+"""How far before now a certificate becomes valid, for clocks a little behind ours."""
+
+
+class CAError(Exception):
+    """A CA Secret cannot be used to sign: `secret` names it, `problem` says why."""
+
+    def __init__(self, secret: str, problem: str) -> None:
+        super().__init__(f"CA Secret {secret}: {problem}")
+        self.secret = secret
+        self.problem = problem
+
+
+def _b64(secret: str, data: Mapping[str, Any], key: str) -> bytes:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise CAError(secret, f"has no {key}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise CAError(secret, f"{key} is not base64") from None
+
+
+@dataclass(frozen=True)
+class CA:
+    """A CA certificate and its key, from the Secret `secret`."""
+
+    secret: str
+    cert: x509.Certificate
+    key: CertificateIssuerPrivateKeyTypes
+
+    @classmethod
+    def from_secret(cls, obj: Mapping[str, Any]) -> CA:
+        name = str((obj.get("metadata") or {}).get("name") or "?")
+        data = obj.get("data") or {}
+        if not isinstance(data, Mapping):
+            raise CAError(name, "has no data")
+        cert_pem = _b64(name, data, "tls.crt")
+        key_pem = _b64(name, data, "tls.key")
+        try:
+            cert = x509.load_pem_x509_certificates(cert_pem)[0]
+        except (ValueError, IndexError):
+            raise CAError(name, "tls.crt holds no PEM certificate") from None
+        try:
+            key = serialization.load_pem_private_key(key_pem, password=None)
+        except (ValueError, TypeError):
+            # Never chain the original error: its text could quote the key material.
+            raise CAError(name, "tls.key holds no unencrypted PEM private key") from None
+        if not isinstance(
+            key,
+            ec.EllipticCurvePrivateKey
+            | rsa.RSAPrivateKey
+            | ed25519.Ed25519PrivateKey
+            | ed448.Ed448PrivateKey,
+        ):
+            raise CAError(name, f"a {type(key).__name__} key cannot sign certificates")
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        der = serialization.Encoding.DER
+        if key.public_key().public_bytes(der, spki) != cert.public_key().public_bytes(der, spki):
+            raise CAError(name, "tls.key is not the key of the certificate in tls.crt")
+        try:
+            is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        except x509.ExtensionNotFound:
+            is_ca = False
+        if not is_ca:
+            raise CAError(name, "the certificate in tls.crt is not a CA")
+        return cls(secret=name, cert=cert, key=key)
+
+    @property
+    def cert_pem(self) -> bytes:
+        """The CA certificate alone, re-encoded (never the key)."""
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+
+def validity(
+    ca: CA,
+    now: datetime.datetime,
+    max_duration: datetime.timedelta,
+    requested_seconds: int | None,
+) -> tuple[datetime.datetime, datetime.datetime]:
+    """CT-004: (not before, not after), capped by the maximum and by the CA's own validity."""
+    ca_start = ca.cert.not_valid_before_utc
+    ca_end = ca.cert.not_valid_after_utc
+    if now >= ca_end:
+        raise CAError(ca.secret, f"the CA expired at {ca_end.isoformat()}")
+    lifetime = max_duration
+    if requested_seconds is not None:
+        lifetime = min(lifetime, datetime.timedelta(seconds=requested_seconds))
+    return max(now - BACKDATE, ca_start), min(now + lifetime, ca_end)
+
+
+def issue(
+    ca: CA,
+    approval: Approval,
+    signer: str,
+    *,
+    now: datetime.datetime,
+    max_duration: datetime.timedelta,
+    requested_seconds: int | None,
+) -> x509.Certificate:
+    """The certificate for an approved request (CT-004, CT-007)."""
+    not_before, not_after = validity(ca, now, max_duration, requested_seconds)
+    public = approval.csr.public_key()
+    usage = (
+        ExtendedKeyUsageOID.SERVER_AUTH
+        if signer in SERVING_SIGNERS
+        else ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    assert isinstance(
+        public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
+    )  # checks.parse_request accepts only these
+    try:
+        aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+            ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        )
+    except x509.ExtensionNotFound:
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key())
+    builder = (
+        x509.CertificateBuilder()
+        # CT-007: the Node's name, whatever subject the request asked for.
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, approval.node)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .add_extension(aki, critical=False)
+        .add_extension(x509.SubjectAlternativeName(approval.subject_alt_names), critical=False)
+    )
+    algorithm = (
+        None
+        if isinstance(ca.key, ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey)
+        else hashes.SHA256()
+    )
+    return builder.sign(ca.key, algorithm)
+
+
+def ca_secret_for(signer: str, serving_secret: str, client_secret: str) -> str:
+    """CT-002: the serving CA for both serving signers, the client CA for the client signer."""
+    return client_secret if signer == names.FLINTLOCKD_CLIENT_SIGNER else serving_secret

@@ -1,0 +1,156 @@
+"""CAs read from Secrets, and the certificates they issue (no server)."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from batteryop.api import names
+from batteryop.csr_approver.checks import Approval, Facts, NodeFacts, review
+from batteryop.csr_approver.request import Request
+from batteryop.csr_approver.signing import BACKDATE, CA, CAError, ca_secret_for, issue, validity
+from batteryop.testing.csrs import csr_object, ec_key, request_pem
+from batteryop.tls import CertificateAuthority
+
+TD = "example.test"
+AGENT = "system:serviceaccount:ops:exec-agent"
+NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
+WEEK = datetime.timedelta(hours=168)
+
+
+def tls_secret(name: str, cert_pem: bytes, key_pem: bytes) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(cert_pem).decode(),
+            "tls.key": base64.b64encode(key_pem).decode(),
+        },
+    }
+
+
+def make_ca(name: str = "serving", days: float = 3650) -> CA:
+    made = CertificateAuthority.create(name, validity=datetime.timedelta(days=days))
+    return CA.from_secret(tls_secret(name, made.cert_pem, made.pair.key_pem))
+
+
+def approval(signer: str = names.FLINTLOCKD_SERVING_SIGNER) -> Approval:
+    node = "host-a"
+    if signer == names.FLINTLOCKD_CLIENT_SIGNER:
+        sans: tuple[str, ...] = (names.spiffe_exec_agent_id(TD, node),)
+    else:
+        sans = ("10.0.0.5", names.spiffe_host_id(TD, node))
+    pem = request_pem(ec_key(), sans, common_name="asked-for-something-else")
+    obj = csr_object(signer, pem, username=AGENT, extra={names.NODE_NAME_EXTRA: [node]})
+    facts = Facts(TD, AGENT, NodeFacts(node, (ipaddress.ip_address("10.0.0.5"),)))
+    result = review(Request.from_object(obj), facts)
+    assert isinstance(result, Approval)
+    return result
+
+
+def test_a_ca_secret_loads() -> None:
+    ca = make_ca()
+    assert ca.secret == "serving"
+    assert b"PRIVATE" not in ca.cert_pem
+
+
+def test_a_leaf_certificate_is_not_a_ca() -> None:
+    made = CertificateAuthority.create("root")
+    leaf = made.issue("leaf", server=True)
+    with pytest.raises(CAError, match="not a CA"):
+        CA.from_secret(tls_secret("s", leaf.cert_pem, leaf.key_pem))
+
+
+def test_a_key_that_is_not_the_certificates_is_refused_without_quoting_it() -> None:
+    made = CertificateAuthority.create("root")
+    other = CertificateAuthority.create("other")
+    with pytest.raises(CAError) as caught:
+        CA.from_secret(tls_secret("s", made.cert_pem, other.pair.key_pem))
+    assert "not the key" in str(caught.value)
+    assert "PRIVATE" not in str(caught.value)
+
+
+@pytest.mark.parametrize("data", [{}, {"tls.crt": "x", "tls.key": "y"}, None])
+def test_an_unusable_secret_is_a_ca_error(data: object) -> None:
+    with pytest.raises(CAError):
+        CA.from_secret({"metadata": {"name": "s"}, "data": data})
+
+
+@pytest.mark.req("CT-002")
+def test_serving_signers_use_the_serving_ca_and_the_client_signer_the_client_ca() -> None:
+    assert ca_secret_for(names.FLINTLOCKD_SERVING_SIGNER, "srv", "cli") == "srv"
+    assert ca_secret_for(names.EXEC_AGENT_SERVING_SIGNER, "srv", "cli") == "srv"
+    assert ca_secret_for(names.FLINTLOCKD_CLIENT_SIGNER, "srv", "cli") == "cli"
+
+
+@pytest.mark.req("CT-004")
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [(None, WEEK), (3600, datetime.timedelta(hours=1)), (10 * 168 * 3600, WEEK)],
+)
+def test_the_lifetime_is_the_shorter_of_the_request_and_the_maximum(
+    requested: int | None, expected: datetime.timedelta
+) -> None:
+    ca = make_ca()
+    start = ca.cert.not_valid_before_utc
+    now = start + datetime.timedelta(days=1)
+    not_before, not_after = validity(ca, now, WEEK, requested)
+    assert not_before == now - BACKDATE
+    assert not_after == now + expected
+
+
+@pytest.mark.req("CT-004")
+def test_the_lifetime_never_passes_the_cas_expiry() -> None:
+    ca = make_ca(days=2)
+    now = ca.cert.not_valid_before_utc + datetime.timedelta(minutes=1)
+    not_before, not_after = validity(ca, now, WEEK, None)
+    assert not_after == ca.cert.not_valid_after_utc
+    assert not_before == ca.cert.not_valid_before_utc  # never before the CA's own start
+
+
+def test_an_expired_ca_signs_nothing() -> None:
+    ca = make_ca(days=1)
+    with pytest.raises(CAError, match="expired"):
+        validity(ca, ca.cert.not_valid_after_utc, WEEK, None)
+
+
+@pytest.mark.req("CT-007", "CT-004")
+def test_a_serving_certificate_names_the_node_and_only_the_approved_names() -> None:
+    ca = make_ca()
+    now = ca.cert.not_valid_before_utc + datetime.timedelta(hours=1)
+    cert = issue(ca, approval(), names.FLINTLOCKD_SERVING_SIGNER, now=now, max_duration=WEEK,
+                 requested_seconds=7200)  # fmt: skip
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "host-a"
+    assert cert.issuer == ca.cert.subject
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.5")]
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [
+        names.spiffe_host_id(TD, "host-a")
+    ]
+    assert san.get_values_for_type(x509.DNSName) == []
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert ku.digital_signature and ku.key_encipherment and not ku.key_cert_sign
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert cert.not_valid_after_utc == now + datetime.timedelta(hours=2)
+    assert isinstance(ca.cert.public_key(), ec.EllipticCurvePublicKey)
+    cert.verify_directly_issued_by(ca.cert)
+
+
+def test_a_client_certificate_is_for_client_auth_with_no_address() -> None:
+    ca = make_ca("client")
+    now = ca.cert.not_valid_before_utc + datetime.timedelta(hours=1)
+    cert = issue(ca, approval(names.FLINTLOCKD_CLIENT_SIGNER), names.FLINTLOCKD_CLIENT_SIGNER,
+                 now=now, max_duration=WEEK, requested_seconds=None)  # fmt: skip
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == []
+    cert.verify_directly_issued_by(ca.cert)

@@ -1,0 +1,168 @@
+"""A keyed work queue for level-triggered reconcilers, on asyncio.
+
+kopf delivers watch events; the controllers want "reconcile this object, now or later, never
+twice at once". `WorkQueue` gives exactly that:
+
+- `add(key)` makes the key due now; `add_after(key, seconds)` makes it due later, and the
+  earliest due time wins, so a watch event never waits behind a long requeue.
+- A key is processed by at most one worker at a time. A key added while it is being
+  processed is marked dirty and runs once more right after, with the newest state.
+- Workers are bounded (`workers`); a reconcile that raises is retried with a per-key
+  exponential backoff clamped to [`backoff_min`, `backoff_max`] (1-30 s by default), reset by
+  the next success.
+- Nothing polls: idle workers sleep until the earliest due time or a new key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class _Entry(Generic[K]):
+    due: float
+    seq: int
+    key: K = field(compare=False)
+
+
+class WorkQueue(Generic[K]):
+    """Keyed, deduplicating, delayed work queue with bounded workers and error backoff."""
+
+    def __init__(
+        self,
+        handler: Callable[[K], Awaitable[float | None]],
+        *,
+        name: str,
+        workers: int = 4,
+        backoff_min: float = 1.0,
+        backoff_max: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"{name}: workers must be at least 1")
+        self.name = name
+        self._handler = handler
+        self._workers = workers
+        self._backoff_min = backoff_min
+        self._backoff_max = backoff_max
+        self._clock = clock
+        self._heap: list[_Entry[K]] = []
+        self._due: dict[K, float] = {}
+        self._active: set[K] = set()
+        self._dirty: dict[K, float] = {}
+        self._failures: dict[K, int] = {}
+        self._seq = itertools.count()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.processed = 0
+        self.failed = 0
+
+    # -- producer side -----------------------------------------------------------------
+
+    def add(self, key: K) -> None:
+        """Reconcile `key` as soon as a worker is free."""
+        self.add_after(key, 0.0)
+
+    def add_after(self, key: K, seconds: float) -> None:
+        """Reconcile `key` after `seconds`, unless it is already due sooner."""
+        due = self._clock() + max(0.0, seconds)
+        if key in self._active:
+            self._dirty[key] = min(due, self._dirty.get(key, due))
+            return
+        current = self._due.get(key)
+        if current is not None and current <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._heap, _Entry(due, next(self._seq), key))
+        self._wake()
+
+    def _wake(self) -> None:
+        # Single-threaded asyncio: the queue's state changes only between awaits, so an
+        # event that wakes every idle worker to re-check is enough (no lock needed).
+        self._changed.set()
+
+    def __len__(self) -> int:
+        return len(self._due) + len(self._dirty)
+
+    def pending(self, key: K) -> bool:
+        return key in self._due or key in self._dirty or key in self._active
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(self._work(i), name=f"{self.name}-worker-{i}")
+            for i in range(self._workers)
+        ]
+        self._wake()
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def retry_delay(self, failures: int) -> float:
+        """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""
+        return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
+
+    # -- consumer side -----------------------------------------------------------------
+
+    async def _next(self) -> K:
+        while True:
+            while self._heap and self._due.get(self._heap[0].key) != self._heap[0].due:
+                heapq.heappop(self._heap)  # superseded by an earlier add
+            wait: float | None = None
+            if self._heap:
+                wait = self._heap[0].due - self._clock()
+                if wait <= 0:
+                    entry = heapq.heappop(self._heap)
+                    del self._due[entry.key]
+                    self._active.add(entry.key)
+                    return entry.key
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=wait)
+            except TimeoutError:
+                pass
+
+    async def _work(self, index: int) -> None:
+        while True:
+            key = await self._next()
+            requeue: float | None = None
+            try:
+                requeue = await self._handler(key)
+            except asyncio.CancelledError:
+                self._active.discard(key)
+                raise
+            except Exception:
+                self.failed += 1
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                requeue = self.retry_delay(failures)
+                log.exception(
+                    "%s: reconcile of %s failed; retrying in %.1fs", self.name, key, requeue
+                )
+            else:
+                self.processed += 1
+                self._failures.pop(key, None)
+            finally:
+                self._active.discard(key)
+            dirty = self._dirty.pop(key, None)
+            if dirty is not None:
+                self.add_after(key, max(0.0, dirty - self._clock()))
+            if requeue is not None:
+                self.add_after(key, requeue)
