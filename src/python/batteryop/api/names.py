@@ -155,10 +155,6 @@ EXEC_AGENT_SERVING_SIGNER: Final = f"{GROUP}/exec-agent-serving"
 SIGNERS: Final = (FLINTLOCKD_SERVING_SIGNER, FLINTLOCKD_CLIENT_SIGNER, EXEC_AGENT_SERVING_SIGNER)
 """Every signer the CSR approver acts for, and no other."""
 
-NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
-"""User extra the API server adds for a token bound to a Pod on a Node (Kubernetes >= 1.32); a
-CSR records it in `spec.extra`, and the CSR approver reads the requester's Node from it."""
-
 SERVING_USAGES: Final = ("digital signature", "key encipherment", "server auth")
 """The CSR `spec.usages` of both serving signers, exactly."""
 CLIENT_USAGES: Final = ("digital signature", "key encipherment", "client auth")
@@ -212,7 +208,9 @@ def claim_of_exec_secret(secret_name: str) -> str | None:
 # --- Kubernetes' own keys we read --------------------------------------------------------------
 
 NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
-"""User extra naming the Node of the Pod a service-account token is bound to (EA-050, EA-051)."""
+"""User extra naming the Node of the Pod a service-account token is bound to (Kubernetes >=
+1.32): the Exec Agent checks its own identity by it, and a CSR records it in `spec.extra`, where
+the CSR approver reads the requester's Node."""
 CREDENTIAL_ID_EXTRA: Final = "authentication.kubernetes.io/credential-id"
 """User extra of a service-account token's id, `JTI=<jti>` (EA-012)."""
 
