@@ -218,7 +218,7 @@ _INTERACTIVE = click.option(
 
 @cli.command(
     "exec",
-    context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    context_settings={**CONTEXT, "ignore_unknown_options": True},
 )
 @click.argument("claim_name", metavar="CLAIM")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -271,9 +271,7 @@ def ls(ctx: click.Context) -> None:
     Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
 
 
-@cli.command(
-    context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False}
-)
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
 @click.argument("pool")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @_HOLDER

@@ -69,3 +69,18 @@ def test_an_unreachable_api_server_is_one_line(
     assert err.count("\n") == 1, err
     assert "unreachable" in err
     assert "secret-token-value" not in err
+
+
+def test_options_before_the_double_dash_are_battery_s_and_after_it_the_command_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--timeout` before `--` is parsed (a bad value is a usage error); after it, nothing is."""
+    code, _, err = run(["run", "demo", "--timeout", "x", "--", "sh"], capsys)
+    assert code == 2
+    assert "--timeout" in err
+    missing = tmp_path / "nope"
+    code, _, err = run(
+        ["--kubeconfig", str(missing), "run", "demo", "--", "ls", "--timeout"], capsys
+    )
+    assert code == EXIT_EXEC_ERROR
+    assert err.startswith("battery: error: no usable Kubernetes configuration")

@@ -1,0 +1,267 @@
+"""Exec through a claim, and the `battery` command as a real process, against the whole stack.
+
+The Exec Agent is not on this branch yet, so each Host's Node report names a stand-in: a TLS
+server signed by a test CA that requires a bearer token, records it, and relays the stream to
+that Host's fake flintlockd. It does no authorization (the agent's job, EA-010..014); these
+tests show what the client sends and that stdin, output and exit codes make the round trip.
+Once the agent lands, the stand-in gives way to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
+from integration.stack import Stack
+from kubernetes import client as k8s
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
+    microvmexec_pb2,
+    microvmexec_pb2_grpc,
+)
+from batteryop.api import names
+from batteryop.client import AsyncClient, NoAgentAddressError
+from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, EXIT_INTERRUPTED
+from batteryop.kube.config import KubeConfig
+from batteryop.tls import CertificateAuthority
+
+STAND_IN_ADDRESSES = {"host-a": "127.0.0.41", "host-b": "127.0.0.42"}
+
+
+class Relay(microvmexec_pb2_grpc.MicroVMExecServicer):
+    """Needs `authorization: Bearer <token>`, keeps the token, relays to flintlockd."""
+
+    def __init__(self, upstream: str) -> None:
+        self.channel = grpc.aio.insecure_channel(upstream)
+        self.tokens: list[str] = []
+        self.started = asyncio.Event()
+
+    async def ExecCommand(
+        self,
+        request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[microvmexec_pb2.ExecCommandResponse]:
+        metadata = {m.key: str(m.value) for m in context.invocation_metadata() or ()}
+        auth = metadata.get("authorization", "")
+        if not auth.startswith("Bearer ") or not auth.removeprefix("Bearer "):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no bearer token")
+        self.tokens.append(auth.removeprefix("Bearer "))
+        call = microvmexec_pb2_grpc.MicroVMExecStub(self.channel).ExecCommand(request_iterator)
+        self.started.set()
+        try:
+            async for response in call:
+                yield response
+        finally:
+            call.cancel()
+
+
+@dataclass
+class StandIns:
+    ca_file: Path
+    relays: dict[str, Relay] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)
+
+    def tokens(self) -> list[str]:
+        return [t for r in self.relays.values() for t in r.tokens]
+
+
+def report_nodes(stack: Stack, targets: dict[str, str | None]) -> None:
+    core = k8s.CoreV1Api(stack.api)
+    for node, target in targets.items():
+        annotations = {
+            names.EXEC_AGENT_READY_ANNOTATION: None if target is None else "true",
+            names.EXEC_AGENT_REASON_ANNOTATION: None if target is None else "Ready",
+            names.EXEC_AGENT_ADDRESS_ANNOTATION: target,
+        }
+        core.patch_node(node, {"metadata": {"annotations": annotations}})
+
+
+@pytest.fixture
+async def stand_ins(stack: Stack, tmp_path: Path) -> AsyncIterator[StandIns]:
+    ca = CertificateAuthority.create("exec-agent-serving")
+    ca_file = tmp_path / "agent-ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    found = StandIns(ca_file)
+    servers: list[grpc.aio.Server] = []
+    try:
+        for node, address in STAND_IN_ADDRESSES.items():
+            pair = ca.issue(f"exec-agent-{node}", hosts=[address], server=True)
+            relay = Relay(stack.local.hosts[node].target)
+            server = grpc.aio.server()
+            microvmexec_pb2_grpc.add_MicroVMExecServicer_to_server(relay, server)
+            port = server.add_secure_port(
+                f"{address}:0", grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)])
+            )
+            await server.start()
+            servers.append(server)
+            found.relays[node] = relay
+            found.targets[node] = f"{address}:{port}"
+        report_nodes(stack, dict(found.targets))
+        yield found
+    finally:
+        report_nodes(stack, dict.fromkeys(STAND_IN_ADDRESSES))
+        for server in servers:
+            await server.stop(None)
+        for relay in found.relays.values():
+            await relay.channel.close()
+
+
+@pytest.mark.req("CC-020", "CC-003")
+async def test_exec_through_a_claim_streams_and_returns_the_exit_code(
+    stack: Stack, namespace: str, stand_ins: StandIns, tmp_path: Path
+) -> None:
+    await ready_pool(stack, namespace)
+    kubeconfig = consumer_kubeconfig(stack, namespace, tmp_path / "consumer.kubeconfig")
+    async with (
+        AsyncClient(
+            namespace=namespace,
+            kube_config=KubeConfig.from_kubeconfig(str(kubeconfig)),
+            serving_ca=stand_ins.ca_file,
+        ) as client,
+        await client.claim("demo", HOLDER, timeout=60) as claim,
+    ):
+        assert claim.agent_address == stand_ins.targets[claim.node_name]
+        result = await claim.exec(["sh", "-c", "cat; echo done >&2; exit 7"], stdin=b"hello")
+        assert (result.exit_code, result.stdout, result.stderr) == (7, b"hello", b"done\n")
+        token = await claim.token()
+        sent = stand_ins.tokens() == [token]  # compared apart, so no token reaches a report
+        assert sent
+        again = await claim.exec(["true"])
+        assert again.ok
+        sent = stand_ins.tokens() == [token, token]  # the token on every call
+        assert sent
+
+
+async def test_exec_without_an_agent_address_says_so(
+    stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    await ready_pool(stack, namespace)
+    kubeconfig = consumer_kubeconfig(stack, namespace, tmp_path / "consumer.kubeconfig")
+    ca = CertificateAuthority.create("unused")
+    async with (
+        AsyncClient(
+            namespace=namespace,
+            kube_config=KubeConfig.from_kubeconfig(str(kubeconfig)),
+            serving_ca=ca.cert_pem,
+        ) as client,
+        await client.claim("demo", HOLDER, timeout=60) as claim,
+    ):
+        with pytest.raises(NoAgentAddressError, match="no Exec Agent address"):
+            await claim.exec(["true"])
+
+
+# -- the `battery` command as a process ------------------------------------------------------
+
+
+@dataclass
+class Cli:
+    kubeconfig: Path
+    namespace: str
+    ca: Path
+
+    async def start(self, *args: str) -> asyncio.subprocess.Process:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "BATTERY_HOLDER": HOLDER}
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "batteryop.client.cli",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "-n",
+            self.namespace,
+            "--ca",
+            str(self.ca),
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+
+    async def __call__(self, *args: str) -> tuple[int, str, str]:
+        process = await self.start(*args)
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def cli(stack: Stack, namespace: str, stand_ins: StandIns, tmp_path: Path) -> Cli:
+    await ready_pool(stack, namespace)
+    kubeconfig = consumer_kubeconfig(stack, namespace, tmp_path / "consumer.kubeconfig")
+    return Cli(kubeconfig, namespace, stand_ins.ca_file)
+
+
+async def test_battery_run_exits_with_the_remote_code_and_releases(
+    stack: Stack, namespace: str, cli: Cli
+) -> None:
+    code, out, err = await cli(
+        "run", "demo", "--timeout", "60", "--", "sh", "-c", "echo hi; exit 3"
+    )
+    assert (code, out) == (3, "hi\n"), err
+    assert "Bound to MicroVM" in err
+    claims = stack.custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL
+    )["items"]
+    for c in claims:  # released: gone, or going once the operator let battery go
+        await gone(stack, namespace, c["metadata"]["name"])
+
+
+async def test_battery_claim_ls_exec_release(stack: Stack, namespace: str, cli: Cli) -> None:
+    code, out, err = await cli("claim", "demo", "--timeout", "60")
+    assert code == 0, err
+    name = out.strip()
+    assert name.startswith("demo-")
+    code, out, err = await cli("ls")
+    assert code == 0, err
+    assert name in out and "Bound" in out
+    code, out, err = await cli("exec", name, "--", "sh", "-c", "echo from-$0 >&2; echo ok", "vm")
+    assert (code, out, err) == (0, "ok\n", "from-vm\n")
+    code, _, err = await cli("release", name)
+    assert code == 0, err
+    await gone(stack, namespace, name)
+    code, _, err = await cli("release", name)
+    assert (code, err) == (0, f"claim {name}: already gone\n")
+
+
+async def test_battery_errors_are_one_line_with_a_nonzero_exit(cli: Cli) -> None:
+    code, out, err = await cli("claim", "nowhere", "--timeout", "5")
+    assert code == EXIT_ERROR
+    assert out == ""
+    lines = [line for line in err.splitlines() if not line.startswith("battery: waiting:")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("battery: error: Pool nowhere does not exist; deleted claim")
+    code, out, err = await cli("exec", "no-such-claim", "--", "true")
+    assert (code, out) == (EXIT_EXEC_ERROR, "")
+    assert err == "battery: error: claim no-such-claim does not exist\n"
+
+
+@pytest.mark.req("CC-005", "CC-021")
+async def test_ctrl_c_during_battery_run_releases_the_claim(
+    stack: Stack, namespace: str, cli: Cli, stand_ins: StandIns
+) -> None:
+    process = await cli.start("run", "demo", "--timeout", "60", "--", "sleep", "60")
+    started = [r.started.wait() for r in stand_ins.relays.values()]
+    done, pending = await asyncio.wait(
+        [asyncio.ensure_future(s) for s in started], timeout=60, return_when="FIRST_COMPLETED"
+    )
+    for task in pending:
+        task.cancel()
+    assert done, "the command never started"
+    process.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == EXIT_INTERRUPTED, err
+    assert err.decode().rstrip().endswith("battery: interrupted")
+    claims = stack.custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL
+    )["items"]
+    for c in claims:
+        await gone(stack, namespace, c["metadata"]["name"])
