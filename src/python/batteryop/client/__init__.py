@@ -14,6 +14,10 @@ Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync`
 facade, `_transport` the exec transport Protocol and its gRPC form, `_models` the plain values,
 `_exceptions` the error tree. Only the names below are public; each reports this module as its
 home.
+
+The wheel needs CPython 3.11 or later (`Requires-Python`), not 3.10: it ships `batteryop.api`,
+the vocabulary shared with the operator, which uses `enum.StrEnum` and `datetime.UTC` (3.11).
+Back-porting that package would change code the operator runs for one older interpreter.
 """
 
 from batteryop.client._async import AsyncClaim, AsyncClient
