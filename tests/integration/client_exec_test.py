@@ -28,7 +28,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2_grpc,
 )
 from batteryop.api import names
-from batteryop.client import AsyncClient, NoAgentAddressError
+from batteryop.client import AsyncClient, Client, ExecResult, NoAgentAddressError
 from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, EXIT_INTERRUPTED
 from batteryop.kube.config import KubeConfig
 from batteryop.tls import CertificateAuthority
@@ -265,3 +265,23 @@ async def test_ctrl_c_during_battery_run_releases_the_claim(
     )["items"]
     for c in claims:
         await gone(stack, namespace, c["metadata"]["name"])
+
+
+@pytest.mark.req("CC-021")
+async def test_the_sync_client_claims_runs_and_releases_with_the_same_names(
+    stack: Stack, namespace: str, stand_ins: StandIns, tmp_path: Path
+) -> None:
+    await ready_pool(stack, namespace)
+    kubeconfig = consumer_kubeconfig(stack, namespace, tmp_path / "consumer.kubeconfig")
+
+    def scenario() -> tuple[str, ExecResult]:
+        with (
+            Client(namespace=namespace, kubeconfig=kubeconfig, serving_ca=stand_ins.ca_file) as c,
+            c.claim("demo", HOLDER, timeout=60) as claim,
+        ):
+            return claim.name, claim.exec(["sh", "-c", "echo sync; exit 4"])
+
+    # On a thread: the stand-ins serve from this test's event loop.
+    name, result = await asyncio.to_thread(scenario)
+    assert (result.exit_code, result.stdout) == (4, b"sync\n")
+    await gone(stack, namespace, name)
