@@ -1,10 +1,8 @@
 """Exec through a claim, and the `battery` command as a real process, against the whole stack.
 
-The Exec Agent is not on this branch yet, so each Host's Node report names a stand-in: a TLS
-server signed by a test CA that requires a bearer token, records it, and relays the stream to
-that Host's fake flintlockd. It does no authorization (the agent's job, EA-010..014); these
-tests show what the client sends and that stdin, output and exit codes make the round trip.
-Once the agent lands, the stand-in gives way to it.
+The Exec Agent is not on this branch yet, so each Host's Node report names a relaying stand-in
+(`integration.standin`, no authorization): these tests show what the client sends and that
+stdin, output and exit codes make the round trip. Once the agent lands, it replaces the stand-in.
 """
 
 from __future__ import annotations
@@ -14,104 +12,25 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
 from integration.stack import Stack
-from kubernetes import client as k8s
+from integration.standin import StandIns, start_stand_ins
 
-from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
-    microvmexec_pb2,
-    microvmexec_pb2_grpc,
-)
 from batteryop.api import names
 from batteryop.client import AsyncClient, Client, ExecResult, NoAgentAddressError
 from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, EXIT_INTERRUPTED
 from batteryop.kube.config import KubeConfig
 from batteryop.tls import CertificateAuthority
 
-STAND_IN_ADDRESSES = {"host-a": "127.0.0.41", "host-b": "127.0.0.42"}
-
-
-class Relay(microvmexec_pb2_grpc.MicroVMExecServicer):
-    """Needs `authorization: Bearer <token>`, keeps the token, relays to flintlockd."""
-
-    def __init__(self, upstream: str) -> None:
-        self.channel = grpc.aio.insecure_channel(upstream)
-        self.tokens: list[str] = []
-        self.started = asyncio.Event()
-
-    async def ExecCommand(
-        self,
-        request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[microvmexec_pb2.ExecCommandResponse]:
-        metadata = {m.key: str(m.value) for m in context.invocation_metadata() or ()}
-        auth = metadata.get("authorization", "")
-        if not auth.startswith("Bearer ") or not auth.removeprefix("Bearer "):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no bearer token")
-        self.tokens.append(auth.removeprefix("Bearer "))
-        call = microvmexec_pb2_grpc.MicroVMExecStub(self.channel).ExecCommand(request_iterator)
-        self.started.set()
-        try:
-            async for response in call:
-                yield response
-        finally:
-            call.cancel()
-
-
-@dataclass
-class StandIns:
-    ca_file: Path
-    relays: dict[str, Relay] = field(default_factory=dict)
-    targets: dict[str, str] = field(default_factory=dict)
-
-    def tokens(self) -> list[str]:
-        return [t for r in self.relays.values() for t in r.tokens]
-
-
-def report_nodes(stack: Stack, targets: dict[str, str | None]) -> None:
-    core = k8s.CoreV1Api(stack.api)
-    for node, target in targets.items():
-        annotations = {
-            names.EXEC_AGENT_READY_ANNOTATION: None if target is None else "true",
-            names.EXEC_AGENT_REASON_ANNOTATION: None if target is None else "Ready",
-            names.EXEC_AGENT_ADDRESS_ANNOTATION: target,
-        }
-        core.patch_node(node, {"metadata": {"annotations": annotations}})
-
 
 @pytest.fixture
 async def stand_ins(stack: Stack, tmp_path: Path) -> AsyncIterator[StandIns]:
-    ca = CertificateAuthority.create("exec-agent-serving")
-    ca_file = tmp_path / "agent-ca.crt"
-    ca_file.write_bytes(ca.cert_pem)
-    found = StandIns(ca_file)
-    servers: list[grpc.aio.Server] = []
-    try:
-        for node, address in STAND_IN_ADDRESSES.items():
-            pair = ca.issue(f"exec-agent-{node}", hosts=[address], server=True)
-            relay = Relay(stack.local.hosts[node].target)
-            server = grpc.aio.server()
-            microvmexec_pb2_grpc.add_MicroVMExecServicer_to_server(relay, server)
-            port = server.add_secure_port(
-                f"{address}:0", grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)])
-            )
-            await server.start()
-            servers.append(server)
-            found.relays[node] = relay
-            found.targets[node] = f"{address}:{port}"
-        report_nodes(stack, dict(found.targets))
+    async with start_stand_ins(stack, tmp_path) as found:
         yield found
-    finally:
-        report_nodes(stack, dict.fromkeys(STAND_IN_ADDRESSES))
-        for server in servers:
-            await server.stop(None)
-        for relay in found.relays.values():
-            await relay.channel.close()
 
 
 @pytest.mark.req("CC-020", "CC-003")
