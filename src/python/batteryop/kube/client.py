@@ -224,11 +224,23 @@ class KubeClient:
     # -- writes ------------------------------------------------------------------------------
 
     async def create(
-        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+        self,
+        res: Resource,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        name: str | None = None,
+        subresource: str | None = None,
     ) -> Object:
-        """Create `body`; the namespace defaults to the body's `metadata.namespace`."""
+        """Create `body`; the namespace defaults to the body's `metadata.namespace`.
+
+        With `name` and `subresource`, POST to that object's subresource instead, e.g. a
+        TokenRequest to `serviceaccounts/<name>/token`.
+        """
+        if (name is None) != (subresource is None):
+            raise ValueError("a create names both the object and its subresource, or neither")
         ns = namespace or _body_namespace(res, body)
-        return await self._request("create", "POST", res.api_path(ns), body=body)
+        return await self._request("create", "POST", res.api_path(ns, name, subresource), body=body)
 
     async def patch(
         self,

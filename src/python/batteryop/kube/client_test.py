@@ -26,7 +26,7 @@ from batteryop.kube.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from batteryop.kube.resources import CONFIGMAPS, POOLS, SECRETS
+from batteryop.kube.resources import CONFIGMAPS, POOLS, SECRETS, SERVICEACCOUNTS
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.controlplane.server import free_port
 from batteryop.tls import CertificateAuthority
@@ -479,3 +479,31 @@ async def test_watch_sees_a_change_from_a_resource_version(
     await kube.patch(CONFIGMAPS, name, {"data": {"v": "2"}}, namespace)
     kind, obj = await asyncio.wait_for(task, 25)
     assert (kind, obj["data"]["v"]) == ("MODIFIED", "2")
+
+
+async def test_a_subresource_create_requests_a_token_bound_to_a_secret(
+    kube: KubeClient, namespace: str
+) -> None:
+    await kube.create(SERVICEACCOUNTS, {"metadata": {"name": "holder"}}, namespace)
+    secret = await kube.create(SECRETS, {"metadata": {"name": "s"}, "type": "Opaque"}, namespace)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": ["example"],
+            "expirationSeconds": 600,
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": "s",
+                "uid": secret["metadata"]["uid"],
+            },
+        },
+    }
+    answer = await kube.create(
+        SERVICEACCOUNTS, request, namespace, name="holder", subresource="token"
+    )
+    assert answer["status"]["token"]
+    assert answer["status"]["expirationTimestamp"]
+    with pytest.raises(ValueError):
+        await kube.create(SERVICEACCOUNTS, request, namespace, subresource="token")

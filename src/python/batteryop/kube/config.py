@@ -2,8 +2,9 @@
 
 `KubeConfig.load()` is what an entry point calls: in a Pod (KUBERNETES_SERVICE_HOST set) it is
 `in_cluster()`, the ServiceAccount's projected token and CA; elsewhere `from_kubeconfig()`, the
-file(s) named by $KUBECONFIG or ~/.kube/config. The same credentials go to kopf, which does the
-watching, through `to_kopf_connection_info()` from a `@kopf.on.login` handler.
+file(s) named by $KUBECONFIG or ~/.kube/config. The operator hands the same credentials to kopf
+(`batteryop.operator.login`); this package itself never imports kopf, so the client wheel
+need not ship it.
 
 A token file (`token_file`: the in-cluster token, or a kubeconfig's `tokenFile`) is read again
 for every request, so a token the kubelet rotated is used as soon as it is written; a static
@@ -28,14 +29,11 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import yaml
 
 from batteryop.kube.errors import KubeConfigError
-
-if TYPE_CHECKING:
-    import kopf
 
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a Pod's ServiceAccount token, CA and namespace are mounted."""
@@ -104,26 +102,11 @@ class KubeConfig:
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
 
-    def to_kopf_connection_info(self) -> kopf.ConnectionInfo:
-        """The same credentials for kopf, to return from a `@kopf.on.login` handler.
-
-        A token file is read now; kopf calls its login handlers again when the server answers
-        401 and before `expiration` (the token's own `exp` claim), so a rotated token is
-        picked up.
-        """
-        import kopf  # only the operator watches; other users of this package need no kopf
-
+    def login_expiry(self) -> datetime.datetime | None:
+        """When a login with these credentials should be made again: a token file's token
+        expires (its `exp` claim, read now); anything else does not."""
         token = self.bearer_token()
-        return kopf.ConnectionInfo(
-            server=self.server,
-            ca_data=self.ca_data,
-            insecure=self.insecure or None,
-            scheme="Bearer" if token else None,
-            token=token,
-            certificate_data=self.cert_data,
-            private_key_data=self.key_data,
-            expiration=_token_expiry(token) if self.token_file and token else None,
-        )
+        return token_expiry(token) if self.token_file and token else None
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -293,7 +276,7 @@ def _write_private(path: Path, data: bytes) -> str:
     return str(path)
 
 
-def _token_expiry(token: str) -> datetime.datetime | None:
+def token_expiry(token: str) -> datetime.datetime | None:
     """The `exp` claim of a JWT, unverified (only to know when to log in again), else None."""
     with contextlib.suppress(ValueError, IndexError, TypeError, OverflowError, binascii.Error):
         payload = token.split(".")[1]

@@ -18,6 +18,9 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError, UnauthorizedError
 from batteryop.kube.resources import CONFIGMAPS, Resource
+from batteryop.operator.login import (
+    kopf_connection_info,  # the kopf glue, tested with these fixtures
+)
 from batteryop.testing.controlplane import ControlPlane, ensure_service_account, request_token
 
 pytestmark = pytest.mark.controlplane
@@ -232,7 +235,7 @@ def test_in_cluster_needs_the_pod_environment(
 
 async def kopf_can_read(config: KubeConfig, namespace: str) -> int:
     """The HTTP status kopf's own login objects get for a namespaced list."""
-    info = config.to_kopf_connection_info()
+    info = kopf_connection_info(config)
     connector = aiohttp.TCPConnector(ssl=info.as_ssl_context())
     url = f"{info.server}/api/v1/namespaces/{namespace}/configmaps"
     async with (
@@ -245,7 +248,7 @@ async def kopf_can_read(config: KubeConfig, namespace: str) -> int:
 async def test_kopf_logs_in_with_the_same_client_certificate(
     admin_config: KubeConfig, namespace: str
 ) -> None:
-    info = admin_config.to_kopf_connection_info()
+    info = kopf_connection_info(admin_config)
     assert info.token is None and info.expiration is None
     assert await kopf_can_read(admin_config, namespace) == 200
 
@@ -254,7 +257,7 @@ async def test_kopf_logs_in_with_the_current_token_and_knows_when_it_expires(
     mount: Path, namespace: str
 ) -> None:
     config = KubeConfig.in_cluster()
-    info = config.to_kopf_connection_info()
+    info = kopf_connection_info(config)
     assert info.token == (mount / "token").read_text()
     assert info.scheme == "Bearer"
     assert info.expiration is not None

@@ -57,6 +57,7 @@ from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
 from batteryop.operator.informer import list_watch
+from batteryop.operator.login import kopf_connection_info
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.keys import pool_key_for_claim
@@ -315,7 +316,7 @@ class Operator:
 
         @kopf.on.login(registry=registry)  # type: ignore[arg-type]
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return self.kube_config.to_kopf_connection_info()
+            return kopf_connection_info(self.kube_config)
 
         # The handlers are coroutines: kopf runs a plain function in its thread pool, and the
         # caches and work queues they feed belong to the event loop alone.

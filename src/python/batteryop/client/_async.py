@@ -1,0 +1,809 @@
+"""`AsyncClient` and `AsyncClaim`: the client's IO, on asyncio (the sync side wraps these).
+
+Kubernetes is reached through the project's own `batteryop.kube.KubeClient` (aiohttp), not the
+`kubernetes` package: it is async (the `kubernetes` package is sync-only, and its asyncio twin
+is a separate, heavier package), it already maps API failures to a small error tree, it
+watches, and it brings only aiohttp and PyYAML into the wheel. It never imports kopf.
+
+A claim's life here:
+- `AsyncClient.claim` creates the claim and then its empty, owned `<claim>-exec` Secret
+  (CC-001), watches the claim from the create's resourceVersion until it is Bound (CC-003),
+  calling `on_pending` each time the Bound condition's reason or message changes, so an
+  exhausted Pool is reported while waiting (CC-004). When the caller stops waiting (timeout,
+  cancellation, any error) the claim is deleted with a uid precondition before the error is
+  raised, and that delete runs even after a cancellation (CC-005).
+- A returned `AsyncClaim` is held by a background task: every Pool heartbeat interval it sets
+  `spec.renewTime` with the claim's uid in the same merge patch (CC-010), refreshes the bound
+  token two thirds into its life (CC-011), and from each answer notices a lost lease
+  (Expired, deleted, replaced; CC-012) and the first HostReady=False (CC-013), which it
+  reports through callbacks and properties while it keeps holding.
+- Tokens come from TokenRequest for the Holder ServiceAccount, audience the Exec Agent's, bound
+  to the Secret by name and uid (CC-002); `exec` sends the current one on every call (CC-020).
+- `release()` deletes the claim (uid precondition; gone already is fine) and its Secret, which
+  revokes every bound token at once; it is idempotent, and `async with` calls it (CC-021).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from batteryop.api import names
+from batteryop.api.claim import MicroVMClaim
+from batteryop.api.conditions import ClaimReason
+from batteryop.api.errors import MalformedObjectError
+from batteryop.client import _core
+from batteryop.client._exceptions import (
+    ClaimError,
+    ClaimTimeoutError,
+    ClientError,
+    ConfigError,
+    HostNotReadyError,
+    KubeAPIError,
+    LeaseLostError,
+    NoAgentAddressError,
+    PoolExhaustedError,
+    PoolNotFoundError,
+)
+from batteryop.client._models import (
+    DEFAULT_TOKEN_EXPIRATION,
+    ClaimInfo,
+    ExecResult,
+    Pending,
+    Timeouts,
+)
+from batteryop.client._transport import (
+    ExecRequest,
+    ExecTransport,
+    GrpcExecTransport,
+    OutputSink,
+    bytes_source,
+)
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.errors import (
+    ConflictError,
+    InvalidError,
+    KubeConfigError,
+    KubeError,
+    NotFoundError,
+)
+from batteryop.kube.resources import CLAIMS, POOLS, SECRETS, SERVICEACCOUNTS
+
+log = logging.getLogger("batteryop.client")
+
+T = TypeVar("T")
+PendingCallback = Callable[[Pending], "Awaitable[None] | None"]
+"""Called with each new reason a claim is not Bound yet (CC-004)."""
+LostCallback = Callable[[LeaseLostError], None]
+"""Called once when a held claim's lease is lost (CC-012)."""
+HostCallback = Callable[[HostNotReadyError], None]
+"""Called the first time a held claim's Host reads HostReady=False (CC-013)."""
+
+WATCH_SECONDS = 300
+"""Length of one watch request while waiting for Bound; the wait continues across them."""
+
+
+@contextlib.contextmanager
+def _mapped(what: str, claim: str | None = None) -> Iterator[None]:
+    """Kubernetes errors become `KubeAPIError` (chained); the message names what failed."""
+    try:
+        yield
+    except KubeConfigError as e:
+        raise ConfigError(f"{what}: {e}", claim=claim) from e
+    except KubeError as e:
+        detail = e.message or e.reason or "no answer"
+        if e.status == 0:
+            detail = f"the Kubernetes API is unreachable ({detail})"
+        raise KubeAPIError(f"{what}: {detail}", status=e.status, claim=claim) from e
+    except MalformedObjectError as e:
+        raise KubeAPIError(f"{what}: unexpected answer: {e}", claim=claim) from e
+
+
+async def _call(callback: Callable[[T], Awaitable[None] | None], value: T) -> None:
+    result = callback(value)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _read_ca(serving_ca: bytes | str | os.PathLike[str] | None) -> bytes | None:
+    if serving_ca is None or isinstance(serving_ca, bytes):
+        return serving_ca
+    try:
+        return Path(serving_ca).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read the Exec Agent CA {serving_ca}: {e.strerror}") from e
+
+
+def _load_kube_config(
+    kube_config: KubeConfig | None, kubeconfig: str | os.PathLike[str] | None, context: str | None
+) -> KubeConfig:
+    if kube_config is not None:
+        return kube_config
+    try:
+        if kubeconfig is not None or context is not None:
+            return KubeConfig.from_kubeconfig(
+                None if kubeconfig is None else str(kubeconfig), context
+            )
+        return KubeConfig.load()
+    except KubeConfigError as e:
+        raise ConfigError(f"no usable Kubernetes configuration: {e}") from e
+
+
+@dataclass
+class _BindProgress:
+    pending: Pending | None = None
+
+
+class AsyncClient:
+    """Claims MicroVMs from Pools in one namespace, and runs commands in them.
+
+    Kubernetes credentials: `kube_config`, else the kubeconfig file `kubeconfig` (and
+    `context`), else in-cluster or `$KUBECONFIG` / `~/.kube/config`. `serving_ca` (PEM bytes, or
+    a file) is the CA that signs Exec Agent serving certificates; without it (and without an
+    `exec_transport`) claims work but `exec` raises `ConfigError`.
+
+    The identity needs, in `namespace`: microvmclaims create, get, list, watch, patch, delete;
+    pools get; secrets create, get, delete; serviceaccounts/token create for each Holder.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "default",
+        kube_config: KubeConfig | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        serving_ca: bytes | str | os.PathLike[str] | None = None,
+        token_expiration: int = DEFAULT_TOKEN_EXPIRATION,
+        timeouts: Timeouts | None = None,
+        exec_transport: ExecTransport | None = None,
+    ) -> None:
+        if token_expiration < DEFAULT_TOKEN_EXPIRATION:
+            raise ConfigError(
+                f"token_expiration must be at least {DEFAULT_TOKEN_EXPIRATION}s (the API minimum)"
+            )
+        if not namespace:
+            raise ConfigError("a namespace is required")
+        self.namespace = namespace
+        self.timeouts = timeouts or Timeouts()
+        self.token_expiration = token_expiration
+        config = _load_kube_config(kube_config, kubeconfig, context)
+        try:
+            self._kube = KubeClient(
+                config, timeout=self.timeouts.request, user_agent="battery-client"
+            )
+        except KubeConfigError as e:
+            raise ConfigError(f"unusable Kubernetes configuration: {e}") from e
+        ca = _read_ca(serving_ca)
+        self._transport: ExecTransport | None = exec_transport
+        if self._transport is None and ca is not None:
+            self._transport = GrpcExecTransport(ca, open_timeout=self.timeouts.exec_open)
+        self._claims: set[AsyncClaim] = set()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop holding every claim this client returned (without releasing them) and close."""
+        for claim in list(self._claims):
+            await claim.detach()
+        if self._transport is not None:
+            await self._transport.aclose()
+        await self._kube.aclose()
+
+    # -- claims ------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        pool: str,
+        holder: str,
+        *,
+        name: str | None = None,
+        generate_name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        on_pending: PendingCallback | None = None,
+        on_lost: LostCallback | None = None,
+        on_host_not_ready: HostCallback | None = None,
+        timeout: float | None = None,
+    ) -> AsyncClaim:
+        """A Bound claim on `pool` held for the ServiceAccount `holder`.
+
+        Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, None: forever).
+        When the wait ends without Bound (timeout, cancellation, any error), the claim is
+        deleted before the error is raised: `PoolExhaustedError` if the Pool was exhausted,
+        `PoolNotFoundError` if it did not exist, else `ClaimTimeoutError`.
+        """
+        ns = self.namespace
+        body = _core.claim_body(
+            ns, pool, holder, name=name, generate_name=generate_name, labels=labels
+        )
+        with _mapped(f"creating a claim on Pool {pool}"):
+            created = _core.parse_claim(await self._kube.create(CLAIMS, body, ns))
+        claim_name, uid = created.metadata.name, created.metadata.uid
+        progress = _BindProgress()
+        limit = self.timeouts.bind if timeout is None else timeout
+        held: AsyncClaim | None = None
+        try:
+            # CC-001: the Secret after the claim, owned by it (its uid).
+            with _mapped(f"creating Secret {names.exec_secret_name(claim_name)}", claim_name):
+                secret = await self._kube.create(
+                    SECRETS, _core.exec_secret_body(claim_name, uid, ns), ns
+                )
+            try:
+                bound = await asyncio.wait_for(
+                    self._wait_bound(created, on_pending, progress), limit
+                )
+            except TimeoutError:
+                raise self._gave_up(claim_name, pool, limit, progress) from None
+            with _mapped(f"reading Pool {pool}", claim_name):
+                try:
+                    pool_body: dict[str, Any] | None = await self._kube.get(POOLS, pool, ns)
+                except NotFoundError:
+                    pool_body = None
+            held = AsyncClaim(
+                self,
+                bound,
+                secret_uid=str(secret["metadata"]["uid"]),
+                heartbeat=_core.heartbeat_interval(pool_body),
+                on_lost=on_lost,
+                on_host_not_ready=on_host_not_ready,
+            )
+            await held.token()  # CC-002: the first token before the caller gets the claim
+            held.start_holding()
+            return held
+        except BaseException:
+            # CC-005: whoever stops the wait, the claim does not outlive it.
+            if held is not None:
+                self._claims.discard(held)
+            await self._delete_shielded(claim_name, uid)
+            raise
+
+    def _gave_up(
+        self, name: str, pool: str, limit: float | None, progress: _BindProgress
+    ) -> ClaimError:
+        waited = f"after {limit:g}s" if limit is not None else ""
+        p = progress.pending
+        if p is not None and p.reason == ClaimReason.POOL_EXHAUSTED:
+            return PoolExhaustedError(
+                f"Pool {pool} stayed exhausted {waited}; deleted claim {name}", claim=name
+            )
+        if p is not None and p.reason == ClaimReason.POOL_NOT_FOUND:
+            return PoolNotFoundError(
+                f"Pool {pool} does not exist; deleted claim {name}", claim=name
+            )
+        why = f" ({p.reason}: {p.message})" if p is not None else ""
+        return ClaimTimeoutError(
+            f"claim {name} was not Bound {waited}{why}; deleted it", claim=name
+        )
+
+    async def _wait_bound(
+        self,
+        created: MicroVMClaim,
+        on_pending: PendingCallback | None,
+        progress: _BindProgress,
+    ) -> MicroVMClaim:
+        """Watch the claim from its create until Bound (CC-003); report pending reasons."""
+        name, uid = created.metadata.name, created.metadata.uid
+        rv = created.metadata.resource_version
+        outcome = await self._judge(name, created, uid, on_pending, progress)
+        while outcome is None:
+            with _mapped(f"watching claim {name}", name):
+                try:
+                    async for kind, obj in self._kube.watch(
+                        CLAIMS,
+                        self.namespace,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=rv,
+                        timeout_seconds=WATCH_SECONDS,
+                    ):
+                        meta = obj.get("metadata") or {}
+                        rv = str(meta.get("resourceVersion") or rv)
+                        if kind == "DELETED":
+                            if meta.get("uid") != uid:
+                                continue  # an older claim of that name went away
+                            current = None
+                        else:
+                            current = _core.parse_claim(obj)
+                        outcome = await self._judge(name, current, uid, on_pending, progress)
+                        if outcome is not None:
+                            return outcome
+                    continue  # the server ended this watch; go on from the last version
+                except KubeError as e:
+                    if e.status != 410:
+                        raise
+                # 410 Gone: our version is too old to watch from; read the claim, go on from it.
+                try:
+                    got = await self._kube.get(CLAIMS, name, self.namespace)
+                except NotFoundError:
+                    raise LeaseLostError(
+                        f"claim {name} was deleted while waiting", claim=name
+                    ) from None
+                current = _core.parse_claim(got)
+                rv = current.metadata.resource_version
+                outcome = await self._judge(name, current, uid, on_pending, progress)
+        return outcome
+
+    async def _judge(
+        self,
+        name: str,
+        claim: MicroVMClaim | None,
+        uid: str,
+        on_pending: PendingCallback | None,
+        progress: _BindProgress,
+    ) -> MicroVMClaim | None:
+        if claim is not None and claim.metadata.uid != uid:
+            return None  # an event of another claim of the same name; ours is what counts
+        lost = _core.lost_reason(claim, uid)
+        if lost is not None:
+            raise LeaseLostError(f"claim {name} {lost} before it was Bound", claim=name)
+        assert claim is not None
+        if _core.is_bound(claim):
+            return claim
+        p = _core.pending(claim)
+        if p is not None and p != progress.pending:
+            progress.pending = p
+            if on_pending is not None:
+                await _call(on_pending, p)
+        return None
+
+    async def attach(
+        self,
+        name: str,
+        *,
+        hold: bool = True,
+        on_lost: LostCallback | None = None,
+        on_host_not_ready: HostCallback | None = None,
+    ) -> AsyncClaim:
+        """A handle on the existing Bound claim `name` (e.g. made by another process).
+
+        With `hold`, this handle renews it too. Raises `ClaimError` if the claim is not Bound
+        and `LeaseLostError` if it is Expired or being deleted.
+        """
+        with _mapped(f"reading claim {name}", name):
+            try:
+                claim = _core.parse_claim(await self._kube.get(CLAIMS, name, self.namespace))
+            except NotFoundError:
+                raise ClaimError(f"claim {name} does not exist", claim=name) from None
+            lost = _core.lost_reason(claim, claim.metadata.uid)
+            if lost is not None:
+                raise LeaseLostError(f"claim {name} {lost}", claim=name)
+            if not _core.is_bound(claim):
+                raise ClaimError(
+                    f"claim {name} is not Bound (phase {claim.status.phase or 'Pending'})",
+                    claim=name,
+                )
+            secret_name = names.exec_secret_name(name)
+            try:
+                secret = await self._kube.get(SECRETS, secret_name, self.namespace)
+            except NotFoundError:
+                raise ClaimError(
+                    f"claim {name} has no Secret {secret_name} to bind tokens to", claim=name
+                ) from None
+            owners = (secret.get("metadata") or {}).get("ownerReferences") or []
+            if not any(o.get("uid") == claim.metadata.uid for o in owners):
+                raise ClaimError(f"Secret {secret_name} is not owned by claim {name}", claim=name)
+            try:
+                pool_body: dict[str, Any] | None = await self._kube.get(
+                    POOLS, claim.spec.pool_name, self.namespace
+                )
+            except NotFoundError:
+                pool_body = None
+        held = AsyncClaim(
+            self,
+            claim,
+            secret_uid=str(secret["metadata"]["uid"]),
+            heartbeat=_core.heartbeat_interval(pool_body),
+            on_lost=on_lost,
+            on_host_not_ready=on_host_not_ready,
+        )
+        held.observe(claim)
+        if hold:
+            held.start_holding()
+        return held
+
+    async def claims(self) -> list[ClaimInfo]:
+        """Every claim in the namespace, by name."""
+        with _mapped(f"listing claims in {self.namespace}"):
+            items = await self._kube.list(CLAIMS, self.namespace)
+            infos = [_core.claim_info(_core.parse_claim(item)) for item in items]
+        return sorted(infos, key=lambda i: i.name)
+
+    async def release(self, name: str) -> bool:
+        """Delete the claim `name` and its Secret; False if it was already gone (CC-021)."""
+        with _mapped(f"deleting claim {name}", name):
+            try:
+                await self._kube.delete(CLAIMS, name, self.namespace)
+            except NotFoundError:
+                gone = True
+            else:
+                gone = False
+            with contextlib.suppress(NotFoundError):
+                await self._kube.delete(SECRETS, names.exec_secret_name(name), self.namespace)
+        return not gone
+
+    # -- the IO a claim does through its client -----------------------------------------------
+
+    async def _delete(self, name: str, uid: str) -> None:
+        """Delete claim `uid` under `name` and its Secret; gone or replaced already is fine."""
+        with _mapped(f"deleting claim {name}", name):
+            try:
+                await self._kube.delete(CLAIMS, name, self.namespace, uid=uid)
+            except (NotFoundError, ConflictError):
+                pass  # gone, or a newer claim of that name that is not ours
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await self._kube.delete(SECRETS, names.exec_secret_name(name), self.namespace)
+
+    async def _delete_shielded(self, name: str, uid: str) -> None:
+        """`_delete`, finished even if the caller is cancelled meanwhile; failures are logged
+        (the error that stopped the caller is the one raised)."""
+        task = asyncio.ensure_future(
+            asyncio.wait_for(self._delete(name, uid), self.timeouts.release)
+        )
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_failure)
+            raise
+        except (ClientError, TimeoutError) as e:
+            log.warning("Could not delete MicroVMClaim %s/%s: %s", self.namespace, name, e)
+
+    async def _renew(self, claim: AsyncClaim) -> MicroVMClaim | None:
+        """One renewal (CC-010); the claim as it reads after it, None if it is gone."""
+        now = datetime.now(UTC)
+        with _mapped(f"renewing claim {claim.name}", claim.name):
+            try:
+                body = await self._kube.patch(
+                    CLAIMS, claim.name, _core.renew_patch(claim.uid, now), self.namespace
+                )
+            except NotFoundError:
+                return None
+            except (ConflictError, InvalidError):
+                # Conflict: the uid is not ours any more; Invalid: e.g. being deleted. Read
+                # the claim and let observe() decide.
+                try:
+                    body = await self._kube.get(CLAIMS, claim.name, self.namespace)
+                except NotFoundError:
+                    return None
+            return _core.parse_claim(body)
+
+    async def _token(self, claim: AsyncClaim) -> _core.Token:
+        """A new token for the claim's Holder, bound to its Secret (CC-002)."""
+        secret = names.exec_secret_name(claim.name)
+        with _mapped(f"requesting a token for claim {claim.name}", claim.name):
+            answer = await self._kube.create(
+                SERVICEACCOUNTS,
+                _core.token_request_body(secret, claim.secret_uid, self.token_expiration),
+                self.namespace,
+                name=claim.holder,
+                subresource="token",
+            )
+            return _core.read_token(answer, datetime.now(UTC))
+
+    def _exec_transport(self) -> ExecTransport:
+        if self._transport is None:
+            raise ConfigError("no Exec Agent CA configured: pass serving_ca to the client")
+        return self._transport
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("Could not delete a MicroVMClaim: %s", task.exception())
+
+
+class AsyncClaim:
+    """A Bound MicroVMClaim this process holds: identity, exec, renewal, and release.
+
+    Use as `async with` (released on exit) or as a long-lived handle. While held, a background
+    task renews it every `heartbeat_interval`; `lost` turns true when the lease is gone
+    (`raise_if_lost()`), and `host_not_ready` holds the first HostReady=False report.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        claim: MicroVMClaim,
+        *,
+        secret_uid: str,
+        heartbeat: timedelta,
+        on_lost: LostCallback | None = None,
+        on_host_not_ready: HostCallback | None = None,
+    ) -> None:
+        self._client = client
+        self._claim = claim
+        self.secret_uid = secret_uid
+        self._heartbeat = heartbeat
+        self._on_lost = on_lost
+        self._on_host_not_ready = on_host_not_ready
+        self._lost: LeaseLostError | None = None
+        self._lost_event = asyncio.Event()
+        self._host_not_ready: HostNotReadyError | None = None
+        self._token: _core.Token | None = None
+        self._token_lock = asyncio.Lock()
+        self._holder_task: asyncio.Task[None] | None = None
+        self._released = False
+        client._claims.add(self)
+
+    def __repr__(self) -> str:
+        return f"AsyncClaim({self.namespace}/{self.name}, microvm={self.microvm_uid})"
+
+    # -- identity (CC-003) ---------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._claim.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self._claim.metadata.namespace
+
+    @property
+    def uid(self) -> str:
+        return self._claim.metadata.uid
+
+    @property
+    def pool(self) -> str:
+        return self._claim.spec.pool_name
+
+    @property
+    def holder(self) -> str:
+        """The Holder ServiceAccount's name."""
+        return self._claim.spec.service_account_name
+
+    @property
+    def microvm_uid(self) -> str:
+        return self._claim.status.microvm_uid or ""
+
+    @property
+    def node_name(self) -> str:
+        return self._claim.status.node_name or ""
+
+    @property
+    def agent_address(self) -> str | None:
+        """`host:port` of the Exec Agent on the claim's Host, once the Host reported one."""
+        return self._claim.status.agent_address
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """battery's expiry of the lease, as last read."""
+        return self._claim.status.lease_expires_at
+
+    @property
+    def info(self) -> ClaimInfo:
+        return _core.claim_info(self._claim)
+
+    @property
+    def heartbeat_interval(self) -> timedelta:
+        """How often the claim is renewed: its Pool's `spec.lease.heartbeatInterval`."""
+        return self._heartbeat
+
+    # -- the lease (CC-010..CC-013) --------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        return self._lost is not None
+
+    @property
+    def lost_error(self) -> LeaseLostError | None:
+        return self._lost
+
+    def raise_if_lost(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+
+    async def wait_lost(self) -> LeaseLostError:
+        """Return once the lease is lost (CC-012)."""
+        await self._lost_event.wait()
+        assert self._lost is not None
+        return self._lost
+
+    @property
+    def host_not_ready(self) -> HostNotReadyError | None:
+        """The first HostReady=False report read while held (CC-013), else None."""
+        return self._host_not_ready
+
+    @property
+    def holding(self) -> bool:
+        return self._holder_task is not None and not self._holder_task.done()
+
+    def start_holding(self) -> None:
+        if self._holder_task is None and not self._released:
+            self._holder_task = asyncio.get_running_loop().create_task(
+                self._hold(), name=f"hold {self.namespace}/{self.name}"
+            )
+
+    async def _hold(self) -> None:
+        interval = self.heartbeat_interval.total_seconds()
+        while self._lost is None:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew()
+            except LeaseLostError:
+                return
+            except ClientError as e:
+                log.warning("Could not renew MicroVMClaim %s/%s: %s", self.namespace, self.name, e)
+                continue  # retried at the next heartbeat
+            if self._token is not None and self._token.due(datetime.now(UTC)):
+                try:
+                    await self.token()  # CC-011
+                except ClientError as e:
+                    log.warning("Could not refresh the token of %s: %s", self.name, e)
+
+    async def renew(self) -> None:
+        """Renew now (the hold loop does this every heartbeat): set `spec.renewTime` (CC-010).
+
+        Raises `LeaseLostError` when the answer shows the lease is gone.
+        """
+        self.raise_if_lost()
+        self.observe(await self._client._renew(self))
+        self.raise_if_lost()
+
+    def observe(self, claim: MicroVMClaim | None) -> None:
+        """Take in the claim as last read (None: not found): lost lease, first HostReady=False."""
+        reason = _core.lost_reason(claim, self.uid)
+        if reason is not None:
+            self._mark_lost(reason)
+            return
+        assert claim is not None
+        self._claim = claim
+        report = _core.host_not_ready(claim)
+        if report is not None and self._host_not_ready is None:
+            why, detail = report
+            self._host_not_ready = HostNotReadyError(
+                f"Host {self.node_name} of claim {self.name} is not ready: {why}"
+                + (f": {detail}" if detail else ""),
+                reason=why,
+                detail=detail,
+                claim=self.name,
+            )
+            if self._on_host_not_ready is not None:
+                self._on_host_not_ready(self._host_not_ready)
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost is not None:
+            return
+        self._lost = LeaseLostError(f"claim {self.name} {reason}", claim=self.name)
+        self._lost_event.set()
+        if self._on_lost is not None:
+            self._on_lost(self._lost)
+
+    async def token(self) -> str:
+        """The current bound token, requested again once two thirds of its life passed."""
+        async with self._token_lock:
+            if self._token is None or self._token.due(datetime.now(UTC)):
+                self._token = await self._client._token(self)
+            return self._token.value
+
+    # -- exec (CC-020) ---------------------------------------------------------------------
+
+    async def exec(
+        self,
+        argv: list[str] | tuple[str, ...],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+        user: str = "",
+        timeout_seconds: int = 0,
+    ) -> ExecResult:
+        """Run `argv` in the MicroVM and collect its output; a non-zero exit is not an error."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        result = await self.exec_stream(
+            argv,
+            stdin=None if stdin is None else bytes_source(stdin),
+            stdout=out.append,
+            stderr=err.append,
+            env=env,
+            cwd=cwd,
+            user=user,
+            timeout_seconds=timeout_seconds,
+        )
+        return ExecResult(result.exit_code, b"".join(out), b"".join(err), result.errors)
+
+    async def exec_stream(
+        self,
+        argv: list[str] | tuple[str, ...],
+        *,
+        stdin: AsyncIterable[bytes] | None = None,
+        stdout: OutputSink,
+        stderr: OutputSink,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+        user: str = "",
+        timeout_seconds: int = 0,
+    ) -> ExecResult:
+        """Run `argv`, streaming `stdin` up and output to `stdout`/`stderr` as it comes.
+
+        The result holds the exit code and the agent's error messages (no output).
+        """
+        self.raise_if_lost()
+        transport = self._client._exec_transport()
+        address = self.agent_address
+        if not address:
+            # The Host may have reported its agent since the claim was read.
+            with _mapped(f"reading claim {self.name}", self.name):
+                try:
+                    body = await self._client._kube.get(CLAIMS, self.name, self.namespace)
+                except NotFoundError:
+                    body = None
+            self.observe(None if body is None else _core.parse_claim(body))
+            self.raise_if_lost()
+            address = self.agent_address
+        if not address:
+            raise NoAgentAddressError(
+                f"claim {self.name}: Host {self.node_name} has published no Exec Agent address",
+                claim=self.name,
+            )
+        request = ExecRequest(
+            microvm_uid=self.microvm_uid,
+            argv=tuple(argv),
+            env=dict(env or {}),
+            cwd=cwd,
+            user=user,
+            timeout_seconds=timeout_seconds,
+            has_stdin=stdin is not None,
+        )
+        errors: list[str] = []
+        try:
+            code = await transport.run(
+                address,
+                await self.token(),
+                request,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                errors=errors.append,
+            )
+        except ClientError as e:
+            e.claim = self.name
+            raise
+        return ExecResult(code, errors=tuple(errors))
+
+    # -- release (CC-021) ------------------------------------------------------------------
+
+    async def detach(self) -> None:
+        """Stop holding (renewing) without releasing; the lease ends when it expires."""
+        task, self._holder_task = self._holder_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._client._claims.discard(self)
+
+    async def release(self) -> None:
+        """Delete the claim (uid precondition) and its Secret; idempotent, and it finishes
+        even if the caller is cancelled meanwhile (CC-021)."""
+        if self._released:
+            return
+        self._released = True
+        await self.detach()
+        await self._client._delete_shielded(self.name, self.uid)
+
+    async def __aenter__(self) -> AsyncClaim:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()

@@ -1,0 +1,214 @@
+"""How a command reaches a claimed MicroVM: the `ExecTransport` Protocol and its gRPC form.
+
+The Exec Agent serves flintlock's `microvmexec.services.api.v1alpha1.MicroVMExec` unchanged
+(EA-003), plus a bearer token. `GrpcExecTransport` dials the agent at the claim's
+`status.host.agentAddress` over TLS, verifying the agent's serving certificate against the CA
+the consumer configured (never the system roots), and sends `authorization: Bearer <token>`
+as metadata on every call (CC-020). It streams stdin up, relays stdout and stderr as they
+arrive, and returns the exit code from the stream's `exit_code` message, the only normal end
+of an exec stream (flintlock-api.md §8.5): a stream that ends any other way is an
+`ExecUnavailableError`, never an exit code.
+
+A claim depends on the Protocol, not on gRPC, so a test (or a consumer's own test) can run
+commands without an agent. The exec tests here dial the fake flintlockd directly over TLS,
+since it serves the very same service; the path through the Exec Agent (token checks and
+relay) is tested end to end once the agent lands on main.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
+    microvmexec_pb2,
+    microvmexec_pb2_grpc,
+)
+from batteryop.client._exceptions import (
+    ConfigError,
+    ExecPermissionError,
+    ExecUnavailableError,
+)
+
+OutputSink = Callable[[bytes], "Awaitable[None] | None"]
+"""Where a stream of output goes as it arrives: a plain or an async function of the bytes."""
+
+EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
+"""The wire name of the one RPC the client calls (the Exec Agent serves flintlock's)."""
+
+STDIN_CHUNK_BYTES = 64 * 1024
+"""The largest stdin message sent (gRPC's default limit per message is 4 MiB)."""
+
+_PERMISSION_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command for one MicroVM: argv run directly (no shell), with env, cwd and user."""
+
+    microvm_uid: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    user: str = ""
+    timeout_seconds: int = 0
+    has_stdin: bool = False
+
+    def start_message(self) -> microvmexec_pb2.ExecCommandRequest:
+        if not self.argv:
+            raise ValueError("a command needs at least the program to run")
+        start = microvmexec_pb2.ExecStart(
+            uid=self.microvm_uid,
+            cmd=self.argv[0],
+            args=list(self.argv[1:]),
+            cwd=self.cwd,
+            env=dict(self.env),
+            user=self.user,
+            timeout_seconds=self.timeout_seconds,
+            has_stdin=self.has_stdin,
+        )
+        return microvmexec_pb2.ExecCommandRequest(start=start)
+
+
+class ExecTransport(Protocol):
+    """Runs one command to its end and returns its exit code (the claim's only IO for exec)."""
+
+    async def run(
+        self,
+        address: str,
+        token: str,
+        request: ExecRequest,
+        *,
+        stdin: AsyncIterable[bytes] | None,
+        stdout: OutputSink,
+        stderr: OutputSink,
+        errors: Callable[[str], None],
+    ) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def _deliver(sink: OutputSink, data: bytes) -> None:
+    result = sink(data)
+    if inspect.isawaitable(result):
+        await result
+
+
+class GrpcExecTransport:
+    """`ExecTransport` over gRPC and TLS to an Exec Agent (or anything serving MicroVMExec).
+
+    `serving_ca` is the PEM of the CA that signs agents' serving certificates. One channel is
+    kept per address and closed by `aclose()`.
+    """
+
+    def __init__(
+        self,
+        serving_ca: bytes,
+        *,
+        open_timeout: float = 10.0,
+        server_name: str | None = None,
+    ) -> None:
+        if not serving_ca.strip():
+            raise ConfigError("the Exec Agent's serving CA is empty")
+        self._credentials = grpc.ssl_channel_credentials(root_certificates=serving_ca)
+        self._open_timeout = open_timeout
+        self._options: list[tuple[str, str | int]] = []
+        if server_name:
+            self._options.append(("grpc.ssl_target_name_override", server_name))
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
+            self._channels[address] = channel
+        return channel
+
+    async def aclose(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+    async def run(
+        self,
+        address: str,
+        token: str,
+        request: ExecRequest,
+        *,
+        stdin: AsyncIterable[bytes] | None,
+        stdout: OutputSink,
+        stderr: OutputSink,
+        errors: Callable[[str], None],
+    ) -> int:
+        if not address:
+            raise ExecUnavailableError("no Exec Agent address to dial")
+        channel = self._channel(address)
+        try:
+            # Wait for the TLS connection within the open timeout, so an agent that is not
+            # there fails fast with a clear cause instead of hanging the stream.
+            await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
+        except (TimeoutError, grpc.aio.AioRpcError) as e:
+            raise ExecUnavailableError(
+                f"could not connect to the Exec Agent at {address} within "
+                f"{self._open_timeout:g}s (is its certificate signed by the configured CA?)"
+            ) from e
+        stub = microvmexec_pb2_grpc.MicroVMExecStub(channel)
+        call = stub.ExecCommand(
+            _requests(request, stdin),
+            metadata=(("authorization", f"Bearer {token}"),),  # CC-020: on every call
+        )
+        try:
+            async for response in call:
+                kind = response.WhichOneof("payload")
+                if kind == "stdout":
+                    await _deliver(stdout, response.stdout)
+                elif kind == "stderr":
+                    await _deliver(stderr, response.stderr)
+                elif kind == "error":
+                    errors(response.error)
+                elif kind == "exit_code":
+                    return int(response.exit_code)
+        except grpc.aio.AioRpcError as e:
+            raise _exec_error(address, e) from e
+        except asyncio.CancelledError:
+            call.cancel()  # the agent (and flintlockd) kill the command
+            raise
+        raise ExecUnavailableError(f"the exec stream from {address} ended without an exit code")
+
+
+async def _requests(
+    request: ExecRequest, stdin: AsyncIterable[bytes] | None
+) -> AsyncIterator[microvmexec_pb2.ExecCommandRequest]:
+    yield request.start_message()
+    if stdin is None or not request.has_stdin:
+        return
+    async for data in stdin:
+        for offset in range(0, len(data), STDIN_CHUNK_BYTES):
+            yield microvmexec_pb2.ExecCommandRequest(
+                stdin=data[offset : offset + STDIN_CHUNK_BYTES]
+            )
+    yield microvmexec_pb2.ExecCommandRequest(stdin_eof=True)
+
+
+def _exec_error(
+    address: str, e: grpc.aio.AioRpcError
+) -> ExecUnavailableError | ExecPermissionError:
+    code = e.code()
+    details = e.details() or ""
+    message = f"the Exec Agent at {address} answered {code.name}" + (
+        f": {details}" if details else ""
+    )
+    if code in _PERMISSION_CODES:
+        return ExecPermissionError(message)
+    return ExecUnavailableError(message)
+
+
+async def bytes_source(data: bytes) -> AsyncIterator[bytes]:
+    """The whole of `data` as one stdin stream."""
+    if data:
+        yield data

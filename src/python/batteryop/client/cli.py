@@ -1,0 +1,327 @@
+"""The `battery` command: claim, exec, release, ls, and one-shot run, on the sync `Client`.
+
+    battery claim POOL                 bind a claim, print its name, leave it held
+    battery exec CLAIM -- CMD...       run CMD in the claim's MicroVM; exit with its exit code
+    battery release CLAIM              delete the claim (and its Secret)
+    battery ls                         the namespace's claims
+    battery run POOL -- CMD...         claim, run CMD, release; exit with CMD's exit code
+
+Arguments are parsed with click and progress is drawn with rich (both widely used, typed,
+and small); the spinner shows on a terminal only, elsewhere each pending reason is one line on
+stderr. Every failure is one line on stderr, `battery: error: <cause>`, and a non-zero exit:
+1 for `claim`, `release` and `ls`; 125 for `exec` and `run`, whose other exit codes are the
+remote command's own. Ctrl-C exits 130; during `run` it releases the claim first (CC-005,
+CC-021). No token is ever printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from batteryop.api.times import format_time
+from batteryop.client._exceptions import ClientError
+from batteryop.client._models import Pending
+from batteryop.client._sync import Claim, Client
+
+EXIT_ERROR = 1
+"""A `claim`, `release` or `ls` that failed."""
+EXIT_EXEC_ERROR = 125
+"""An `exec` or `run` that failed before the command's exit code came (as `docker run`)."""
+EXIT_INTERRUPTED = 130
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+_stderr = Console(stderr=True, highlight=False)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"battery: error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def _errors(code: int) -> Iterator[None]:
+    """Client errors (and anything unexpected) become one line and an exit code."""
+    try:
+        yield
+    except ClientError as e:
+        _fail(str(e), code)
+    except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as e:  # the CLI never shows a traceback
+        _fail(f"unexpected {type(e).__name__}: {e}", code)
+
+
+def _client(ctx: click.Context) -> Client:
+    opts = ctx.obj
+    return Client(
+        namespace=opts["namespace"],
+        kubeconfig=opts["kubeconfig"],
+        context=opts["context"],
+        serving_ca=opts["ca"],
+    )
+
+
+@contextlib.contextmanager
+def _progress(pool: str) -> Iterator[Callable[[Pending], None]]:
+    """A spinner on a terminal while a claim waits, else one line per new pending reason."""
+    if _stderr.is_terminal:
+        with _stderr.status(f"Waiting for a MicroVM from Pool {pool}...") as status:
+
+            def update(p: Pending) -> None:
+                what = "exhausted" if p.pool_exhausted else p.reason
+                status.update(f"Waiting for a MicroVM from Pool {pool}: {what} ({p.message})")
+
+            yield update
+    else:
+
+        def line(p: Pending) -> None:
+            what = f"Pool {pool} is exhausted" if p.pool_exhausted else p.reason
+            click.echo(f"battery: waiting: {what}: {p.message}", err=True)
+
+        yield line
+
+
+def _describe(claim: Claim) -> str:
+    expires = format_time(claim.lease_expires_at) if claim.lease_expires_at else "-"
+    return (
+        f"claim {claim.name}: Bound to MicroVM {claim.microvm_uid} on {claim.node_name} "
+        f"(agent {claim.agent_address or '-'}, lease expires {expires})"
+    )
+
+
+@click.group(context_settings=CONTEXT)
+@click.option(
+    "-n",
+    "--namespace",
+    envvar="BATTERY_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Namespace of the claims and Pools [env BATTERY_NAMESPACE].",
+)
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file [env KUBECONFIG].")
+@click.option("--context", "kube_context", help="kubeconfig context (default: current).")
+@click.option(
+    "--ca",
+    envvar="BATTERY_CA",
+    type=click.Path(dir_okay=False),
+    help="PEM CA that signs Exec Agent serving certificates [env BATTERY_CA].",
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    namespace: str,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    ca: str | None,
+) -> None:
+    """Claim warm Firecracker MicroVMs from battery-operator Pools and run commands in them."""
+    if kubeconfig and os.pathsep in kubeconfig:
+        kubeconfig = kubeconfig.split(os.pathsep)[0]
+    ctx.obj = {"namespace": namespace, "kubeconfig": kubeconfig, "context": kube_context, "ca": ca}
+
+
+_HOLDER = click.option(
+    "--holder",
+    envvar="BATTERY_HOLDER",
+    default="default",
+    show_default=True,
+    help="ServiceAccount that holds the claim and may exec in it [env BATTERY_HOLDER].",
+)
+_TIMEOUT = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds to wait for Bound before giving up (and deleting the claim).",
+)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("pool")
+@_HOLDER
+@click.option("--name", help="Claim name (default: generated from the Pool's).")
+@_TIMEOUT
+@click.option("--hold", is_flag=True, help="Keep renewing in the foreground until interrupted.")
+@click.pass_context
+def claim(
+    ctx: click.Context,
+    pool: str,
+    holder: str,
+    name: str | None,
+    timeout: float | None,
+    hold: bool,
+) -> None:
+    """Bind a claim on POOL and print its name.
+
+    The claim stays after the command ends; its lease expires unless something renews it
+    (--hold, or a program using the library). `battery release NAME` ends it.
+    """
+    with _errors(EXIT_ERROR):
+        client = _client(ctx)
+        try:
+            with _progress(pool) as on_pending:
+                held = client.claim(pool, holder, name=name, on_pending=on_pending, timeout=timeout)
+            click.echo(_describe(held), err=True)
+            click.echo(held.name)
+            if hold:
+                click.echo(f"battery: holding {held.name}; Ctrl-C stops renewing", err=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    lost = held.wait_lost()
+                    if lost is not None:
+                        _fail(str(lost), EXIT_ERROR)
+        finally:
+            client.close()
+
+
+def _stdin_chunks() -> Iterator[bytes]:
+    stream = sys.stdin.buffer
+    while True:
+        chunk = stream.read1(64 * 1024) if hasattr(stream, "read1") else stream.read(64 * 1024)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _write(stream: Any) -> Callable[[bytes], None]:
+    def write(data: bytes) -> None:
+        stream.write(data)
+        stream.flush()
+
+    return write
+
+
+def _run_in(held: Claim, command: tuple[str, ...], interactive: bool) -> int:
+    result = held.exec_stream(
+        list(command),
+        stdin=_stdin_chunks() if interactive else None,
+        stdout=_write(sys.stdout.buffer),
+        stderr=_write(sys.stderr.buffer),
+    )
+    for message in result.errors:
+        click.echo(f"battery: agent: {message}", err=True)
+    return result.exit_code
+
+
+_INTERACTIVE = click.option(
+    "-i", "--interactive", is_flag=True, help="Send this command's stdin to the remote command."
+)
+
+
+@cli.command(
+    "exec",
+    context_settings={**CONTEXT, "ignore_unknown_options": True},
+)
+@click.argument("claim_name", metavar="CLAIM")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_INTERACTIVE
+@click.pass_context
+def exec_(ctx: click.Context, claim_name: str, command: tuple[str, ...], interactive: bool) -> None:
+    """Run COMMAND in the MicroVM of CLAIM; exit with its exit code (125: battery failed)."""
+    with _errors(EXIT_EXEC_ERROR):
+        client = _client(ctx)
+        try:
+            held = client.attach(claim_name, hold=True)
+            code = _run_in(held, command, interactive)
+            held.detach()
+        finally:
+            client.close()
+    sys.exit(code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("claim_name", metavar="CLAIM")
+@click.pass_context
+def release(ctx: click.Context, claim_name: str) -> None:
+    """Delete CLAIM and its Secret (a claim already gone is not an error)."""
+    with _errors(EXIT_ERROR):
+        client = _client(ctx)
+        try:
+            existed = client.release(claim_name)
+        finally:
+            client.close()
+    click.echo(f"claim {claim_name}: {'released' if existed else 'already gone'}", err=True)
+
+
+@cli.command("ls", context_settings=CONTEXT)
+@click.pass_context
+def ls(ctx: click.Context) -> None:
+    """List the namespace's claims."""
+    with _errors(EXIT_ERROR):
+        client = _client(ctx)
+        try:
+            claims = client.claims()
+        finally:
+            client.close()
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "POOL", "PHASE", "NODE", "MICROVM", "EXPIRES"):
+        table.add_column(column, no_wrap=True)
+    for c in claims:
+        phase = f"{c.phase} (deleting)" if c.deleting else c.phase
+        expires = format_time(c.lease_expires_at) if c.lease_expires_at else "-"
+        table.add_row(c.name, c.pool, phase, c.node_name or "-", c.microvm_uid or "-", expires)
+    Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(table)
+
+
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
+@click.argument("pool")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_HOLDER
+@_TIMEOUT
+@_INTERACTIVE
+@click.pass_context
+def run(
+    ctx: click.Context,
+    pool: str,
+    command: tuple[str, ...],
+    holder: str,
+    timeout: float | None,
+    interactive: bool,
+) -> None:
+    """Claim a MicroVM from POOL, run COMMAND in it, release it; exit with COMMAND's code.
+
+    Ctrl-C (or SIGTERM) releases the claim before exiting.
+    """
+    code = EXIT_EXEC_ERROR
+    with _errors(EXIT_EXEC_ERROR):
+        client = _client(ctx)
+        try:
+            with _progress(pool) as on_pending:
+                held = client.claim(pool, holder, on_pending=on_pending, timeout=timeout)
+            with held:  # CC-021: released on the way out, also on Ctrl-C
+                click.echo(_describe(held), err=True)
+                code = _run_in(held, command, interactive)
+        finally:
+            client.close()
+    sys.exit(code)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: run the CLI; Ctrl-C and SIGTERM end it with 130 after clean-up."""
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        cli.main(args=argv, prog_name="battery", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        _fail(e.format_message(), e.exit_code if e.exit_code != 1 else 2)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("battery: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

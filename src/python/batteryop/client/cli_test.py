@@ -1,0 +1,86 @@
+"""The `battery` command without a cluster: help, usage errors, and one-line failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = ended.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0
+    for command in ("claim", "exec", "release", "ls", "run"):
+        assert command in out
+
+
+def test_a_usage_error_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["exec", "c1"], capsys)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("battery: error: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (["ls"], EXIT_ERROR),
+        (["release", "c1"], EXIT_ERROR),
+        (["claim", "demo"], EXIT_ERROR),
+        (["exec", "c1", "--", "true"], EXIT_EXEC_ERROR),
+        (["run", "demo", "--", "true"], EXIT_EXEC_ERROR),
+    ],
+)
+def test_an_unusable_kubeconfig_is_one_line_naming_it_not_a_traceback(
+    argv: list[str], want: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.kubeconfig"
+    code, out, err = run(["--kubeconfig", str(missing), *argv], capsys)
+    assert code == want
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith("battery: error: no usable Kubernetes configuration")
+    assert "Traceback" not in err
+
+
+def test_an_unreachable_api_server_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: secret-token-value}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    code, _, err = run(["--kubeconfig", str(config), "ls"], capsys)
+    assert code == EXIT_ERROR
+    assert err.count("\n") == 1, err
+    assert "unreachable" in err
+    assert "secret-token-value" not in err
+
+
+def test_options_before_the_double_dash_are_battery_s_and_after_it_the_command_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--timeout` before `--` is parsed (a bad value is a usage error); after it, nothing is."""
+    code, _, err = run(["run", "demo", "--timeout", "x", "--", "sh"], capsys)
+    assert code == 2
+    assert "--timeout" in err
+    missing = tmp_path / "nope"
+    code, _, err = run(
+        ["--kubeconfig", str(missing), "run", "demo", "--", "ls", "--timeout"], capsys
+    )
+    assert code == EXIT_EXEC_ERROR
+    assert err.startswith("battery: error: no usable Kubernetes configuration")

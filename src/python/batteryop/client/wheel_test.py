@@ -1,0 +1,110 @@
+"""The built wheel, installed from PyPI alone into clean venvs of each CPython pyenv has.
+
+The wheel comes from `./pants package src/python/batteryop/client:dist` (a runtime package
+dependency of this test). Each venv gets only the wheel and what its metadata asks for; the
+test imports the library, runs `battery --help`, and checks that neither kopf nor the
+`kubernetes` package came along. CPython 3.10 is refused by the wheel's `Requires-Python`
+(batteryop.api needs 3.11), and the test checks that it is refused cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+SUPPORTED = ("3.11", "3.12", "3.13")
+
+
+def pyenv_python(version: str) -> Path | None:
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(root.glob(f"{version}.*/bin/python{version}")) if root.is_dir() else []
+    return found[-1] if found else None
+
+
+def the_wheel() -> Path:
+    wheels = sorted(Path.cwd().rglob("battery_operator_client-*.whl"))
+    assert len(wheels) == 1, f"expected one built wheel, found {wheels}"
+    return wheels[0]
+
+
+def make_venv(python: Path, where: Path) -> Path:
+    subprocess.run([str(python), "-m", "venv", str(where)], check=True, timeout=120)
+    return where / "bin"
+
+
+def pip_install(bin_dir: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PIP_NO_INPUT": "1"},
+    )
+
+
+def test_the_wheel_carries_its_typing_marker_and_console_script() -> None:
+    with zipfile.ZipFile(the_wheel()) as wheel:
+        files = set(wheel.namelist())
+        meta_name = next(n for n in files if n.endswith(".dist-info/METADATA"))
+        metadata = wheel.read(meta_name).decode()
+        entry_points = wheel.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
+    assert "batteryop/client/py.typed" in files
+    assert "batteryop/client/cli.py" in files
+    assert "battery_protos/flintlock/services/microvmexec/v1alpha1/microvmexec_pb2.py" in files
+    assert not any(n.startswith(("batteryop/operator/", "batteryop/testing/")) for n in files)
+    assert "battery = batteryop.client.cli:main" in entry_points
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not any("kopf" in r or "kubernetes" in r for r in requires), requires
+    assert all(any(op in r for op in (">=", "<", "~=")) for r in requires), requires
+    assert "Requires-Python: >=3.11" in metadata
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_the_wheel_installs_from_pypi_and_runs(version: str, tmp_path: Path) -> None:
+    python = pyenv_python(version)
+    if python is None:
+        pytest.skip(f"pyenv has no CPython {version} here")
+    bin_dir = make_venv(python, tmp_path / "venv")
+    installed = pip_install(bin_dir, the_wheel())
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    probe = subprocess.run(
+        [
+            str(bin_dir / "python"),
+            "-c",
+            "import batteryop.client as c, importlib.util as u; "
+            "print(c.Client.__module__, c.AsyncClient.__name__); "
+            "print(u.find_spec('kopf') is None, u.find_spec('kubernetes') is None)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["batteryop.client", "AsyncClient", "True", "True"]
+    helped = subprocess.run(
+        [str(bin_dir / "battery"), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert "battery [OPTIONS] COMMAND" in helped.stdout
+    assert "run" in helped.stdout
+
+
+def test_cpython_3_10_is_refused_by_requires_python(tmp_path: Path) -> None:
+    python = pyenv_python("3.10")
+    if python is None:
+        pytest.skip("pyenv has no CPython 3.10 here")
+    bin_dir = make_venv(python, tmp_path / "venv")
+    installed = pip_install(bin_dir, the_wheel())
+    assert installed.returncode != 0
+    assert "requires a different Python" in installed.stderr + installed.stdout

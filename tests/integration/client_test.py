@@ -1,0 +1,262 @@
+"""The client library against the real control plane, the operator as a process and the fake
+battery (CC-*): claims bind by watch, exhausted Pools are reported, giving up deletes the claim,
+renewals move the lease, lost leases and unready Hosts are reported, release deletes.
+
+The client acts as a least-privilege consumer ServiceAccount with exactly the permissions the
+AsyncClient docstring lists; the Holder is a second ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
+from integration.stack import Stack, condition, phase, wait_for
+from kubernetes import client as k8s
+
+from batteryop.api import names
+from batteryop.client import (
+    AsyncClaim,
+    AsyncClient,
+    HostNotReadyError,
+    LeaseLostError,
+    Pending,
+    PoolExhaustedError,
+    PoolNotFoundError,
+)
+from batteryop.kube.config import KubeConfig
+
+
+@pytest.fixture
+async def client(stack: Stack, namespace: str, tmp_path: Path) -> AsyncIterator[AsyncClient]:
+    path = consumer_kubeconfig(stack, namespace, tmp_path / "consumer.kubeconfig")
+    async with AsyncClient(
+        namespace=namespace, kube_config=KubeConfig.from_kubeconfig(str(path))
+    ) as c:
+        yield c
+
+
+def review(stack: Stack, token: str) -> Any:
+    spec = k8s.V1TokenReviewSpec(token=token, audiences=[names.EXEC_AGENT_AUDIENCE])
+    return k8s.AuthenticationV1Api(stack.api).create_token_review(k8s.V1TokenReview(spec=spec))
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+@pytest.mark.req("CC-001", "CC-002", "CC-003", "CC-021")
+async def test_a_claim_binds_with_its_secret_and_token_and_release_deletes_both(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace)
+    started = time.perf_counter()
+    claim = await client.claim("demo", HOLDER, timeout=60)
+    bound_in = time.perf_counter() - started
+    print(f"\nclaim -> Bound through the library: {bound_in * 1000:.0f} ms")
+    try:
+        body = stack.custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, claim.name
+        )
+        assert phase(body) == "Bound"
+        assert claim.uid == body["metadata"]["uid"]
+        assert claim.microvm_uid == body["status"]["microVM"]["uid"]
+        assert claim.node_name == body["status"]["host"]["nodeName"]
+        assert claim.name.startswith("demo-")
+        leases = [x for x in stack.battery.lease_records() if x.request_id == claim.uid]
+        assert [x.vm_uid for x in leases] == [claim.microvm_uid]
+
+        # CC-001: the Secret is empty and owned by this claim.
+        secret = k8s.CoreV1Api(stack.api).read_namespaced_secret(
+            names.exec_secret_name(claim.name), namespace
+        )
+        assert not secret.data
+        assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
+            ("MicroVMClaim", claim.uid)
+        ]
+
+        # CC-002: the Holder's token, for the agent's audience, bound to that Secret.
+        token = await claim.token()
+        answer = review(stack, token)
+        authenticated = bool(answer.status.authenticated)
+        assert authenticated
+        assert answer.status.user.username == f"system:serviceaccount:{namespace}:{HOLDER}"
+        bound_to = jwt_claims(token)["kubernetes.io"]["secret"]
+        assert bound_to == {"name": secret.metadata.name, "uid": secret.metadata.uid}
+        same = await claim.token() == token
+        assert same  # reused until two thirds of its life
+    finally:
+        await claim.release()
+    await claim.release()  # idempotent
+    await gone(stack, namespace, claim.name)
+    with pytest.raises(k8s.ApiException) as missing:
+        k8s.CoreV1Api(stack.api).read_namespaced_secret(
+            names.exec_secret_name(claim.name), namespace
+        )
+    assert missing.value.status == 404
+
+
+@pytest.mark.req("CC-004", "CC-005")
+async def test_an_exhausted_pool_is_reported_and_giving_up_deletes_the_claim(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, size=0)
+    seen: list[Pending] = []
+    with pytest.raises(PoolExhaustedError) as gave_up:
+        await client.claim("demo", HOLDER, on_pending=seen.append, timeout=5)
+    assert any(p.pool_exhausted for p in seen), seen
+    assert gave_up.value.claim is not None
+    await gone(stack, namespace, gave_up.value.claim)
+
+
+@pytest.mark.req("CC-005")
+async def test_cancelling_the_wait_deletes_the_claim(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, size=0)
+    waiting = asyncio.Event()
+    task = asyncio.create_task(
+        client.claim("demo", HOLDER, name="cancelled", on_pending=lambda _: waiting.set())
+    )
+    await asyncio.wait_for(waiting.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await gone(stack, namespace, "cancelled")
+
+
+async def test_a_missing_pool_is_named_and_the_claim_deleted(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    with pytest.raises(PoolNotFoundError, match="Pool nowhere does not exist") as gave_up:
+        await client.claim("nowhere", HOLDER, timeout=5)
+    assert gave_up.value.claim is not None
+    # Deleted by the client; the operator keeps its finalizer on a claim whose Pool never
+    # existed, so "being deleted" is as far as this goes (an operator matter, not the client's).
+    await asyncio.to_thread(
+        wait_for,
+        stack,
+        names.CLAIM_PLURAL,
+        namespace,
+        gave_up.value.claim,
+        lambda b: b is None or bool(b["metadata"].get("deletionTimestamp")),
+        timeout=30,
+    )
+
+
+@pytest.mark.req("CC-010")
+async def test_renewing_at_the_heartbeat_moves_the_lease_expiry(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, heartbeat="1s")
+    async with await client.claim("demo", HOLDER, timeout=60) as claim:
+        assert claim.heartbeat_interval.total_seconds() == 1
+        # battery's expiry reaches the status a moment after the bind.
+        first_body = await asyncio.to_thread(
+            wait_for,
+            stack,
+            names.CLAIM_PLURAL,
+            namespace,
+            claim.name,
+            lambda b: bool(((b or {}).get("status") or {}).get("leaseExpiresAt")),
+            timeout=30,
+        )
+        assert first_body is not None
+        first_text = first_body["status"]["leaseExpiresAt"]
+
+        def renewed(body: dict[str, Any] | None) -> bool:
+            status = (body or {}).get("status") or {}
+            return (
+                bool((body or {}).get("spec", {}).get("renewTime"))
+                and status.get("leaseExpiresAt", first_text) > first_text
+            )
+
+        body = await asyncio.to_thread(
+            wait_for, stack, names.CLAIM_PLURAL, namespace, claim.name, renewed, timeout=30
+        )
+        assert body is not None
+        assert body["status"]["observedRenewTime"] == body["spec"]["renewTime"]
+        assert not claim.lost
+
+
+@pytest.mark.req("CC-012", "CC-021")
+async def test_a_claim_deleted_by_someone_else_is_reported_lost(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, heartbeat="1s")
+    reported: list[LeaseLostError] = []
+    claim = await client.claim("demo", HOLDER, on_lost=reported.append, timeout=60)
+    stack.custom.delete_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, claim.name
+    )
+    lost = await asyncio.wait_for(claim.wait_lost(), 30)
+    assert "deleted" in str(lost)
+    assert reported == [lost]
+    with pytest.raises(LeaseLostError):
+        claim.raise_if_lost()
+    assert not claim.holding
+    await claim.release()  # the claim is gone already: fine
+
+
+@pytest.mark.req("CC-012")
+async def test_an_expired_lease_is_reported_lost(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, heartbeat="1s", expiry="1s")
+    # battery's sweeper (every 10 s of real time here) expires the unrenewed lease.
+    stack.battery.refuse_heartbeats()  # renewals stop reaching battery
+    claim: AsyncClaim = await client.claim("demo", HOLDER, timeout=60)
+    try:
+        lost = await asyncio.wait_for(claim.wait_lost(), 60)
+        assert "Expired" in str(lost)
+    finally:
+        stack.battery.clear_faults()
+        await claim.release()
+
+
+def annotate_node(stack: Stack, node: str, annotations: dict[str, str | None]) -> None:
+    k8s.CoreV1Api(stack.api).patch_node(node, {"metadata": {"annotations": annotations}})
+
+
+@pytest.mark.req("CC-013")
+async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, heartbeat="1s")
+    reports: list[HostNotReadyError] = []
+    async with await client.claim(
+        "demo", HOLDER, on_host_not_ready=reports.append, timeout=60
+    ) as claim:
+        report = {
+            names.EXEC_AGENT_READY_ANNOTATION: "false",
+            names.EXEC_AGENT_REASON_ANNOTATION: "KVMUnavailable",
+            names.EXEC_AGENT_MESSAGE_ANNOTATION: "/dev/kvm is missing",
+        }
+        annotate_node(stack, claim.node_name, dict(report))
+        try:
+            await asyncio.to_thread(
+                wait_for,
+                stack,
+                names.CLAIM_PLURAL,
+                namespace,
+                claim.name,
+                lambda b: (condition(b, "HostReady") or {}).get("status") == "False",
+                timeout=30,
+            )
+            await claim.renew()  # what the hold loop does each heartbeat; it reads the claim
+            assert claim.host_not_ready is not None
+            assert claim.host_not_ready.reason == "KVMUnavailable"
+            assert "/dev/kvm is missing" in str(claim.host_not_ready)
+            await claim.renew()
+            assert len(reports) == 1  # reported the first time only
+            assert not claim.lost
+        finally:
+            annotate_node(stack, claim.node_name, {k: None for k in report})

@@ -1,0 +1,71 @@
+"""A least-privilege consumer of claims, its Holder, and Pools made for client tests."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from integration.stack import Stack, ready, wait_for
+from kubernetes import client as k8s
+
+from batteryop.api import names, samples
+from batteryop.testing.controlplane import ensure_service_account, request_token
+
+HOLDER = "sandbox"
+CONSUMER = "consumer"
+
+CONSUMER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [names.GROUP],
+        "resources": [names.CLAIM_PLURAL],
+        "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+    },
+    {"apiGroups": [names.GROUP], "resources": [names.POOL_PLURAL], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+]
+
+
+def consumer_kubeconfig(stack: Stack, namespace: str, path: Path) -> Path:
+    """A kubeconfig of the consumer ServiceAccount, allowed exactly CONSUMER_RULES."""
+    ensure_service_account(stack.api, namespace, CONSUMER)
+    ensure_service_account(stack.api, namespace, HOLDER)
+    rbac = k8s.RbacAuthorizationV1Api(stack.api)
+    rbac.create_namespaced_role(
+        namespace, {"metadata": {"name": CONSUMER}, "rules": CONSUMER_RULES}
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": CONSUMER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONSUMER},
+            "subjects": [{"kind": "ServiceAccount", "name": CONSUMER, "namespace": namespace}],
+        },
+    )
+    token = request_token(stack.api, namespace, CONSUMER)
+    return stack.local.cp.write_kubeconfig(path, token=token)
+
+
+def create_pool(
+    stack: Stack, namespace: str, *, size: int = 2, heartbeat: str = "10s", expiry: str = "30s"
+) -> None:
+    body = samples.demo_pool(namespace=namespace)
+    body["spec"]["size"] = size
+    body["spec"]["lease"] = {"heartbeatInterval": heartbeat, "expiryThreshold": expiry}
+    stack.custom.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, body
+    )
+
+
+async def ready_pool(stack: Stack, namespace: str, **kwargs: Any) -> None:
+    create_pool(stack, namespace, **kwargs)
+    await asyncio.to_thread(
+        wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
+    )
+
+
+async def gone(stack: Stack, namespace: str, name: str) -> None:
+    await asyncio.to_thread(
+        wait_for, stack, names.CLAIM_PLURAL, namespace, name, lambda b: b is None, what="gone"
+    )
