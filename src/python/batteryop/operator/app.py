@@ -57,10 +57,10 @@ from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
 from batteryop.operator.informer import list_watch
+from batteryop.operator.keys import pool_key_for_claim
 from batteryop.operator.login import kopf_connection_info
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.hook_events import hook_failed_event
-from batteryop.operator.pools.keys import pool_key_for_claim
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
 from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
 from batteryop.operator.supervisor import Supervisor

@@ -28,8 +28,8 @@ from batteryop.api.conditions import (
     set_condition,
 )
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
-from batteryop.operator.pools.keys import PoolKey
 
 if TYPE_CHECKING:
     from batteryop.operator.claims.reconcile import ClaimDeps

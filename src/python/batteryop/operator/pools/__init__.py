@@ -11,7 +11,7 @@ the runtime to apply; it never writes to the API server. Its steps, in order:
 - `status`: battery's counts, Exhausted and Ready (PO-020, PO-021, PO-022, PO-043).
 
 Beside it, pure helpers for the runtime: `hosts.HostSet` (the published Hosts and their Node
-labels), `keys.pool_key_for_claim` (the Pool to queue again when a claim goes),
-`hook_events.hook_failed_event` (PO-041). PO-023 and PO-024 (refresh on battery's events,
+labels), `hook_events.hook_failed_event` (PO-041); the Pool keys both controllers use are in
+`batteryop.operator.keys`. PO-023 and PO-024 (refresh on battery's events,
 resync while unsubscribed) are the runtime's: a steady reconcile is one GetPool and no write.
 """

@@ -11,7 +11,7 @@ Order, for a Pool with a deletionTimestamp:
    counts; if its spec is not yet the drained spec, UpdatePool with it, so battery replaces
    no MicroVM meanwhile (PO-042). The finalizer stays; status shows Ready False
    `DeletionBlocked` with the leased count (PO-043); requeue with a growing backoff. The
-   runtime also queues the Pool when a claim on it goes (`keys.pool_key_for_claim`), which
+   runtime also queues the Pool when a claim on it goes (`operator.keys.pool_key_for_claim`), which
    is when DeletePool can succeed.
 
 Other battery failures propagate as `BatteryError` for `reconcile` to map.
@@ -28,11 +28,11 @@ from batteryop.api.pool import Pool
 from batteryop.battery import models as battery
 from batteryop.battery.errors import NotFoundError, PreconditionFailedError
 from batteryop.battery.protocol import BatteryAPI
+from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.backoff import Backoff
 from batteryop.operator.pools.battery_spec import drained_spec, is_drained
 from batteryop.operator.pools.declare import get_held
-from batteryop.operator.pools.keys import PoolKey
 from batteryop.operator.pools.status import blocked_status, status_patch
 
 

@@ -37,13 +37,13 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery.errors import BatteryError
 from batteryop.battery.protocol import BatteryAPI
+from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.backoff import Backoff
 from batteryop.operator.pools.declare import declare_pool
 from batteryop.operator.pools.delete import delete_pool
 from batteryop.operator.pools.finalizer import ensure_finalizer
 from batteryop.operator.pools.hosts import HostSet
-from batteryop.operator.pools.keys import PoolKey
 from batteryop.operator.pools.status import declared_status, status_patch, unanswered_status
 
 _log = logging.getLogger(__name__)

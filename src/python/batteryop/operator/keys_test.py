@@ -4,7 +4,7 @@ import pytest
 
 from batteryop.api import samples
 from batteryop.battery.models import PoolRef
-from batteryop.operator.pools.keys import PoolKey, pool_key, pool_key_for_claim
+from batteryop.operator.keys import PoolKey, pool_key, pool_key_for_claim
 
 
 @pytest.mark.req("PO-044")

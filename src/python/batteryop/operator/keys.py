@@ -1,5 +1,7 @@
 """Which Pool a body is about: the key the runtime queues Pool reconciles under.
 
+Shared by both controllers (a claim names its Pool by it), so neither imports the other.
+
 `pool_key_for_claim` lets the runtime queue a Pool again when a claim on it goes away: a
 Pool whose deletion battery refused while MicroVMs were leased (PO-043) can then be deleted
 at once (PO-044) rather than at its next backoff.
