@@ -869,6 +869,11 @@ class ClaimsMachine(RuleBasedStateMachine):
     "CL-060",
     "CL-061",
     "CL-062",
+    "TD-101",
+    "TD-102",
+    "TD-103",
+    "TD-104",
+    "TD-105",
 )
 def test_claim_invariants_hold_through_faults_restarts_and_stale_reads(harness: Harness) -> None:
     stats = Stats()

@@ -14,6 +14,6 @@ Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (
 certificates), `pins`, `publish`, `controller` (the watch-driven loop), `config`, `main`.
 
 Planned, not here: the Deployment, ServiceAccount and least-privilege RBAC in the Manifests
-(`batteryop.manifests`), including the cert-manager CA resources (CT-021..CT-023). Until then the
+(`batteryop.manifests`), including the cert-manager CA resources: planned(CT-021..CT-023). Until then the
 approver runs from its pex (`:csr-approver`) with whatever credentials it is given.
 """

@@ -18,7 +18,7 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
 Its DaemonSet, identity, RBAC and the admission policy confining its Node writes (EA-004,
 EA-051) are in `batteryop.manifests.exec_agent`.
 
-Not built yet (issue 9), and so not claimed here: the drain guard (EA-040); certificates by CSR and their renewal (EA-060..EA-068) — until then the
+Not built yet (issue 9), and so not claimed here: the drain guard, planned(EA-040); certificates by CSR and their renewal, planned(EA-060..EA-068) — until then the
 serving certificate, the flintlockd client certificate and the CA are files named by flags, which
 the DaemonSet reads from a host directory.
 """

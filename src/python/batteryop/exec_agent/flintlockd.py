@@ -3,7 +3,7 @@
 The agent only ever dials the one endpoint its config names, which `config.parse` has checked
 is an address of this Host (EA-001). The channel verifies flintlockd's serving certificate
 against the serving CA and the dialled address, and presents the agent's client certificate.
-Until the CSR flow exists (EA-060..EA-068, not built yet), the certificate, key and CA are read
+Until the CSR flow exists, planned(EA-060..EA-068), the certificate, key and CA are read
 from files at start.
 
 Calls: `ServerInfo` and `GetMicroVM` with the call deadline, and `ExecCommand` as a raw stream

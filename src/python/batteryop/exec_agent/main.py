@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +35,7 @@ from batteryop.kube.errors import KubeConfigError
 from batteryop.obs.addresses import parse_bind_address
 from batteryop.obs.health import HealthServer
 from batteryop.obs.logging import configure_logging
+from batteryop.obs.process import run_until_signalled
 
 log = logging.getLogger("batteryop.exec_agent")
 
@@ -106,24 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"exec-agent: {problem}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    stop = asyncio.Event()
-
-    async def _main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run(config, stop)
-
-    try:
-        asyncio.run(_main())
-    except (ConfigError, KubeConfigError, AgentServerError, ValueError) as e:
-        print(f"exec-agent: {e}", file=sys.stderr)
-        return 2
-    except IdentityError as e:
-        print(f"exec-agent: {e}", file=sys.stderr)
-        return 1
-    log.info("Stopped")
-    return 0
+    code = run_until_signalled(
+        "exec-agent",
+        lambda stop: run(config, stop),
+        fatal={
+            ConfigError: 2,
+            KubeConfigError: 2,
+            AgentServerError: 2,
+            ValueError: 2,
+            IdentityError: 1,
+        },
+    )
+    if code == 0:
+        log.info("Stopped")
+    return code
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ In apply order:
   Read-only host mounts for the Host checks: `/dev` (KVM's device node), `/sys` (KVM in sysfs,
   device-mapper names) and the Host Image's not-ready directory.
 
-Certificates: until the agent gets them by CSR (EA-060..EA-068, not built yet), its serving
+Certificates: until the agent gets them by CSR, planned(EA-060..EA-068), its serving
 certificate and key, its flintlockd client certificate and key, and flintlockd's serving CA are
 files the Host provides under `CERT_DIR` (read-only host mount), readable by the agent's user.
 

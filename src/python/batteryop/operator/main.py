@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +24,7 @@ from batteryop.obs.addresses import parse_bind_address
 from batteryop.obs.health import HealthServer, MetricsServer
 from batteryop.obs.logging import configure_logging
 from batteryop.obs.metrics import BatteryCallMetrics, OperatorMetrics
+from batteryop.obs.process import run_until_signalled
 from batteryop.operator.app import Operator
 from batteryop.operator.config import ConfigError, OperatorConfig, parse
 
@@ -102,21 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"battery-operator: {e}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    stop = asyncio.Event()
-
-    async def _main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run(config, stop)
-
-    try:
-        asyncio.run(_main())
-    except ValueError as e:  # e.g. a bind address that does not parse
-        print(f"battery-operator: {e}", file=sys.stderr)
-        return 2
-    log.info("Stopped")
-    return 0
+    # A bind address that does not parse is a ValueError: a flag's fault, exit 2.
+    code = run_until_signalled(
+        "battery-operator", lambda stop: run(config, stop), fatal={ValueError: 2}
+    )
+    if code == 0:
+        log.info("Stopped")
+    return code
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ class ObjectCache:
     order the API server made them. A write's answer (version X) is newer than every event
     the watch has not delivered before X's own event, its echo. So the cache remembers X as
     an expected echo: events before it are older than the cached answer and change nothing,
-    the echo changes nothing, and events after it are stored as usual. The echo of our own
+    the echo changes nothing (CL-101), and events after it are stored as usual. The echo of our own
     write therefore queues nothing; the reconcile that wrote asks for its own follow-up
     (`Controller.apply`). A listing (event type None) is taken as it is and forgets the
     expected echoes (a relisted watch may never show them); so is a watch event that comes

@@ -32,6 +32,7 @@ def answer(cache: ObjectCache, answered: Mapping[str, Any]) -> bool:
 # equality only, and takes order from the watch (events of one object arrive in order).
 
 
+@pytest.mark.req("CL-101")
 def test_the_echo_of_a_cached_write_and_the_events_before_it_change_nothing() -> None:
     cache = ObjectCache()
     assert cache.observe("ADDED", body("m", "Pending"))

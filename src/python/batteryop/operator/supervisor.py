@@ -7,7 +7,8 @@ its traceback, reported down, and started again after a backoff (1 s doubling to
 1 s once a run lasted longer than the longest wait), until `stop()`. A task that returns has
 finished: it is not started again and not reported down.
 
-`checks()` gives one readiness check per task, named after it, for `HealthServer`: it fails
+DP-101: restarted with backoff. DP-100: `checks()` gives one readiness check per task, named
+after it, for `HealthServer`: it fails
 while the task is down (from its failure until it runs again), with the error in the line,
 so `/readyz` says which task is down: ``[-]watch-nodes failed: TaskDownError: ...``.
 """

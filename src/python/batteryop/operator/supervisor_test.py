@@ -25,6 +25,7 @@ class Sleeps:
         return await asyncio.wait_for(self._started.get(), timeout=5)
 
 
+@pytest.mark.req("DP-100", "DP-101")
 async def test_a_failing_task_is_logged_reported_down_and_started_again_with_backoff(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

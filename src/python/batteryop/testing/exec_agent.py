@@ -17,6 +17,7 @@ tls=pki.flintlockd_tls)`: mutual TLS, the agent's client certificate the only wa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
@@ -394,9 +395,17 @@ async def run_exec(
     start: microvmexec_pb2.ExecStart,
     stdin: Sequence[bytes] = (),
 ) -> list[Response]:
-    """Every response of one exec stream through the agent; raises the RPC error if it fails."""
+    """Every response of one exec stream through the agent; raises the RPC error if it fails.
+
+    The requests are written here, not from an iterator grpc consumes: an agent that refuses at
+    once may end the call while a request is still being sent, and grpc then reports that send
+    as INTERNAL instead of the agent's own status, which reading the call gives."""
     stub = microvmexec_pb2_grpc.MicroVMExecStub(channel)
-    call = stub.ExecCommand(requests_of(start, stdin), metadata=metadata, timeout=30)
+    call = stub.ExecCommand(metadata=metadata, timeout=30)
+    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        async for request in requests_of(start, stdin):
+            await call.write(request)
+        await call.done_writing()
     return [response async for response in call]
 
 

@@ -37,6 +37,7 @@ class Trace:
     code: list[Citation] = field(default_factory=list)
     tests: list[Citation] = field(default_factory=list)
     waivers: list[Citation] = field(default_factory=list)
+    planned: list[Citation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,9 @@ def _record(trace: Trace, citation: Citation, problems: list[Problem]) -> None:
                 )
             )
         return  # prose may still say that something was withdrawn
-    if citation.kind is Kind.CODE:
+    if citation.kind is Kind.PLANNED:
+        trace.planned.append(citation)
+    elif citation.kind is Kind.CODE:
         trace.code.append(citation)
     elif citation.kind is Kind.TEST:
         trace.tests.append(citation)

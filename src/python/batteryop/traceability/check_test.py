@@ -175,3 +175,14 @@ def test_the_command_exits_non_zero_on_a_problem_and_prints_one_summary_line(
     (root / "src/b.py").write_text(f"# {NINE}\n")
     assert main(["--root", str(root)]) == 1
     assert f"src/b.py:1: {NINE}: no requirement page defines it" in capsys.readouterr().err
+
+
+def test_planned_work_counts_for_neither_side(tmp_path: Path) -> None:
+    root = tree(tmp_path, {"src/a.py": f'"""Not built yet: planned({ONE}..{TWO}).\n\nBuilt: {TWO}."""\n'})
+    result = check_tree(root)
+    assert result.ok, result.problems
+    assert [c.line for c in result.traces[ONE].planned] == [1]
+    assert result.traces[ONE].code == []
+    assert [c.line for c in result.traces[TWO].code] == [3]
+    unknown = check_tree(tree(tmp_path / "b", {"src/a.py": f"# planned({NINE})\n"}))
+    assert [p.message for p in unknown.problems] == [f"{NINE}: no requirement page defines it"]

@@ -10,6 +10,8 @@ Kinds of citation:
   defined ID, but counts for neither side.
 - `WAIVER`: `waive(HI-009): <reason>` in any comment: we deliberately neither build nor test
   that requirement here, and say why.
+- `PLANNED`: `planned(EA-040)` (or a range inside the parentheses) in a comment or docstring
+  that says what is not built yet. It counts for neither side; the report shows it.
 
 Ranges (`CL-050..CL-053`, `CL-050..053`, `CL-050 to CL-053`, and with an en or em dash between
 the ends) stand for every
@@ -58,6 +60,7 @@ _RANGE = re.compile(
 )
 _ID = re.compile(ID_PATTERN)
 _WAIVER = re.compile(r"waive\(\s*(?P<id>[A-Z]{2}-\d{3})\s*\)\s*:?(?P<reason>[^\n]*)")
+_PLANNED = re.compile(r"planned\((?P<ids>[^)]*)\)")
 
 
 class Kind(StrEnum):
@@ -65,6 +68,7 @@ class Kind(StrEnum):
     TEST = "test"
     MENTION = "mention"
     WAIVER = "waiver"
+    PLANNED = "planned"
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,9 @@ def _in_text(path: Path, first_line: int, text: str, kind: Kind) -> Iterator[Cit
         yield Citation(
             match["id"], path, line_of(match.start()), Kind.WAIVER, reason=match["reason"].strip()
         )
+    for match in _PLANNED.finditer(text):
+        taken.append(match.span())
+        yield from _in_text(path, line_of(match.start()), match["ids"], Kind.PLANNED)
     for match in _RANGE.finditer(text):
         if any(a <= match.start() < b for a, b in taken):
             continue

@@ -65,7 +65,7 @@ def _row(trace: Trace) -> str:
         return f"| {ident} | *(withdrawn)* {text} | — | — |"
     if req.ours:
         text = f"*(ours)* {text}"
-    code = _places(trace.code)
+    code = _places(trace.code) or ("*planned:* " + _places(trace.planned) if trace.planned else "")
     tests = _places(trace.tests)
     if trace.waivers and not trace.tests:
         tests = tests or "waived: " + _cell(trace.waivers[0].reason)

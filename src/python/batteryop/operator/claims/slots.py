@@ -6,7 +6,7 @@ controller runs N reconciles at once; ClaimVM may hold at most N-1 of them
 (`ClaimSlots.for_workers`), so at least one worker is always free for a Bound claim's
 Heartbeat or ListLeases.
 
-A bind that finds every slot taken does not wait for one: it leaves its key in a FIFO of
+CL-102: a bind that finds every slot taken does not wait for one: it leaves its key in a FIFO of
 waiters and ends, freeing its worker. When a slot frees, it is reserved for the first waiter,
 which is handed to `on_free` (the runtime queues it at once); nobody else can take a reserved
 slot, so waiters are served in order and a stream of newcomers never overtakes them: 100

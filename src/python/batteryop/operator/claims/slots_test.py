@@ -44,7 +44,7 @@ def test_one_worker_is_always_kept_for_renewals() -> None:
         ClaimSlots(1, retry_after=0)
 
 
-@pytest.mark.req("CL-018")
+@pytest.mark.req("CL-018", "CL-102")
 def test_a_freed_slot_wakes_the_first_waiter_in_order() -> None:
     slots = ClaimSlots(1)
     woken: list[object] = []
@@ -92,7 +92,7 @@ def one_slot(clock: Clock) -> tuple[ClaimSlots, list[object]]:
     return slots, woken
 
 
-@pytest.mark.req("CL-018")
+@pytest.mark.req("CL-018", "CL-102")
 def test_a_woken_waiter_keeps_its_slot_against_newcomers() -> None:
     slots, woken = one_slot(Clock())
     with slots.try_acquire("a"):
@@ -110,7 +110,7 @@ def test_a_woken_waiter_keeps_its_slot_against_newcomers() -> None:
     assert woken == ["b", "c"], "then c, in order"
 
 
-@pytest.mark.req("CL-018")
+@pytest.mark.req("CL-018", "CL-102")
 def test_a_reservation_not_taken_in_time_passes_to_the_next_waiter() -> None:
     clock = Clock()
     slots, woken = one_slot(clock)
