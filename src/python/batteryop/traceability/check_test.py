@@ -178,7 +178,9 @@ def test_the_command_exits_non_zero_on_a_problem_and_prints_one_summary_line(
 
 
 def test_planned_work_counts_for_neither_side(tmp_path: Path) -> None:
-    root = tree(tmp_path, {"src/a.py": f'"""Not built yet: planned({ONE}..{TWO}).\n\nBuilt: {TWO}."""\n'})
+    root = tree(
+        tmp_path, {"src/a.py": f'"""Not built yet: planned({ONE}..{TWO}).\n\nBuilt: {TWO}."""\n'}
+    )
     result = check_tree(root)
     assert result.ok, result.problems
     assert [c.line for c in result.traces[ONE].planned] == [1]
