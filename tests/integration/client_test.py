@@ -231,6 +231,11 @@ async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
     stack: Stack, namespace: str, client: AsyncClient
 ) -> None:
     await ready_pool(stack, namespace, heartbeat="1s")
+    # Every Host reports ready first (the shared stack's Nodes may carry no report), so the
+    # first not-ready the client sees is the one this test writes.
+    ready = {names.EXEC_AGENT_READY_ANNOTATION: "true", names.EXEC_AGENT_REASON_ANNOTATION: "Ready"}
+    for node in stack.local.hosts:
+        annotate_node(stack, node, dict(ready))
     reports: list[HostNotReadyError] = []
     async with await client.claim(
         "demo", HOLDER, on_host_not_ready=reports.append, timeout=60
@@ -259,4 +264,5 @@ async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
             assert len(reports) == 1  # reported the first time only
             assert not claim.lost
         finally:
-            annotate_node(stack, claim.node_name, {k: None for k in report})
+            for node in stack.local.hosts:
+                annotate_node(stack, node, {k: None for k in report})
