@@ -6,8 +6,10 @@
 #   network.sh ruleset   print the nftables ruleset for this Host and exit
 #
 # Writes /run/battery/flintlockd.env with the Host's internal address, the one flintlockd
-# serves on (HI-067). The rules live in two tables replaced whole in one transaction:
-# `inet battery` (guests and flintlockd) and `bridge battery` (guests never reach each other).
+# serves on (HI-067). The rules live in one table, `inet battery`, replaced whole in one
+# transaction. Frames between two guests cross only the bridge; with br_netfilter (loaded at
+# boot, and required by kubeadm anyway) bridged IPv4 passes the forward hook too, where it is
+# dropped (HI-100).
 set -euo pipefail
 # shellcheck source=lib.sh
 . "${BATTERY_LIB:-/usr/libexec/battery/lib.sh}"
@@ -42,8 +44,6 @@ ruleset() {
   cat <<NFT
 table inet battery
 delete table inet battery
-table bridge battery
-delete table bridge battery
 
 table inet battery {
 $(set_def protected4 ipv4_addr interval "$PROTECTED_CIDRS4")
@@ -104,6 +104,8 @@ $(set_def flintlockd_clients4 ipv4_addr interval "$FLINTLOCKD_CLIENT_CIDRS4")
   # HI-075: out of the primary interface only; HI-033, HI-035: never to metadata or protected
   # addresses.
   chain guest_forward {
+    # HI-100: guests never reach each other (bridged IPv4, through br_netfilter).
+    oifname "$br" drop
     oifname != "$primary" drop
     meta nfproto ipv6 drop
     ip daddr @metadata4 drop
@@ -122,15 +124,6 @@ $(gateway_uid_rules)
   chain postrouting {
     type nat hook postrouting priority srcnat; policy accept;
     ip saddr $GUEST_SUBNET oifname "$primary" masquerade
-  }
-}
-
-# HI-100: frames between two ports of the guest bridge are dropped: guests never reach each
-# other, only the gateway (which the bridge itself is).
-table bridge battery {
-  chain forward {
-    type filter hook forward priority filter; policy accept;
-    meta ibrname "$br" drop
   }
 }
 NFT
@@ -167,8 +160,9 @@ main() {
   ip link show "$BATTERY_BRIDGE" >/dev/null 2>&1 || ip link add "$BATTERY_BRIDGE" type bridge
   ip addr replace "$GUEST_GATEWAY/$GUEST_PREFIX_LEN" dev "$BATTERY_BRIDGE"
   ip link set "$BATTERY_BRIDGE" up
-  # HI-032: forwarding, for IPv4 only.
+  # HI-032: forwarding, for IPv4 only; HI-100: bridged IPv4 through the forward hook.
   echo 1 >/proc/sys/net/ipv4/ip_forward
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
   ruleset "$primary" | nft -f -
   # HI-067: flintlockd listens on this address only.
   battery_write_file "$(battery_path "$BATTERY_FLINTLOCKD_ENV")" \
