@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from images.hostfs import LIBEXEC, FakeHost, have, require_root
 
 PROBE = Path(__file__).with_name("netprobe.py")
@@ -59,7 +58,15 @@ class Net:
         cmd = ["ip", "netns", "exec", self.ns(ns)]
         if uid:
             cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-        return [*cmd, PYTHON, str(self.probe), "connect", host, str(port), *([source] if source else [])]
+        return [
+            *cmd,
+            PYTHON,
+            str(self.probe),
+            "connect",
+            host,
+            str(port),
+            *([source] if source else []),
+        ]
 
 
 def _link(net: Net, a: str, a_if: str, b: str, b_if: str) -> None:
@@ -82,7 +89,9 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     probe = shared / "netprobe.py"
     shutil.copy(PROBE, probe)
     probe.chmod(0o755)
-    net = Net(f"bo{os.getpid() % 100000}", probe, FakeHost(tmp_path_factory.mktemp("host") / "root"))
+    net = Net(
+        f"bo{os.getpid() % 100000}", probe, FakeHost(tmp_path_factory.mktemp("host") / "root")
+    )
     names = ("host", "outside", "other", "guest1", "guest2")
     servers: list[subprocess.Popen[str]] = []
     try:
@@ -117,11 +126,18 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         # flintlockd attaches each MicroVM's TAP to the bridge; veths stand in for them here.
         for i, guest in ((1, "guest1"), (2, "guest2")):
             _link(net, "host", f"tap{i}", guest, "eth0")
-            net.sh("host", "ip", "link", "set", f"tap{i}", "master", net.host.names["BATTERY_BRIDGE"])
+            net.sh(
+                "host", "ip", "link", "set", f"tap{i}", "master", net.host.names["BATTERY_BRIDGE"]
+            )
             net.sh(guest, "ip", "addr", "add", f"10.220.0.{10 + i}/16", "dev", "eth0")
             net.sh(guest, "ip", "route", "add", "default", "via", "10.220.0.1")
 
-        listen = {"host": (9090, 53, 8053, 10250), "outside": (80, 10250), "other": (80,), "guest2": (80,)}
+        listen = {
+            "host": (9090, 53, 8053, 10250),
+            "outside": (80, 10250),
+            "other": (80,),
+            "guest2": (80,),
+        }
         for ns, ports in listen.items():
             server = subprocess.Popen(
                 ["ip", "netns", "exec", net.ns(ns), PYTHON, str(probe), "serve", *map(str, ports)],

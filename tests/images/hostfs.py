@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,13 @@ class FakeHost:
             BATTERY_ROOT=str(self.root),
             BATTERY_LIB=str((LIBEXEC / "lib.sh").resolve()),
             PYTHONDONTWRITEBYTECODE="1",
+            # The Host's python3; here the test's own interpreter (not a version-manager shim).
+            PYTHON=sys.executable,
         )
         env.update(extra)
         return env
 
-    def run(
-        self, script: str, *args: str, **extra: str
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, script: str, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         """Run /usr/libexec/battery/<script> of the image as its unit does."""
         return subprocess.run(
             ["bash", str(LIBEXEC / script), *args],
