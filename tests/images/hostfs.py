@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import batteryop
+import batteryop  # pants: no-infer-dep (the namespace root has no target of its own)
 
 HOST = Path("src/images/host")
 ROOTFS = HOST / "rootfs"
