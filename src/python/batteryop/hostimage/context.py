@@ -37,7 +37,7 @@ def python_files() -> Iterator[tuple[str, Path]]:
     yield "python/batteryop/api/__init__.py", Path(names.__file__).parent / "__init__.py"
     yield "python/batteryop/api/names.py", Path(names.__file__)
     for package in (hostconf, hostimage):
-        folder = Path(package.__file__).parent
+        folder = Path(str(package.__file__)).parent
         for path in sorted(folder.glob("*.py")):
             if path.name.endswith("_test.py") or path.name == "context.py":
                 continue
