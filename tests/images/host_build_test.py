@@ -106,7 +106,7 @@ def _fake_release(tmp_path: Path, arch: str) -> tuple[Path, dict[str, str]]:
     return src, sums
 
 
-@pytest.mark.req("HI-003", "HI-004")
+@pytest.mark.req("HI-003", "HI-004", "HI-007")
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_fetch_installs_every_binary_whose_checksum_matches(tmp_path: Path, arch: str) -> None:
     src, sums = _fake_release(tmp_path, arch)

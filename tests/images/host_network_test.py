@@ -109,6 +109,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
             net.sh("outside", "ip", "addr", "add", address, "dev", "lo")
         net.sh("other", "ip", "addr", "add", "198.18.0.1/24", "dev", "eth0")
         net.sh("other", "ip", "route", "add", "default", "via", "198.18.0.2")
+        net.sh("outside", "ip", "route", "add", "198.18.0.0/24", "via", "192.0.2.2")
 
         # The Host's boot: host.conf -> host.env, then the network script in the host namespace.
         net.host.write_host_conf(HOST_CONF)
@@ -122,6 +123,18 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
                 timeout=60,
             )
             assert done.returncode == 0, done.stderr
+
+        # A DNAT rule of someone else's (a kube-proxy, say) that would send a protected address
+        # to an allowed one: HI-076 drops the packet before it applies.
+        subprocess.run(
+            ["ip", "netns", "exec", net.ns("host"), "nft", "-f", "-"],
+            input=(
+                "table ip other {\n chain pre {\n  type nat hook prerouting priority dstnat;\n"
+                "  ip daddr 198.51.100.2 tcp dport 80 dnat to 203.0.113.1\n }\n}\n"
+            ),
+            text=True,
+            check=True,
+        )
 
         # flintlockd attaches each MicroVM's TAP to the bridge; veths stand in for them here.
         for i, guest in ((1, "guest1"), (2, "guest2")):
@@ -178,13 +191,15 @@ def test_the_script_makes_the_bridge_forwarding_and_its_tables(net: Net) -> None
     assert "FLINTLOCKD_GRPC_ENDPOINT=192.0.2.2:9090\n" in flintlockd_env
 
 
-@pytest.mark.req("HI-032", "HI-033", "HI-035", "HI-075", "HI-100")
+@pytest.mark.req("HI-032", "HI-033", "HI-035", "HI-075", "HI-076", "HI-100")
 def test_guests_reach_the_internet_through_nat_and_nothing_they_must_not(net: Net) -> None:
     got = probe_all(
         net,
         {
             "internet": ("guest1", "203.0.113.1", 80, "", 0),
             "protected": ("guest1", "198.51.100.1", 80, "", 0),
+            "protected before dnat": ("guest1", "198.51.100.2", 80, "", 0),
+            "dnat elsewhere": ("other", "198.51.100.2", 80, "", 0),
             "metadata": ("guest1", "169.254.169.254", 80, "", 0),
             "other interface": ("guest1", "198.18.0.1", 80, "", 0),
             "other guest": ("guest1", "10.220.0.12", 80, "", 0),
@@ -194,6 +209,8 @@ def test_guests_reach_the_internet_through_nat_and_nothing_they_must_not(net: Ne
     assert got == {
         "internet": "ok 192.0.2.2",  # HI-032: the guest leaves with the Host's address
         "protected": "timeout",
+        "protected before dnat": "timeout",
+        "dnat elsewhere": "ok 198.18.0.1",  # the DNAT rule works for traffic not from guests
         "metadata": "timeout",
         "other interface": "timeout",
         "other guest": "timeout",

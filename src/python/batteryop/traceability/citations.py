@@ -50,7 +50,24 @@ _SKIP_DIRS = {
     "node_modules",
 }
 # Files whose `#` comments are read (besides Python and Markdown).
-_HASH_COMMENT_SUFFIXES = {".yaml", ".yml", ".sh", ".toml", ".conf", ".cfg", ".service", ".nft"}
+_HASH_COMMENT_SUFFIXES = {
+    ".yaml",
+    ".yml",
+    ".sh",
+    ".toml",
+    ".conf",
+    ".cfg",
+    ".service",
+    ".nft",
+    # The image definitions: systemd path units and presets, env files, SELinux sources,
+    # networkd files.
+    ".path",
+    ".preset",
+    ".env",
+    ".te",
+    ".fc",
+    ".network",
+}
 _HASH_COMMENT_NAMES = {"BUILD", "Containerfile", "Dockerfile", "run", "pants"}
 
 _RANGE = re.compile(
