@@ -1,0 +1,68 @@
+#!/bin/bash
+# A guest root filesystem from Debian's packages, with the same layout, files and checks as the
+# Ubuntu image (rootfs/Containerfile), for one architecture, with nothing run from the packages:
+#   build-rootfs.sh --arch amd64|arm64 --out DIR [--cache DIR]
+# 1. apt resolves the packages of rootfs/versions.env (plus Debian's essential set) for ARCH
+#    with a private apt state, and downloads them (every .deb checked by apt against the
+#    signed index);
+# 2. dpkg-deb -x unpacks each into DIR (no maintainer script runs: foreign architectures need
+#    no emulator);
+# 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
+#    configure-rootfs.sh, as in the image.
+# The guest agent is not included (it cannot be downloaded here); check-rootfs.sh runs with
+# --without-agent on this tree. Packing it as an OCI image is planned(GI-030): it joins the
+# release images' buildah recipe.
+set -euo pipefail
+here=$(dirname "$(readlink -f "$0")")
+rootfs=$here/../rootfs
+arch="" out="" cache=${XDG_CACHE_HOME:-$HOME/.cache}/batteryop/guest-debian
+while (($#)); do
+  case $1 in
+  --arch) arch=$2; shift 2 ;;
+  --out) out=$2; shift 2 ;;
+  --cache) cache=$2; shift 2 ;;
+  *) echo "build-rootfs.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ $arch == amd64 || $arch == arm64 ]] || { echo "build-rootfs.sh: --arch must be amd64 or arm64" >&2; exit 2; }
+[[ -n $out ]] || { echo "build-rootfs.sh: --out is required" >&2; exit 2; }
+
+packages=$(sed -n 's/^PACKAGES=//p' "$rootfs/versions.env")
+# Debian's essential set: what every Debian system has before anything else is installed.
+essential="base-files base-passwd bash coreutils dash debianutils diffutils dpkg findutils grep gzip hostname init-system-helpers libc-bin login mawk ncurses-base ncurses-bin perl-base sed sysvinit-utils tar util-linux"
+
+state=$cache/$arch
+mkdir -p "$state/lists/partial" "$state/archives/partial" "$state/etc"
+: >"$state/status"
+apt_opts=(
+  -o "APT::Architecture=$arch" -o "APT::Architectures=$arch"
+  -o "Dir::State=$state" -o "Dir::State::Lists=$state/lists" -o "Dir::State::status=$state/status"
+  -o "Dir::Cache=$state" -o "Dir::Cache::archives=$state/archives"
+  -o "Dir::Etc::preferences=/dev/null" -o "Dir::Etc::preferencesparts=$state/etc"
+  -o "APT::Install-Recommends=false" -o "Debug::NoLocking=true"
+)
+# The index is refreshed once a day at most.
+if [[ -z $(find "$state/lists" -maxdepth 1 -name '*Packages*' -mtime -1 -print -quit) ]]; then
+  apt-get "${apt_opts[@]}" -qq update
+fi
+# shellcheck disable=SC2086 # package lists are words
+apt-get "${apt_opts[@]}" -qq -y --download-only install $essential $packages >/dev/null
+
+rm -rf "$out"
+mkdir -p "$out"
+count=0
+for deb in "$state"/archives/*.deb; do
+  dpkg-deb -x "$deb" "$out"
+  count=$((count + 1))
+done
+
+# What base-passwd's and systemd's maintainer scripts would have written.
+cp "$out/usr/share/base-passwd/passwd.master" "$out/etc/passwd"
+cp "$out/usr/share/base-passwd/group.master" "$out/etc/group"
+sed 's/^\([^:]*\):.*/\1:*:19000:0:99999:7:::/' "$out/etc/passwd" >"$out/etc/shadow"
+chmod 0640 "$out/etc/shadow"
+mkdir -p "$out/var/lib/dbus"
+
+cp -r "$rootfs/files/." "$out/"
+sh "$rootfs/configure-rootfs.sh" --root "$out"
+echo "build-rootfs.sh: $arch root filesystem from $count packages in $out" >&2

@@ -1,0 +1,53 @@
+#!/bin/sh
+# GI-032: the check stage of a guest root filesystem: the guest agent and networkd installed and
+# enabled, machine-id and fstab empty, networkd leaving eth0 alone, no password or key.
+#   check-rootfs.sh --root DIR [--without-agent]
+# --without-agent: for a tree built without flintlock's guest agent (the Debian rootfs built in
+# this repository's tests, which cannot download the agent); says so in its output.
+set -u
+[ "${1:-}" = --root ] || { echo "usage: check-rootfs.sh --root DIR [--without-agent]" >&2; exit 2; }
+root=$2
+agent=yes
+[ "${3:-}" = --without-agent ] && agent=no
+failures=0
+fail() { echo "check-rootfs: FAIL: $*" >&2; failures=$((failures + 1)); }
+enabled() { [ "$(systemctl --root="$root" is-enabled "$1" 2>/dev/null)" = enabled ]; }
+
+empty_file() { [ -f "$1" ] && [ ! -s "$1" ]; }
+empty_file "$root/etc/machine-id" || fail "/etc/machine-id is not an empty file"
+empty_file "$root/etc/fstab" || fail "/etc/fstab is not an empty file"
+for unit in systemd-networkd.service systemd-resolved.service systemd-networkd-wait-online.service; do
+  enabled "$unit" || fail "$unit is not enabled"
+done
+[ "$(systemctl --root="$root" is-enabled systemd-timesyncd.service 2>/dev/null)" = masked ] ||
+  fail "systemd-timesyncd.service is not masked"
+if [ "$agent" = yes ]; then
+  enabled guest-agent.service || fail "guest-agent.service is not enabled"
+else
+  echo "check-rootfs: no guest agent in this tree (--without-agent): not checked" >&2
+fi
+for bin in systemd networkctl ip; do
+  found=no
+  for dir in usr/lib/systemd usr/bin bin usr/sbin sbin; do
+    [ -e "$root/$dir/$bin" ] && found=yes
+  done
+  [ "$found" = yes ] || fail "$bin is not installed"
+done
+has() { grep -qx "$1" "$root/etc/systemd/network/$2" 2>/dev/null; }
+if ! { has 'Name=eth0' 10-mmds.network && has 'Unmanaged=yes' 10-mmds.network; }; then
+  fail "networkd does not leave eth0 alone"
+fi
+if ! { has 'Name=!eth0' 20-dhcp.network && has 'DHCP=ipv4' 20-dhcp.network; }; then
+  fail "networkd does not DHCP the other interfaces"
+fi
+if [ -f "$root/etc/shadow" ] && awk -F: '$2 !~ /^(\*|!.*|)$/ {found=1} END {exit !found}' "$root/etc/shadow"; then
+  fail "/etc/shadow holds a password hash"
+fi
+keys=$(grep -rlE -- '-----BEGIN ([A-Z]+ )?PRIVATE KEY-----' "$root/etc" "$root/root" 2>/dev/null)
+[ -z "$keys" ] || fail "private keys: $keys"
+
+if [ "$failures" -gt 0 ]; then
+  echo "check-rootfs: $failures failure(s)" >&2
+  exit 1
+fi
+echo "check-rootfs: the root filesystem passed every check" >&2

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Configure a guest root filesystem tree (the image at build time, or a tree unpacked from
+# packages): units enabled, an empty machine-id and fstab, no password. POSIX sh.
+#   configure-rootfs.sh --root DIR
+set -eu
+[ "${1:-}" = --root ] || { echo "usage: configure-rootfs.sh --root DIR" >&2; exit 2; }
+root=$2
+
+# GI-013: an empty machine-id, so every MicroVM makes its own at boot (and its own DHCP lease).
+: >"$root/etc/machine-id"
+rm -f "$root/var/lib/dbus/machine-id"
+# GI-012: the root volume is /dev/vda, mounted by the kernel; nothing in fstab.
+: >"$root/etc/fstab"
+# GI-014: no password hash: root is locked for password logins.
+if [ -f "$root/etc/shadow" ]; then
+  sed -i 's/^root:[^:]*:/root:*:/' "$root/etc/shadow"
+fi
+
+# GI-020..GI-025: networkd, resolved and the guest agent start at boot; timesyncd is masked
+# (the MicroVM's clock is the Host's, through kvm-clock).
+for unit in systemd-networkd.service systemd-networkd-wait-online.service systemd-resolved.service; do
+  systemctl --root="$root" enable "$unit"
+done
+if [ -e "$root/usr/lib/systemd/system/guest-agent.service" ] || [ -e "$root/lib/systemd/system/guest-agent.service" ]; then
+  systemctl --root="$root" enable guest-agent.service
+fi
+systemctl --root="$root" mask systemd-timesyncd.service

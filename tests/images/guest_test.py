@@ -1,0 +1,185 @@
+"""The guest images' definitions: the kernel format and config checks, the build script's pins,
+and a guest root filesystem built here from Debian's packages for amd64 and arm64 with the same
+files and configuration as the Ubuntu image, checked by the image's own check stage."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from images.hostfs import have
+
+GUEST = Path("src/images/guest")
+FAKE_SUM = "ef" * 32
+ELF_MACHINE = {"amd64": b"\x3e\x00", "arm64": b"\xb7\x00"}
+
+
+def _sh(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*map(str, argv)], capture_output=True, text=True, timeout=600)
+
+
+def _elf(path: Path, machine: bytes) -> Path:
+    header = bytearray(64)
+    header[0:4] = b"\x7fELF"
+    header[4] = 2
+    header[18:20] = machine
+    path.write_bytes(bytes(header) + b"\0" * 1024)
+    return path
+
+
+def _arm64_image(path: Path) -> Path:
+    header = bytearray(64)
+    header[56:60] = b"ARM\x64"
+    path.write_bytes(bytes(header) + b"\0" * 1024)
+    return path
+
+
+@pytest.mark.req("GI-002", "GI-032")
+def test_the_kernel_check_takes_each_architectures_format_and_refuses_the_other(
+    tmp_path: Path,
+) -> None:
+    check = GUEST / "kernel/check-kernel.sh"
+    vmlinux = _elf(tmp_path / "vmlinux", ELF_MACHINE["amd64"])
+    image = _arm64_image(tmp_path / "Image")
+    arm_elf = _elf(tmp_path / "arm-elf", ELF_MACHINE["arm64"])
+    assert _sh("sh", check, "amd64", vmlinux).returncode == 0
+    assert _sh("sh", check, "arm64", image).returncode == 0
+    assert (
+        _sh("sh", check, "arm64", vmlinux).stderr
+        == f"check-kernel: {vmlinux} is not an arm64 Image\n"
+    )
+    assert _sh("sh", check, "amd64", image).stderr == f"check-kernel: {image} is not an ELF file\n"
+    assert (
+        _sh("sh", check, "amd64", arm_elf).stderr
+        == f"check-kernel: {arm_elf} is not built for x86-64\n"
+    )
+    (tmp_path / "empty").write_bytes(b"")
+    assert _sh("sh", check, "amd64", tmp_path / "empty").returncode == 1
+
+
+@pytest.mark.req("GI-004", "GI-005")
+def test_the_kernel_config_check_needs_every_option_built_in(tmp_path: Path) -> None:
+    fragment = GUEST / "kernel/config-fragment"
+    wanted = [line for line in fragment.read_text().splitlines() if line.startswith("CONFIG_")]
+    assert {
+        "CONFIG_VIRTIO_BLK=y",
+        "CONFIG_VIRTIO_VSOCKETS=y",
+        "CONFIG_EXT4_FS=y",
+        "CONFIG_DEVTMPFS=y",
+    } <= set(wanted)
+    assert "CONFIG_VIRTIO_PCI=y" not in wanted
+    config = tmp_path / ".config"
+    config.write_text("\n".join(["CONFIG_64BIT=y", *wanted]) + "\n")
+    assert _sh("sh", GUEST / "kernel/check-config.sh", fragment, config).returncode == 0
+    config.write_text(
+        "\n".join(w.replace("CONFIG_EXT4_FS=y", "CONFIG_EXT4_FS=m") for w in wanted) + "\n"
+    )
+    done = _sh("sh", GUEST / "kernel/check-config.sh", fragment, config)
+    assert done.returncode == 1
+    assert done.stderr == f"check-config: {config} lacks CONFIG_EXT4_FS=y\n"
+
+
+@pytest.mark.req("GI-031")
+@pytest.mark.parametrize("image", ["kernel", "rootfs"])
+def test_a_placeholder_pin_stops_the_guest_build(image: str) -> None:
+    done = _sh("bash", GUEST / "build.sh", image, "--arch", "amd64", "--dry-run")
+    assert done.returncode == 1
+    assert "is not pinned" in done.stderr
+
+
+@pytest.mark.req("GI-001", "GI-003", "GI-030", "GI-031")
+@pytest.mark.parametrize(("arch", "uarch"), [("amd64", "x86_64"), ("arm64", "aarch64")])
+def test_the_kernel_build_fetches_the_ci_kernel_of_its_architecture(
+    tmp_path: Path, arch: str, uarch: str
+) -> None:
+    copy = tmp_path / "guest"
+    shutil.copytree(GUEST, copy)
+    versions = copy / "kernel/versions.env"
+    versions.write_text(versions.read_text().replace("PIN-ME", FAKE_SUM))
+    done = _sh("bash", copy / "build.sh", "kernel", "--arch", arch, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert f"--platform linux/{arch}" in done.stdout
+    assert f"firecracker-ci/v1.12/{uarch}/vmlinux-6.1.128" in done.stdout
+    assert f"KERNEL_SHA256={FAKE_SUM}" in done.stdout
+    containerfile = (GUEST / "kernel/Containerfile").read_text()
+    assert "FROM scratch AS kernel" in containerfile
+    assert "ADD --checksum=sha256:${KERNEL_SHA256} ${KERNEL_URL} /boot/vmlinux" in containerfile
+
+
+@pytest.mark.req("GI-010", "GI-020", "GI-031")
+def test_the_rootfs_build_pins_ubuntu_and_the_guest_agent(tmp_path: Path) -> None:
+    copy = tmp_path / "guest"
+    shutil.copytree(GUEST, copy)
+    versions = copy / "rootfs/versions.env"
+    versions.write_text(versions.read_text().replace("PIN-ME", FAKE_SUM))
+    done = _sh("bash", copy / "build.sh", "rootfs", "--arch", "arm64", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert f"BASE=docker.io/library/ubuntu:24.04@sha256:{FAKE_SUM}" in done.stdout
+    assert "guest-agent/v0.4.0/guest-agent_0.4.0_linux_arm64.deb" in done.stdout
+    assert f"GUEST_AGENT_SHA256={FAKE_SUM}" in done.stdout
+
+
+@pytest.fixture(scope="module", params=["amd64", "arm64"])
+def debian_rootfs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    for tool in ("apt-get", "dpkg-deb", "systemctl"):
+        have(tool)
+    arch = request.param
+    out = tmp_path_factory.mktemp(f"rootfs-{arch}") / "root"
+    done = _sh("bash", GUEST / "debian/build-rootfs.sh", "--arch", arch, "--out", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    yield arch, out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.req(
+    "GI-011", "GI-012", "GI-013", "GI-014", "GI-022", "GI-023", "GI-024", "GI-025", "GI-032"
+)
+def test_the_debian_rootfs_passes_the_images_check(debian_rootfs: tuple[str, Path]) -> None:
+    arch, root = debian_rootfs
+    done = _sh("sh", GUEST / "rootfs/check-rootfs.sh", "--root", root, "--without-agent")
+    assert done.returncode == 0, done.stderr
+    assert "no guest agent in this tree" in done.stderr
+    # The tree is of its architecture: its shell is an ELF for that machine.
+    bash = (root / "bin/bash").read_bytes()[:20]
+    assert bash[:4] == b"\x7fELF" and bash[18:20] == ELF_MACHINE[arch]
+    assert (root / "etc/machine-id").read_text() == ""
+    assert (
+        root / "etc/systemd/system/multi-user.target.wants/systemd-networkd.service"
+    ).is_symlink()
+    assert (root / "usr/lib/tmpfiles.d/guest-resolv.conf").is_file()
+
+
+@pytest.mark.req("GI-032")
+def test_the_check_fails_a_rootfs_that_breaks_the_rules(
+    debian_rootfs: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, built = debian_rootfs
+    root = tmp_path / "broken"
+    shutil.copytree(built / "etc", root / "etc", symlinks=True)
+    shutil.copytree(built / "lib/systemd", root / "lib/systemd", symlinks=True)
+    (root / "etc/machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    (root / "etc/systemd/network/10-mmds.network").write_text(
+        "[Match]\nName=eth0\n[Network]\nDHCP=yes\n"
+    )
+    shadow = root / "etc/shadow"
+    shadow.write_text(shadow.read_text().replace("root:*:", "root:$6$salt$hash:"))
+    subprocess.run(
+        ["systemctl", f"--root={root}", "disable", "systemd-resolved.service"],
+        check=True,
+        capture_output=True,
+    )
+    done = _sh("sh", GUEST / "rootfs/check-rootfs.sh", "--root", root)
+    assert done.returncode == 1
+    for failure in (
+        "/etc/machine-id is not an empty file",
+        "systemd-resolved.service is not enabled",
+        "guest-agent.service is not enabled",
+        "networkd does not leave eth0 alone",
+        "/etc/shadow holds a password hash",
+    ):
+        assert f"check-rootfs: FAIL: {failure}" in done.stderr
