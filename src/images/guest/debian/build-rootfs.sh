@@ -41,9 +41,10 @@ apt_opts=(
   -o "Dir::Etc::preferences=/dev/null" -o "Dir::Etc::preferencesparts=$state/etc"
   -o "APT::Install-Recommends=false" -o "Debug::NoLocking=true"
 )
-# The index is refreshed once a day at most.
-if [[ -z $(find "$state/lists" -maxdepth 1 -name '*Packages*' -mtime -1 -print -quit) ]]; then
+# The index is refreshed once a day at most (the stamp's age; the lists keep the server's times).
+if [[ -z $(find "$state" -maxdepth 1 -name updated -mtime -1 -print -quit) ]]; then
   apt-get "${apt_opts[@]}" -qq update
+  touch "$state/updated"
 fi
 # shellcheck disable=SC2086 # package lists are words
 apt-get "${apt_opts[@]}" -qq -y --download-only install $essential $packages >/dev/null
