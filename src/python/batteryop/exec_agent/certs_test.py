@@ -13,6 +13,7 @@ import stat
 from collections.abc import AsyncIterator
 from datetime import UTC, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -165,7 +166,7 @@ def _agent_certs(
     )
 
 
-async def _requests_for(c: Cluster, node: str) -> list[dict[str, object]]:
+async def _requests_for(c: Cluster, node: str) -> list[dict[str, Any]]:
     found = await c.kube.list(CERTIFICATE_SIGNING_REQUESTS)
     mine = [o for o in found if o["metadata"]["name"].startswith(f"exec-agent-{node}-")]
     c.made_csrs.extend(o["metadata"]["name"] for o in mine)
@@ -186,9 +187,11 @@ def _served_serial(port: int, ca_pem: bytes, *, verify: bool = True) -> int:
     if not verify:  # a certificate from the test's future: ssl checks validity by the real time
         context.verify_mode = ssl.CERT_NONE
     context.set_alpn_protocols(["h2"])
-    with socket.create_connection((ADDRESS, port), timeout=5) as raw:
-        with context.wrap_socket(raw) as tls:
-            der = tls.getpeercert(binary_form=True)
+    with (
+        socket.create_connection((ADDRESS, port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
 

@@ -94,6 +94,13 @@ class Flintlockd:
             ("grpc.max_receive_message_length", config.max_message_bytes),
             # One connection per agent, not shared with other channels in the process.
             ("grpc.use_local_subchannel_pool", 1),
+            # flintlockd is on this Host: after it restarts (new certificate, upgrade), dial
+            # again within a second rather than gRPC's default backoff of up to two minutes.
+            # Calls still fail at once while it is down (no wait_for_ready): a caller learns
+            # why (refused, untrusted certificate) instead of waiting out a deadline. (Not
+            # min_reconnect_backoff_ms: gRPC also takes it as the connect timeout.)
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         creds = credentials if credentials is not None else channel_credentials(config)
         channel = grpc.aio.secure_channel(config.flintlockd, creds, options=options)

@@ -136,14 +136,7 @@ def exec_agent_cluster_rules() -> list[Obj]:
 def exec_agent_namespace_rules() -> list[Obj]:
     """In the install namespace: read and watch the CA bundle ConfigMap, by name only (the CAs
     its certificates must chain to, EA-066, and flintlockd's client CA, EA-064)."""
-    return [
-        {
-            "apiGroups": [CORE],
-            "resources": ["configmaps"],
-            "resourceNames": [names.CA_BUNDLE_CONFIG_MAP],
-            "verbs": ["get", "list", "watch"],
-        }
-    ]
+    return [rule(CORE, ["configmaps"], READ, [names.CA_BUNDLE_CONFIG_MAP])]
 
 
 def claim_editor_rules() -> list[Obj]:
