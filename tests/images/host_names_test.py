@@ -34,6 +34,7 @@ def test_the_bridge_is_on_calicos_default_exclude_list() -> None:
 def test_the_image_agrees_with_the_api_names_and_the_exec_agent() -> None:
     assert int(IMAGE["FLINTLOCKD_PORT"]) == names.FLINTLOCKD_PORT
     assert int(IMAGE["EXEC_AGENT_PORT"]) == names.EXEC_AGENT_PORT
+    assert IMAGE["FLINTLOCKD_CERT_DIR"] == names.FLINTLOCKD_CERT_DIR
     defaults = HostPaths()
     assert IMAGE["BATTERY_NOT_READY_DIR"] == str(defaults.not_ready_dir)
     assert IMAGE["THIN_POOL_NAME"] == defaults.thin_pool
