@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any, TypeVar
 
+from batteryop.api._compat import StrEnum
 from batteryop.api.errors import MalformedObjectError
 from batteryop.api.times import parse_duration, parse_time
 

@@ -24,13 +24,13 @@ whole reseed workaround is therefore not built; the waivers below say why, one p
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
+from batteryop.api._compat import StrEnum
 from batteryop.api._fields import Fields
 from batteryop.api.times import format_time, truncate_to_seconds
 
@@ -43,7 +43,7 @@ MAX_REASON_LENGTH: Final = 1024
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
 
-class ConditionStatus(enum.StrEnum):
+class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
@@ -52,14 +52,14 @@ class ConditionStatus(enum.StrEnum):
 # --- Pool ------------------------------------------------------------------------------------
 
 
-class PoolConditionType(enum.StrEnum):
+class PoolConditionType(StrEnum):
     READY = "Ready"
     """Whether battery holds the Pool at its size on eligible Hosts (PO-022)."""
     EXHAUSTED = "Exhausted"
     """Whether a claim would find no available MicroVM right now (PO-021)."""
 
 
-class PoolReason(enum.StrEnum):
+class PoolReason(StrEnum):
     # Ready
     AT_SIZE = "AtSize"
     """Ready=True: available + leased + provisioning reach the size."""
@@ -85,7 +85,7 @@ class PoolReason(enum.StrEnum):
 # --- MicroVMClaim ----------------------------------------------------------------------------
 
 
-class ClaimPhase(enum.StrEnum):
+class ClaimPhase(StrEnum):
     """Where a claim is in its life. There is no Released phase: a released claim is gone."""
 
     PENDING = "Pending"
@@ -93,7 +93,7 @@ class ClaimPhase(enum.StrEnum):
     EXPIRED = "Expired"
 
 
-class ClaimConditionType(enum.StrEnum):
+class ClaimConditionType(StrEnum):
     BOUND = "Bound"
     """Whether the claim holds a Lease on a MicroVM."""
     SYNCED = "Synced"
@@ -104,7 +104,7 @@ class ClaimConditionType(enum.StrEnum):
     """The Exec Agent's report on the claim's Host; never changes the phase."""
 
 
-class ClaimReason(enum.StrEnum):
+class ClaimReason(StrEnum):
     # Bound
     BOUND = "Bound"
     """Bound=True: battery leased a MicroVM to this claim (CL-002)."""
@@ -141,7 +141,7 @@ class ClaimReason(enum.StrEnum):
     """HostReady=True: the report said ready with an empty or invalid reason."""
 
 
-class HostReportReason(enum.StrEnum):
+class HostReportReason(StrEnum):
     """The Exec Agent's Node report reasons, in the order it checks them (first failing wins)."""
 
     HOST_IMAGE_NOT_READY = "HostImageNotReady"
@@ -155,14 +155,14 @@ class HostReportReason(enum.StrEnum):
 # --- Events and CSRs -------------------------------------------------------------------------
 
 
-class EventType(enum.StrEnum):
+class EventType(StrEnum):
     """Kubernetes Event types."""
 
     NORMAL = "Normal"
     WARNING = "Warning"
 
 
-class EventReason(enum.StrEnum):
+class EventReason(StrEnum):
     HOOK_FAILED = "HookFailed"
     """Warning on a Pool: battery reported VM_HOOK_FAILED for one of its MicroVMs (PO-041)."""
     RELEASED = "Released"
@@ -170,7 +170,7 @@ class EventReason(enum.StrEnum):
     The only claim Event with no condition behind it; the others reuse `ClaimReason`."""
 
 
-class CSRCondition(enum.StrEnum):
+class CSRCondition(StrEnum):
     """Condition types of a CertificateSigningRequest (Kubernetes' own)."""
 
     APPROVED = "Approved"
@@ -178,7 +178,7 @@ class CSRCondition(enum.StrEnum):
     FAILED = "Failed"
 
 
-class CSRReason(enum.StrEnum):
+class CSRReason(StrEnum):
     """Reasons of the CSR approver's Approved, Denied and Failed conditions."""
 
     EXEC_AGENT_OWN_NODE = "ExecAgentOwnNode"

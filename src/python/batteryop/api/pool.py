@@ -15,13 +15,13 @@ Requirements: RS-010 (one field per battery PoolSpec field), RS-011 (nodeSelecto
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
 from batteryop.api import names
+from batteryop.api._compat import StrEnum
 from batteryop.api._fields import Fields
 from batteryop.api.conditions import (
     Condition,
@@ -33,7 +33,7 @@ from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
 from batteryop.api.times import format_duration
 
 
-class ReplenishmentType(enum.StrEnum):
+class ReplenishmentType(StrEnum):
     """How a Pool tops itself up (battery's ReplenishmentStrategyType)."""
 
     IMMEDIATE_ON_LEASE = "ImmediateOnLease"
@@ -41,14 +41,14 @@ class ReplenishmentType(enum.StrEnum):
     REPLACE_ON_DELETE = "ReplaceOnDelete"
 
 
-class HookFailurePolicy(enum.StrEnum):
+class HookFailurePolicy(StrEnum):
     """What battery does with a MicroVM whose create or pre-lease hook fails."""
 
     DELETE_AND_REPLACE = "DeleteAndReplace"
     QUARANTINE = "Quarantine"
 
 
-class InterfaceType(enum.StrEnum):
+class InterfaceType(StrEnum):
     """flintlock's interface types; Macvtap is flintlock's zero value, Firecracker needs Tap."""
 
     MACVTAP = "Macvtap"

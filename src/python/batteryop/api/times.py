@@ -15,8 +15,10 @@ offset) and always returns an aware UTC `datetime`.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+
+from batteryop.api._compat import UTC
 
 _RFC3339 = re.compile(
     r"^(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})"

@@ -15,9 +15,9 @@ facade, `_transport` the exec transport Protocol and its gRPC form, `_models` th
 `_exceptions` the error tree. Only the names below are public; each reports this module as its
 home.
 
-The wheel needs CPython 3.11 or later (`Requires-Python`), not 3.10: it ships `batteryop.api`,
-the vocabulary shared with the operator, which uses `enum.StrEnum` and `datetime.UTC` (3.11).
-Back-porting that package would change code the operator runs for one older interpreter.
+The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
+the vocabulary shared with the operator; that package takes `StrEnum` and `UTC` from
+`batteryop.api._compat`, which is 3.11's own on 3.11 and newer and a small stand-in on 3.10.
 """
 
 from batteryop.client._async import AsyncClaim, AsyncClient

@@ -32,12 +32,13 @@ import logging
 import os
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from batteryop.api import names
+from batteryop.api._compat import UTC
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimReason
 from batteryop.api.errors import MalformedObjectError

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import yaml
 
+from batteryop.api._compat import UTC
 from batteryop.kube.errors import KubeConfigError
 
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -283,5 +284,5 @@ def token_expiry(token: str) -> datetime.datetime | None:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         exp = claims.get("exp") if isinstance(claims, dict) else None
         if isinstance(exp, int | float):
-            return datetime.datetime.fromtimestamp(exp, tz=datetime.UTC)
+            return datetime.datetime.fromtimestamp(exp, tz=UTC)
     return None

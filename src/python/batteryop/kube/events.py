@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from batteryop.api._compat import UTC
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import NotFoundError
 from batteryop.kube.resources import EVENTS
@@ -69,12 +70,12 @@ class _Posted:
 
 
 def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+    return datetime.datetime.now(UTC)
 
 
 def micro_time(t: datetime.datetime) -> str:
     """`t` in the API's MicroTime form: RFC 3339 in UTC with microseconds."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def truncate_note(note: str, limit: int = NOTE_LIMIT) -> str:
