@@ -262,7 +262,11 @@ def renew(ctx: click.Context, claim_name: str) -> None:
         finally:
             client.close()
     expires = format_time(after) if after else "-"
-    moved = "" if after is None or after != before else " (the operator has not written the new expiry yet)"
+    moved = (
+        ""
+        if after is None or after != before
+        else " (the operator has not written the new expiry yet)"
+    )
     click.echo(f"claim {claim_name}: renewed; lease expires {expires}{moved}", err=True)
 
 

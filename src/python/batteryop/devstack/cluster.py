@@ -134,7 +134,11 @@ def approver_objects(config: ApproverConfig) -> list[Obj]:
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
     meta = {"name": name, "labels": dict(render.COMMON_LABELS)}
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {**meta, "namespace": NAMESPACE},
+        },
         {
             "apiVersion": rbac.RBAC_VERSION,
             "kind": "ClusterRole",
@@ -290,9 +294,7 @@ async def exec_agent_kubeconfig(cp: ControlPlane, kube: KubeClient, node: str, p
     )
     meta = pod["metadata"]
     bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
-    return cp.write_kubeconfig(
-        path, token=await token(kube, names.EXEC_AGENT_NAME, bound=bound)
-    )
+    return cp.write_kubeconfig(path, token=await token(kube, names.EXEC_AGENT_NAME, bound=bound))
 
 
 def operator_service_account() -> str:

@@ -86,7 +86,9 @@ async def battery(env: Mapping[str, str], *args: str) -> Step:
         out, err = await asyncio.wait_for(process.communicate(), STEP_TIMEOUT_SECONDS)
     except TimeoutError:
         process.kill()
-        raise DemoError(f"`{' '.join(argv)}` did not finish in {STEP_TIMEOUT_SECONDS:.0f}s") from None
+        raise DemoError(
+            f"`{' '.join(argv)}` did not finish in {STEP_TIMEOUT_SECONDS:.0f}s"
+        ) from None
     step = Step(argv, time.monotonic() - started, out.decode(), err.decode())
     if process.returncode != 0:
         raise DemoError(f"`{step.command}` exited with {process.returncode}: {step.stderr.strip()}")

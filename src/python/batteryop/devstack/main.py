@@ -107,7 +107,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=Path("dist"),
         help="where the pexes and the client wheel are (`./pants package` writes dist/)",
     )
-    p.add_argument("--no-demo", action="store_true", help="start the stack, skip the demo")
+    p.add_argument(
+        "--no-demo", action="store_true", help="start the stack only: no demo, no client venv"
+    )
     p.add_argument(
         "--once", action="store_true", help="stop after the demo instead of waiting (a smoke test)"
     )
@@ -153,7 +155,12 @@ async def up(args: argparse.Namespace, console: Console) -> int:
         artifacts = Artifacts.find(args.artifacts)
         live = LiveProgress(console) if console.is_terminal else None
         stack = Stack(
-            state, log_dir, artifacts, host_count=args.hosts, progress=live or LineProgress()
+            state,
+            log_dir,
+            artifacts,
+            host_count=args.hosts,
+            client_venv=not args.no_demo,
+            progress=live or LineProgress(),
         )
         state.write_state(log_dir=str(log_dir))
         console.print(f"devstack: starting; logs in {log_dir}")

@@ -127,9 +127,7 @@ class Processes:
     def exited(self) -> list[tuple[str, int]]:
         """(name, exit code) of every process that has exited."""
         return [
-            (name, code)
-            for name, r in self.running.items()
-            if (code := r.popen.poll()) is not None
+            (name, code) for name, r in self.running.items() if (code := r.popen.poll()) is not None
         ]
 
     def kill(self, name: str) -> None:

@@ -15,6 +15,8 @@
 and meanwhile a venv with the client wheel (`battery`). Each process is one `Component` in
 `Stack.components`, in start order; the host registry, when it lands, is one more entry.
 `down()` stops every process and removes the state directory; the log folder stays.
+
+Requirements: TD-110 (every component a process from its pex, as the Manifests run it), TD-024.
 """
 
 from __future__ import annotations
@@ -172,7 +174,9 @@ class Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.processes = Processes(self.state, self.log_dir, clean_env(os.environ))
         venv_task = (
-            asyncio.create_task(self._step("client venv", self._make_venv)) if self.client_venv else None
+            asyncio.create_task(self._step("client venv", self._make_venv))
+            if self.client_venv
+            else None
         )
         try:
             # In this thread: the control plane's processes die with the thread that made them.
@@ -207,7 +211,11 @@ class Stack:
             address = f"127.0.0.{FIRST_HOST_ADDRESS + i}"
             files = HostFiles.create(self.state.path / "hosts" / name, name, address, pki)
             self.hosts[name] = HostEndpoints(
-                files, free_port(address), free_port(address), free_port(address), free_port(address)
+                files,
+                free_port(address),
+                free_port(address),
+                free_port(address),
+                free_port(address),
             )
         approver = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
         ids = self.state.path / "identities"
@@ -284,7 +292,11 @@ class Stack:
                         f"--health-probe-bind-address={f.address}:{h.agent_health_port}",
                         f"--kubeconfig={kubeconfigs[f'exec-agent-{name}']}",
                     ),
-                    env={"NODE_NAME": name, "HOST_IP": f.address, "POD_NAMESPACE": cluster.NAMESPACE},
+                    env={
+                        "NODE_NAME": name,
+                        "HOST_IP": f.address,
+                        "POD_NAMESPACE": cluster.NAMESPACE,
+                    },
                     ready_url=f"http://{f.address}:{h.agent_health_port}/readyz",
                 )
             )
@@ -405,11 +417,11 @@ class Stack:
 
     async def _make_venv(self) -> Path:
         """A venv with the client wheel and what its metadata asks for. The requirements are
-        downloaded once into WHEELHOUSE (a cache, like pip's own) and installed from there."""
+        downloaded once into WHEELHOUSE (a cache, like pip's own) and installed from there,
+        by this interpreter's pip into a venv made without one (ensurepip alone can take most
+        of a minute on a loaded machine)."""
         log = self.log_dir / "client-venv.log"
         python = str(self.venv / "bin" / "python")
-        install = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        offline = [*install, "--no-index", f"--find-links={WHEELHOUSE}", str(self.artifacts.wheel)]
         with log.open("ab") as out:
 
             async def run(*argv: str) -> int:
@@ -424,15 +436,27 @@ class Stack:
                 )
                 return await process.wait()
 
-            if await run(sys.executable, "-m", "venv", str(self.venv)) != 0:
+            if await run(sys.executable, "-m", "pip", "--version") == 0:
+                venv = [sys.executable, "-m", "venv", "--without-pip", str(self.venv)]
+                pip = [sys.executable, "-m", "pip", "--python", python]
+            else:
+                venv = [sys.executable, "-m", "venv", str(self.venv)]
+                pip = [python, "-m", "pip"]
+            if await run(*venv) != 0:
                 raise RuntimeError(f"making the client venv failed; see {log}")
+            quiet = ["-q", "--disable-pip-version-check"]
+            offline = [
+                *pip,
+                "install",
+                *quiet,
+                "--no-index",
+                f"--find-links={WHEELHOUSE}",
+                str(self.artifacts.wheel),
+            ]
             if await run(*offline) != 0:
                 WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-                download = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
-                if (
-                    await run(*download, "-d", str(WHEELHOUSE), str(self.artifacts.wheel)) != 0
-                    or await run(*offline) != 0
-                ):
+                download = [*pip, "download", *quiet, "-d", str(WHEELHOUSE)]
+                if await run(*download, str(self.artifacts.wheel)) != 0 or await run(*offline) != 0:
                     raise RuntimeError(f"installing the client wheel failed; see {log}")
         self.battery_cli = self.venv / "bin" / "battery"
         return self.battery_cli

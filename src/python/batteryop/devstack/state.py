@@ -11,6 +11,8 @@ does first: it refuses while another stack runs from the same directory, and oth
 what a crashed one left (kills its processes, deletes the directory). `down()` stops a running
 stack from another terminal: SIGTERM to its supervisor, which stops everything and removes the
 directory; if the supervisor is gone or does not finish in time, it does the same itself.
+
+Requirements: TD-111.
 """
 
 from __future__ import annotations
