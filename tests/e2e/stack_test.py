@@ -90,6 +90,17 @@ async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(stack: St
     assert leases_for(await battery_state(stack), uid) == []
 
 
+@pytest.mark.req("CC-003", "CC-021", "EA-013")
+async def test_battery_run_execs_right_after_the_bind_and_releases(stack: Stack) -> None:
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+    code, out, err = await cli(stack, "run", demo.POOL, "--", "sh", "-c", "echo ran; exit 3")
+    assert (code, out) == (3, "ran\n"), err
+    name = err.split("claim ", 1)[1].split(":", 1)[0]
+    async with stack.kube() as kube:
+        await until(kube, CLAIMS, name, lambda b: b is None, what="released")
+
+
 @pytest.mark.req("EA-011", "EA-012")
 async def test_another_service_account_cannot_exec_in_a_claims_microvm(stack: Stack) -> None:
     claim = await bound_claim_via_cli(stack)

@@ -2,7 +2,7 @@
 
     ./pants run src/python/batteryop/devstack:up               # up: start, demo, run until Ctrl-C
     ./pants run src/python/batteryop/devstack:up -- --hosts 3   # three simulated Hosts
-    ./pants run src/python/batteryop/devstack:down --         # from another terminal
+    /tmp/batteryop-devstack-$UID/down                          # from another terminal
 
 `up` removes what a crashed earlier run left in the state directory, starts the stack
 (`batteryop.devstack.stack`) with a progress display, applies the demo Pool, runs the demo
@@ -129,8 +129,7 @@ def usage(stack: Stack) -> str:
             "  kubectl get pools,microvmclaims -A",
             "  battery run demo -- uname -a",
             "  battery claim demo        # then: battery exec <claim> -- ...; battery release <claim>",
-            f"stop it: Ctrl-C here, or `./pants run src/python/batteryop/devstack:down --"
-            f" --state-dir {stack.state.path}`",
+            f"stop it: Ctrl-C here, or run {stack.down_script} from another terminal",
         ]
     )
 

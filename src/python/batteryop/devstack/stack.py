@@ -461,8 +461,21 @@ class Stack:
         self.battery_cli = self.venv / "bin" / "battery"
         return self.battery_cli
 
+    @property
+    def down_script(self) -> Path:
+        return self.state.path / "down"
+
+    def _write_down_script(self) -> None:
+        """`<state>/down`: the `down` command of this very stack, runnable from any terminal
+        without Pants (a second Pants run waits for the one that runs the stack)."""
+        pex = os.environ.get("PEX") or sys.argv[0]
+        command = [sys.executable, pex, "down", f"--state-dir={self.state.path}"]
+        self.down_script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
+        self.down_script.chmod(0o755)
+
     def _write_env(self) -> None:
         assert self.pki is not None
+        self._write_down_script()
         path = [str(self.venv / "bin"), str(KUBECTL_DIR)]
         lines = [
             "# Source me: . " + str(self.env_file),
