@@ -128,7 +128,9 @@ def test_a_claim_is_bound_only_with_its_microvm_and_node_and_else_says_why() -> 
     bound = claim("Bound", conditions=[cond("Bound", "True", "Bound")])
     assert _core.is_bound(bound)
     # EA-013: the agent runs nothing until the lease expiry is known, so neither is it Bound.
-    assert not _core.is_bound(claim("Bound", conditions=[cond("Bound", "True", "Bound")], expiry=False))
+    assert not _core.is_bound(
+        claim("Bound", conditions=[cond("Bound", "True", "Bound")], expiry=False)
+    )
     assert _core.pending(bound) is None
     info = _core.claim_info(bound)
     assert (info.microvm_uid, info.node_name, info.agent_address) == (
