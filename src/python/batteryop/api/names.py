@@ -162,6 +162,9 @@ CLIENT_USAGES: Final = ("digital signature", "key encipherment", "client auth")
 
 DEFAULT_TRUST_DOMAIN: Final = GROUP
 """The SPIFFE trust domain the Manifests configure."""
+TRUST_DOMAIN_PATTERN: Final = r"[a-z0-9._-]{1,255}"
+"""What a SPIFFE trust domain may be (whole-string match): lowercase letters, digits, '.', '-',
+'_'; at most 255."""
 
 
 def spiffe_host_id(trust_domain: str, node: str) -> str:
@@ -225,6 +228,13 @@ EXEC_AGENT_NAME: Final = "battery-operator-exec-agent"
 """The Exec Agent's DaemonSet and ServiceAccount."""
 BATTERY_CONFIG_MAP: Final = "battery-operator-battery-config"
 """ConfigMap holding battery's config file, written by the host registry."""
+FLINTLOCKD_CERT_DIR: Final = "/etc/battery/flintlockd"
+"""Where the Exec Agent writes flintlockd's serving certificate, key and client CA (EA-064)."""
+TLS_CERT_FILE: Final = "tls.crt"
+"""File name of a certificate chain next to its key (written last: flintlockd starts on it)."""
+TLS_KEY_FILE: Final = "tls.key"
+"""File name of a private key (mode 0600)."""
+
 CA_BUNDLE_CONFIG_MAP: Final = "flintlockd-ca"
 """ConfigMap publishing both CA certificates, without keys."""
 SERVING_CA_BUNDLE_KEY: Final = "serving-ca.crt"

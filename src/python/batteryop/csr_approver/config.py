@@ -21,7 +21,7 @@ from batteryop.csr_approver.checks import service_account_username
 
 PROG: Final = "csr-approver"
 
-_TRUST_DOMAIN = re.compile(r"[a-z0-9._-]{1,255}")
+_TRUST_DOMAIN = re.compile(names.TRUST_DOMAIN_PATTERN)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 

@@ -12,13 +12,12 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
 - `host_checks`, `node_report`: the Host checks and the Node report annotations the operator
   turns into `HostReady` (EA-030..EA-035).
 - `identity`: at start, the agent's own identity must name its Host (EA-050).
+- `certs`: keys made on the Host, certificates by CSR, renewal (EA-060..EA-068).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 
 Its DaemonSet, identity, RBAC and the admission policy confining its Node writes (EA-004,
 EA-051) are in `batteryop.manifests.exec_agent`.
 
-Not built yet (issue 9), and so not claimed here: the drain guard, planned(EA-040); certificates by CSR and their renewal, planned(EA-060..EA-068) — until then the
-serving certificate, the flintlockd client certificate and the CA are files named by flags, which
-the DaemonSet reads from a host directory.
+Not built yet (issue 9), and so not claimed here: the drain guard, planned(EA-040).
 """

@@ -21,6 +21,7 @@ import argparse
 import errno
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,12 @@ class AgentConfig:
     - `node_name`: this Host's Node; a claim must name it (EA-013).
     - `address` and `port`: where the exec API listens (EA-002); port 0 picks a free port.
     - `flintlockd`: `ip:port` of this Host's flintlockd (EA-001).
-    - `tls_cert_file`, `tls_key_file`: the exec API's serving certificate and key.
+    - `trust_domain`: when set, every certificate and key comes by CSR (`certs`, EA-060..EA-068)
+      and the five file settings below must be empty; `namespace` holds the CA bundle
+      ConfigMap `ca_bundle_config_map`, `flintlockd_cert_dir` receives flintlockd's files, and
+      `certificate_duration` (at least 10 minutes; None: the signer's default) is asked for.
+    - `tls_cert_file`, `tls_key_file`: the exec API's serving certificate and key (without
+      `trust_domain`: for tests and for clusters that hand certificates out themselves).
     - `flintlockd_ca_file`: the CA that signed flintlockd's serving certificate.
     - `flintlockd_cert_file`, `flintlockd_key_file`: the agent's flintlockd client certificate.
     - `token_audience`: the audience every caller's token must carry (EA-010).
@@ -73,11 +79,16 @@ class AgentConfig:
     node_name: str
     address: str
     flintlockd: str
-    tls_cert_file: Path
-    tls_key_file: Path
-    flintlockd_ca_file: Path
-    flintlockd_cert_file: Path
-    flintlockd_key_file: Path
+    tls_cert_file: Path = Path()
+    tls_key_file: Path = Path()
+    flintlockd_ca_file: Path = Path()
+    flintlockd_cert_file: Path = Path()
+    flintlockd_key_file: Path = Path()
+    trust_domain: str = ""
+    namespace: str = names.OPERATOR_NAMESPACE
+    flintlockd_cert_dir: Path = Path(names.FLINTLOCKD_CERT_DIR)
+    ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP
+    certificate_duration: timedelta | None = None
     port: int = names.EXEC_AGENT_PORT
     token_audience: str = names.EXEC_AGENT_AUDIENCE
     call_timeout: timedelta = timedelta(seconds=10)
@@ -121,8 +132,27 @@ class AgentConfig:
             ("--flintlockd-cert-file", self.flintlockd_cert_file),
             ("--flintlockd-key-file", self.flintlockd_key_file),
         ):
-            if not str(path) or str(path) == ".":
-                found.append(f"{flag}: is required")
+            given = bool(str(path)) and str(path) != "."
+            if self.trust_domain and given:
+                found.append(f"{flag}: not used with --trust-domain (certificates come by CSR)")
+            elif not self.trust_domain and not given:
+                found.append(f"{flag}: is required (or --trust-domain, for certificates by CSR)")
+        if self.trust_domain:
+            if not re.fullmatch(names.TRUST_DOMAIN_PATTERN, self.trust_domain):
+                found.append(
+                    f"--trust-domain: {self.trust_domain!r}: lowercase letters, digits, "
+                    "'.', '-', '_'; at most 255"
+                )
+            if not self.namespace or not _is_dns_subdomain(self.namespace):
+                found.append(f"--namespace: {self.namespace!r} is not a namespace name")
+            if not self.ca_bundle_config_map or not _is_dns_subdomain(self.ca_bundle_config_map):
+                found.append(f"--ca-bundle-config-map: {self.ca_bundle_config_map!r} is not a name")
+            if not self.flintlockd_cert_dir.is_absolute():
+                found.append("--flintlockd-cert-dir: must be an absolute path")
+        if self.certificate_duration is not None and self.certificate_duration < timedelta(
+            minutes=10
+        ):
+            found.append("--certificate-duration: must be at least 10m (the API's minimum)")
         if not self.token_audience.strip():
             found.append("--token-audience: must not be empty")
         for flag, value in (
@@ -228,7 +258,11 @@ def check_host_addresses(config: AgentConfig) -> None:
 
 # --- flags -----------------------------------------------------------------------------------
 
-_FALLBACK_ENV: Mapping[str, str] = {"--host-node": "NODE_NAME", "--address": "HOST_IP"}
+_FALLBACK_ENV: Mapping[str, str] = {
+    "--host-node": "NODE_NAME",
+    "--address": "HOST_IP",
+    "--namespace": "POD_NAMESPACE",
+}
 
 
 def env_name(flag: str) -> str:
@@ -242,7 +276,8 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         prog="exec-agent",
         description="Runs claimed MicroVMs' commands on this Host, for their Holders only.",
         epilog="Every flag can also be set by BATTERYOP_<FLAG>, e.g. BATTERYOP_CALL_TIMEOUT; "
-        "--host-node and --address fall back on NODE_NAME and HOST_IP.",
+        "--host-node, --address and --namespace fall back on NODE_NAME, HOST_IP and "
+        "POD_NAMESPACE.",
     )
 
     def add(flag: str, default: object, help: str) -> None:
@@ -259,6 +294,11 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "",
         f"this Host's flintlockd, ip:port (default <address>:{names.FLINTLOCKD_PORT})",
     )
+    add("--trust-domain", "", "SPIFFE trust domain; when set, certificates come by CSR")
+    add("--namespace", names.OPERATOR_NAMESPACE, "namespace of the CA bundle ConfigMap")
+    add("--ca-bundle-config-map", names.CA_BUNDLE_CONFIG_MAP, "ConfigMap with both CAs")
+    add("--flintlockd-cert-dir", names.FLINTLOCKD_CERT_DIR, "where flintlockd's files go")
+    add("--certificate-duration", "", "lifetime to ask for (>= 10m); default: the signer's")
     add("--tls-cert-file", "", "the exec API's serving certificate (PEM)")
     add("--tls-key-file", "", "the exec API's serving key (PEM)")
     add("--flintlockd-ca-file", "", "CA bundle verifying flintlockd's serving certificate")
@@ -325,6 +365,15 @@ def parse(
         "flintlockd_ca_file": Path(str(a.flintlockd_ca_file)),
         "flintlockd_cert_file": Path(str(a.flintlockd_cert_file)),
         "flintlockd_key_file": Path(str(a.flintlockd_key_file)),
+        "trust_domain": str(a.trust_domain),
+        "namespace": str(a.namespace),
+        "ca_bundle_config_map": str(a.ca_bundle_config_map),
+        "flintlockd_cert_dir": Path(str(a.flintlockd_cert_dir)),
+        "certificate_duration": (
+            duration("--certificate-duration", a.certificate_duration)
+            if str(a.certificate_duration)
+            else None
+        ),
         "token_audience": str(a.token_audience),
         "call_timeout": duration("--call-timeout", a.call_timeout),
         "exec_open_timeout": duration("--exec-open-timeout", a.exec_open_timeout),

@@ -2,19 +2,23 @@
 
 The agent only ever dials the one endpoint its config names, which `config.parse` has checked
 is an address of this Host (EA-001). The channel verifies flintlockd's serving certificate
-against the serving CA and the dialled address, and presents the agent's client certificate.
-Until the CSR flow exists, planned(EA-060..EA-068), the certificate, key and CA are read
-from files at start.
+against the serving CA and the dialled address, and presents the agent's client certificate:
+from files at start, or, with `--trust-domain`, from `certs.AgentCertificates` (EA-062,
+EA-066). When the client certificate is renewed, `use_credentials` opens a new channel for new
+calls; the old channel closes once its running calls end (an exec may run for hours: TLS checks
+a certificate at the handshake only, so a running call is not affected).
 
 Calls: `ServerInfo` and `GetMicroVM` with the call deadline, and `ExecCommand` as a raw stream
 the relay drives. gRPC errors pass through as `grpc.aio.AioRpcError`: the relay and the
 servicer decide what each means to the caller.
 
-Requirements: EA-001.
+Requirements: EA-001, EA-062, EA-066.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -54,15 +58,33 @@ def channel_credentials(config: AgentConfig) -> grpc.ChannelCredentials:
 class Flintlockd:
     """A channel to this Host's flintlockd. Build it with `connect`; close with `aclose`."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, call_timeout: timedelta) -> None:
-        self._channel = channel
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        call_timeout: timedelta,
+        target: str = "",
+        options: Sequence[tuple[str, Any]] = (),
+        drain_grace: timedelta = timedelta(hours=1),
+    ) -> None:
         self._timeout = call_timeout.total_seconds()
+        self._target = target
+        self._options = list(options)
+        self._drain_grace = drain_grace.total_seconds()
+        self._retired: set[asyncio.Task[None]] = set()
+        self._set_channel(channel)
+
+    def _set_channel(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
         self._microvm = microvms_pb2_grpc.MicroVMStub(channel)
         self._exec = microvmexec_pb2_grpc.MicroVMExecStub(channel)
 
     @classmethod
-    def connect(cls, config: AgentConfig) -> Flintlockd:
-        """A channel to `config.flintlockd` (lazily: the first call connects).
+    def connect(
+        cls, config: AgentConfig, credentials: grpc.ChannelCredentials | None = None
+    ) -> Flintlockd:
+        """A channel to `config.flintlockd` (lazily: the first call connects), with
+        `credentials`, or the config's files when None.
 
         Messages up to `config.max_message_bytes` go either way, so whatever the agent accepts
         from a caller it can pass on.
@@ -72,11 +94,28 @@ class Flintlockd:
             ("grpc.max_receive_message_length", config.max_message_bytes),
             # One connection per agent, not shared with other channels in the process.
             ("grpc.use_local_subchannel_pool", 1),
+            # flintlockd is on this Host: after it restarts (new certificate, upgrade), dial
+            # again within a second rather than gRPC's default backoff of up to two minutes.
+            # Calls still fail at once while it is down (no wait_for_ready): a caller learns
+            # why (refused, untrusted certificate) instead of waiting out a deadline. (Not
+            # min_reconnect_backoff_ms: gRPC also takes it as the connect timeout.)
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
         ]
-        channel = grpc.aio.secure_channel(
-            config.flintlockd, channel_credentials(config), options=options
+        creds = credentials if credentials is not None else channel_credentials(config)
+        channel = grpc.aio.secure_channel(config.flintlockd, creds, options=options)
+        return cls(
+            channel, call_timeout=config.call_timeout, target=config.flintlockd, options=options
         )
-        return cls(channel, call_timeout=config.call_timeout)
+
+    def use_credentials(self, credentials: grpc.ChannelCredentials) -> None:
+        """New calls go over a new channel with `credentials`; the old one closes when its
+        running calls have ended (or after the drain grace)."""
+        old = self._channel
+        self._set_channel(grpc.aio.secure_channel(self._target, credentials, options=self._options))
+        task = asyncio.get_running_loop().create_task(old.close(grace=self._drain_grace))
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
 
     async def __aenter__(self) -> Flintlockd:
         return self
@@ -91,6 +130,8 @@ class Flintlockd:
 
     async def aclose(self) -> None:
         await self._channel.close()
+        for task in list(self._retired):
+            task.cancel()
 
     async def server_info(self) -> microvms_pb2.ServerInfoResponse:
         return await self._microvm.ServerInfo(empty_pb2.Empty(), timeout=self._timeout)

@@ -4,6 +4,10 @@
         --tls-cert-file=... --tls-key-file=... \
         --flintlockd-ca-file=... --flintlockd-cert-file=... --flintlockd-key-file=...
 
+With `--trust-domain=<td>` instead of the five certificate files, the agent makes its keys and
+gets its three certificates by CSR before it serves, and renews them while it runs (`certs`,
+EA-060..EA-068).
+
 First checks that its own identity names its Host (`identity`, EA-050), then runs two things
 until SIGTERM or SIGINT: the exec API (`server`) and the Node report (`node_report`, every
 `--sync-interval`). Exits 2 with one line per problem on bad flags, including a flintlockd
@@ -16,13 +20,15 @@ listening and the Node report loop running, and `/metrics` the agent's metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from prometheus_client import CollectorRegistry
 
 from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.identity import IdentityError, check_identity
@@ -54,17 +60,68 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
     health_at = parse_bind_address(
         config.health_probe_bind_address, flag="--health-probe-bind-address"
     )
-    async with (
-        KubeClient(
-            kube_config, timeout=config.call_timeout.total_seconds(), user_agent=USER_AGENT
-        ) as kube,
-        Flintlockd.connect(config) as flintlockd,
-    ):
+    # Filled in as the agent comes up; /healthz answers from the start (waiting for a signer
+    # can take a while), /readyz only once everything below runs.
+    server: AgentServer | None = None
+    tasks: dict[str, asyncio.Task[None]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        if health_at is not None:
+            health = HealthServer(
+                *health_at,
+                checks={
+                    "exec-api": lambda: server is not None and server.port != 0,
+                    "node-report": lambda: _running(tasks, "node-report"),
+                    "certificates": lambda: (
+                        not config.trust_domain or _running(tasks, "certificates")
+                    ),
+                },
+                liveness_checks={"loop": lambda: True},
+                metrics_registry=registry,
+            )
+            await health.start()
+            stack.push_async_callback(health.stop)
+        kube = await stack.enter_async_context(
+            KubeClient(
+                kube_config, timeout=config.call_timeout.total_seconds(), user_agent=USER_AGENT
+            )
+        )
         await check_identity(kube, config.node_name)  # EA-050: before anything is served
+        certs: AgentCertificates | None = None
+        flintlockd: Flintlockd | None = None
+
+        def client_renewed() -> None:
+            if certs is not None and flintlockd is not None:
+                flintlockd.use_credentials(certs.client_credentials())
+
+        if config.trust_domain:  # EA-060..EA-068: keys made here, certificates by CSR
+            certs = AgentCertificates(
+                kube,
+                node=config.node_name,
+                trust_domain=config.trust_domain,
+                address=config.address,
+                namespace=config.namespace,
+                cert_dir=config.flintlockd_cert_dir,
+                ca_bundle_config_map=config.ca_bundle_config_map,
+                duration=config.certificate_duration,
+                on_client_renewed=client_renewed,
+            )
+            stack.push_async_callback(certs.aclose)
+            log.info("Obtaining certificates by CSR")
+            if not await _unless_stopped(certs.start(), stop):
+                return
+        flintlockd = await stack.enter_async_context(
+            Flintlockd.connect(config, certs.client_credentials() if certs else None)
+        )
         authorizer = Authorizer(
             kube, node_name=config.node_name, audience=config.token_audience, observer=metrics
         )
-        server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd, observer=metrics)
+        server = AgentServer(
+            config,
+            authorizer=authorizer,
+            flintlockd=flintlockd,
+            observer=metrics,
+            credentials=certs.server_credentials() if certs else None,
+        )
         reporter = NodeReporter(
             kube,
             node_name=config.node_name,
@@ -76,26 +133,35 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             resync=config.report_resync.total_seconds(),
         )
         await server.start()
-        reports = asyncio.create_task(reporter.run(stop), name="node-report")
-        health = None
-        if health_at is not None:
-            health = HealthServer(
-                *health_at,
-                checks={
-                    "exec-api": lambda: server.port != 0,
-                    "node-report": lambda: not reports.done(),
-                },
-                liveness_checks={"loop": lambda: True},
-                metrics_registry=registry,
-            )
-            await health.start()
-        try:
-            await stop.wait()
-        finally:
-            if health is not None:
-                await health.stop()
-            await reports  # ends at once: it waits on `stop` between checks
-            await server.stop()
+        stack.push_async_callback(server.stop)
+        tasks["node-report"] = asyncio.create_task(reporter.run(stop), name="node-report")
+        if certs is not None:
+            tasks["certificates"] = asyncio.create_task(certs.run(stop), name="certificates")
+        await stop.wait()
+        # Both end at once on `stop`; then the server stops, then the health server.
+        await asyncio.gather(*tasks.values())
+
+
+def _running(tasks: dict[str, asyncio.Task[None]], name: str) -> bool:
+    task = tasks.get(name)
+    return task is not None and not task.done()
+
+
+async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Run `work` unless `stop` is set first (then cancel it); whether it finished."""
+    job = asyncio.ensure_future(work)
+    halt = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({job, halt}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        halt.cancel()
+    if job.done():
+        job.result()
+        return True
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await job
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

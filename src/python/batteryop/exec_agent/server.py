@@ -1,8 +1,10 @@
 """The agent's gRPC server: the exec API over TLS on this Host's address (EA-002, EA-003).
 
 `AgentServer` wires the servicers to one grpc.aio server listening on `config.listen_target`
-with the serving certificate and key from the config's files (until the CSR flow exists,
-EA-068); a certificate that does not name the serving address is refused at start. Callers are not asked for a certificate: they prove who they are with a bearer token
+with the serving certificate and key from the config's files (a certificate that does not name
+the serving address is refused at start), or with the credentials it is given: with
+`--trust-domain`, `certs.AgentCertificates.server_credentials()`, which serve each new
+handshake with the newest certificate obtained by CSR (EA-068). Callers are not asked for a certificate: they prove who they are with a bearer token
 (`auth`). gRPC's TLS offers HTTP/2 by ALPN and TLS 1.2 or newer. The largest message accepted,
 either way, is `config.max_message_bytes`: a bigger one fails its call with RESOURCE_EXHAUSTED
 before any handler sees it.
@@ -77,6 +79,7 @@ class AgentServer:
         authorizer: Authorizer,
         flintlockd: Flintlockd,
         observer: PhaseObserver | None = None,
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         self._config = config
         options: list[tuple[str, Any]] = [
@@ -95,7 +98,7 @@ class AgentServer:
         microvms_pb2_grpc.add_MicroVMServicer_to_server(
             MicroVMServicer(authorizer, flintlockd), self._server
         )
-        self._credentials = server_credentials(config)
+        self._credentials = credentials or server_credentials(config)
         self.port = 0
 
     @property

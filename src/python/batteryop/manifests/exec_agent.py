@@ -4,7 +4,9 @@ In apply order:
 
 - ServiceAccount `names.EXEC_AGENT_NAME` (no automounted token; the Pod mounts a projected one).
 - ClusterRole and ClusterRoleBinding `names.EXEC_AGENT_NAME`: `rbac.exec_agent_cluster_rules`
-  (TokenReviews, `get` of claims, `patch` of Nodes).
+  (TokenReviews, `get` of claims, `patch` of Nodes, `create` and `get` of CSRs: EA-067).
+- Role and RoleBinding `names.EXEC_AGENT_NAME` in the install namespace:
+  `rbac.exec_agent_namespace_rules` (read and watch the one CA bundle ConfigMap, by name).
 - ValidatingAdmissionPolicy `names.EXEC_AGENT_ADMISSION_POLICY` and its binding (EA-051): for
   the agent's identity only, a write to a Node is allowed only when the identity names exactly
   one Node (the `authentication.kubernetes.io/node-name` extra of a token bound to a Pod on
@@ -18,9 +20,10 @@ In apply order:
   Read-only host mounts for the Host checks: `/dev` (KVM's device node), `/sys` (KVM in sysfs,
   device-mapper names) and the Host Image's not-ready directory.
 
-Certificates: until the agent gets them by CSR, planned(EA-060..EA-068), its serving
-certificate and key, its flintlockd client certificate and key, and flintlockd's serving CA are
-files the Host provides under `CERT_DIR` (read-only host mount), readable by the agent's user.
+Certificates: the agent makes its keys and gets its certificates by CSR (`--trust-domain`,
+EA-060..EA-068). flintlockd's serving certificate, key and client CA go to the Host's
+`names.FLINTLOCKD_CERT_DIR` (a read-write host mount, the only one; the Host Image creates it
+owned by the agent's user, HI-072); the agent's own keys stay in its memory.
 
 Requirements: EA-004, EA-051.
 """
@@ -43,15 +46,15 @@ HEALTH_PORT: Final = 10271
 """The agent's /healthz, /readyz and /metrics, on the Host's network (next to the exec API)."""
 HEALTH_PORT_NAME: Final = "health"
 
-CERT_DIR: Final = "/etc/battery/exec-agent"
-"""Host directory of the agent's certificates until the CSR flow exists (see the docstring)."""
+FLINTLOCKD_CERT_DIR: Final = names.FLINTLOCKD_CERT_DIR
+"""flintlockd's certificate directory, at the same path on the Host and in the container."""
 HOST_DEV: Final = "/host/dev"
 HOST_SYS: Final = "/host/sys"
 NOT_READY_DIR: Final = "/run/battery/not-ready.d"
 """Where the Host Image's units name their not-ready reasons (EA-033)."""
 
 VOLUME_TOKEN: Final = "kube-api-access"
-VOLUME_CERTS: Final = "certs"
+VOLUME_FLINTLOCKD_CERTS: Final = "flintlockd-certs"
 VOLUME_DEV: Final = "host-dev"
 VOLUME_SYS: Final = "host-sys"
 VOLUME_NOT_READY: Final = "not-ready"
@@ -189,7 +192,7 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
 
 
 def identity_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-    """The ServiceAccount, the ClusterRole and its binding."""
+    """The ServiceAccount, the ClusterRole and its binding, the Role and its binding."""
     return [
         {
             "apiVersion": "v1",
@@ -220,6 +223,29 @@ def identity_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
                 {"kind": "ServiceAccount", "name": names.EXEC_AGENT_NAME, "namespace": namespace}
             ],
         },
+        {
+            "apiVersion": rbac.RBAC_VERSION,
+            "kind": "Role",
+            "metadata": {
+                "name": names.EXEC_AGENT_NAME,
+                "namespace": namespace,
+                "labels": dict(labels),
+            },
+            "rules": rbac.exec_agent_namespace_rules(),
+        },
+        {
+            "apiVersion": rbac.RBAC_VERSION,
+            "kind": "RoleBinding",
+            "metadata": {
+                "name": names.EXEC_AGENT_NAME,
+                "namespace": namespace,
+                "labels": dict(labels),
+            },
+            "roleRef": {"apiGroup": rbac.RBAC_GROUP, "kind": "Role", "name": names.EXEC_AGENT_NAME},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": names.EXEC_AGENT_NAME, "namespace": namespace}
+            ],
+        },
     ]
 
 
@@ -237,11 +263,8 @@ def container(image: str) -> Obj:
         "args": [
             f"--port={names.EXEC_AGENT_PORT}",
             f"--flintlockd=$(HOST_IP):{names.FLINTLOCKD_PORT}",
-            f"--tls-cert-file={CERT_DIR}/tls.crt",
-            f"--tls-key-file={CERT_DIR}/tls.key",
-            f"--flintlockd-ca-file={CERT_DIR}/flintlockd-serving-ca.crt",
-            f"--flintlockd-cert-file={CERT_DIR}/flintlockd-client.crt",
-            f"--flintlockd-key-file={CERT_DIR}/flintlockd-client.key",
+            f"--trust-domain={names.DEFAULT_TRUST_DOMAIN}",  # EA-060..EA-068: by CSR
+            f"--flintlockd-cert-dir={FLINTLOCKD_CERT_DIR}",
             f"--kvm-device={HOST_DEV}/kvm",
             f"--kvm-sysfs-dir={HOST_SYS}/class/misc/kvm",
             f"--sys-block-dir={HOST_SYS}/block",
@@ -288,7 +311,7 @@ def container(image: str) -> Obj:
         },
         "volumeMounts": [
             {"name": VOLUME_TOKEN, "mountPath": TOKEN_DIR, "readOnly": True},
-            {"name": VOLUME_CERTS, "mountPath": CERT_DIR, "readOnly": True},
+            {"name": VOLUME_FLINTLOCKD_CERTS, "mountPath": FLINTLOCKD_CERT_DIR},
             {"name": VOLUME_DEV, "mountPath": HOST_DEV, "readOnly": True},
             {"name": VOLUME_SYS, "mountPath": HOST_SYS, "readOnly": True},
             {"name": VOLUME_NOT_READY, "mountPath": NOT_READY_DIR, "readOnly": True},
@@ -356,7 +379,7 @@ def daemon_set_object(namespace: str, labels: Mapping[str, str], image: str) -> 
                                 ],
                             },
                         },
-                        _host_path(VOLUME_CERTS, CERT_DIR, "Directory"),
+                        _host_path(VOLUME_FLINTLOCKD_CERTS, FLINTLOCKD_CERT_DIR, "Directory"),
                         _host_path(VOLUME_DEV, "/dev", "Directory"),
                         _host_path(VOLUME_SYS, "/sys", "Directory"),
                         _host_path(VOLUME_NOT_READY, NOT_READY_DIR, "DirectoryOrCreate"),

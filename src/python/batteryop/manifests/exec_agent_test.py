@@ -50,7 +50,48 @@ def test_the_agent_listens_on_the_hosts_address() -> None:
     assert env["NODE_NAME"] == "spec.nodeName"
     assert f"--flintlockd=$(HOST_IP):{names.FLINTLOCKD_PORT}" in container["args"]
     assert {p["containerPort"] for p in container["ports"]} >= {names.EXEC_AGENT_PORT}
-    assert all(m.get("readOnly") for m in container["volumeMounts"])
+
+
+@pytest.mark.req("EA-060", "EA-064")
+def test_the_agent_gets_certificates_by_csr_and_writes_only_flintlockds_directory() -> None:
+    pod = daemon_set()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert f"--trust-domain={names.DEFAULT_TRUST_DOMAIN}" in container["args"]
+    assert f"--flintlockd-cert-dir={names.FLINTLOCKD_CERT_DIR}" in container["args"]
+    assert not [a for a in container["args"] if a.startswith(("--tls-", "--flintlockd-key"))]
+    writable = [m for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert [m["mountPath"] for m in writable] == [names.FLINTLOCKD_CERT_DIR]
+    (volume,) = (v for v in pod["volumes"] if v["name"] == writable[0]["name"])
+    assert volume["hostPath"]["path"] == names.FLINTLOCKD_CERT_DIR
+
+
+@pytest.mark.req("EA-067")
+def test_the_agent_may_only_create_and_get_csrs_and_read_the_ca_bundle_by_name() -> None:
+    objs = render.render(operator_image=IMAGE)
+    role = next(
+        o
+        for o in objs
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == names.EXEC_AGENT_NAME
+    )
+    csr_rules = [r for r in role["rules"] if "certificatesigningrequests" in r["resources"]]
+    assert csr_rules == [
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests"],
+            "verbs": ["create", "get"],
+        }
+    ]
+    (ns_role,) = (
+        o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == names.EXEC_AGENT_NAME
+    )
+    assert ns_role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [names.CA_BUNDLE_CONFIG_MAP],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
 
 
 def test_the_agent_image_sits_beside_the_operator_image() -> None:

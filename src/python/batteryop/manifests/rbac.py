@@ -79,6 +79,7 @@ WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deleteco
 CORE: Final = ""
 EVENTS_GROUP: Final = "events.k8s.io"
 AUTHENTICATION_GROUP: Final = "authentication.k8s.io"
+CERTIFICATES_GROUP: Final = "certificates.k8s.io"
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
 
@@ -120,14 +121,22 @@ def manager_namespace_rules() -> list[Obj]:
 
 def exec_agent_cluster_rules() -> list[Obj]:
     """The Exec Agent identity's rules: review callers' tokens (EA-010), read the one claim a
-    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache), and
-    patch Nodes for its Node report (EA-034). RBAC cannot say "only your own Node, only our
-    annotations": the admission policy of EA-051 does."""
+    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache),
+    patch Nodes for its Node report (EA-034), and create and read its own CSRs, nothing else
+    with them (EA-067). RBAC cannot say "only your own Node, only our annotations": the
+    admission policy of EA-051 does."""
     return [
         rule(AUTHENTICATION_GROUP, ["tokenreviews"], ["create"]),
         rule(names.GROUP, [names.CLAIM_PLURAL], ["get"]),
         rule(CORE, ["nodes"], ["patch"]),
+        rule(CERTIFICATES_GROUP, ["certificatesigningrequests"], ["create", "get"]),
     ]
+
+
+def exec_agent_namespace_rules() -> list[Obj]:
+    """In the install namespace: read and watch the CA bundle ConfigMap, by name only (the CAs
+    its certificates must chain to, EA-066, and flintlockd's client CA, EA-064)."""
+    return [rule(CORE, ["configmaps"], READ, [names.CA_BUNDLE_CONFIG_MAP])]
 
 
 def claim_editor_rules() -> list[Obj]:

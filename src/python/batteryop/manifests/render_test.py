@@ -38,6 +38,8 @@ APPLY_ORDER = [
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
     "DaemonSet",

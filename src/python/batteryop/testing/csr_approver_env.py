@@ -51,6 +51,7 @@ from batteryop.kube.resources import (
     SERVICEACCOUNTS,
     Resource,
 )
+from batteryop.manifests import rbac
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.processes import module_command
@@ -292,6 +293,21 @@ class Cluster:
                 "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
             },
         )
+        # The agent's namespaced grant from the Manifests: the CA bundle ConfigMap, by name.
+        await self.kube.create(
+            ROLES,
+            {"metadata": {"name": role}, "rules": rbac.exec_agent_namespace_rules()},
+            self.namespace,
+        )
+        await self.kube.create(
+            ROLEBINDINGS,
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": ROLES.group, "kind": "Role", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
+            },
+            self.namespace,
+        )
 
     async def approver_credentials(
         self, cluster_rules: list[dict[str, list[str]]] | None = None
@@ -383,12 +399,19 @@ async def make_cluster(controlplane: ControlPlane, kube: KubeClient, namespace: 
 
 @contextlib.asynccontextmanager
 async def running(
-    c: Cluster, config: ApproverConfig | None = None, *, credentials: KubeConfig | None = None
+    c: Cluster,
+    config: ApproverConfig | None = None,
+    *,
+    credentials: KubeConfig | None = None,
+    clock: Callable[[], datetime.datetime] | None = None,
 ) -> AsyncIterator[Approver]:
     """The approver, in this process, until the block ends; the admin's credentials unless
-    `credentials` are given."""
+    `credentials` are given; its signing time from `clock` when given."""
     async with KubeClient(credentials or KubeConfig.from_dict(c.cp.kubeconfig())) as kube:
-        approver = Approver(config or c.config(), kube)
+        if clock is None:
+            approver = Approver(config or c.config(), kube)
+        else:
+            approver = Approver(config or c.config(), kube, clock=clock)
         stop = asyncio.Event()
         task = asyncio.create_task(approver.run(stop))
         try:

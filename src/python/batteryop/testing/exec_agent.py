@@ -149,6 +149,22 @@ def prepare_cluster(controlplane: ControlPlane) -> ControlPlane:
                     ],
                 }
             )
+        # The namespaced grant: the CA bundle ConfigMap, by name (certificates by CSR).
+        subject = {"kind": "ServiceAccount", "name": names.EXEC_AGENT_NAME}
+        with contextlib.suppress(k8s.ApiException):
+            authz.create_namespaced_role(
+                AGENT_NAMESPACE,
+                {"metadata": {"name": AGENT_ROLE}, "rules": rbac.exec_agent_namespace_rules()},
+            )
+        with contextlib.suppress(k8s.ApiException):
+            authz.create_namespaced_role_binding(
+                AGENT_NAMESPACE,
+                {
+                    "metadata": {"name": AGENT_ROLE},
+                    "roleRef": {"apiGroup": rbac.RBAC_GROUP, "kind": "Role", "name": AGENT_ROLE},
+                    "subjects": [{**subject, "namespace": AGENT_NAMESPACE}],
+                },
+            )
     finally:
         api.close()
     return controlplane

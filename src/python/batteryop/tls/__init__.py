@@ -8,6 +8,7 @@ from batteryop.tls.pki import (
     make_csr,
     new_key,
     public_key_pem,
+    write_atomic,
     write_secret,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "make_csr",
     "new_key",
     "public_key_pem",
+    "write_atomic",
     "write_secret",
 ]

@@ -1,0 +1,609 @@
+"""The agent's keys and certificates: made on the Host, signed by CSR, renewed before they age.
+
+Three certificates, each for an ECDSA P-256 key the agent makes itself (EA-060):
+
+| certificate                  | signer                 | names                            | key       |
+|------------------------------|------------------------|----------------------------------|-----------|
+| flintlockd's serving (EA-061) | `flintlockd-serving`   | Host address, SPIFFE host ID     | Host file |
+| the agent's client (EA-062)  | `flintlockd-client`    | SPIFFE exec-agent ID             | memory    |
+| the exec API's serving (EA-068) | `exec-agent-serving` | Host address, SPIFFE exec-agent ID | memory |
+
+Only the certificate request leaves the process; the key flintlockd needs is written to the
+Host's `--flintlockd-cert-dir` (`tls.key` mode 0600, then `client-ca.crt`, then `tls.crt` last,
+each replaced atomically: EA-064), the other two never leave memory (EA-065).
+
+One request: a CertificateSigningRequest (`generateName: exec-agent-<node>-`, subject CN the
+Node, the signer's usages exactly), then a read of that one object until the signer has
+answered. A read and not a watch: the agent may only create and get CSRs (EA-067), and a watch
+would need `list`/`watch` on every CSR of the cluster, which RBAC cannot narrow to one
+generated name. Reads back off from 50 ms to 2 s; the approver answers in tens of
+milliseconds. A denied or failed request, or a certificate that does not pass the checks
+below, is logged with its reason and requested again, with backoff up to five minutes.
+
+What comes back is used only when its first certificate is for our key, names exactly what was
+asked (one URI, and the Host address for a serving certificate: nothing else), is within its
+validity, and is signed by the CA the approver publishes in the `flintlockd-ca` ConfigMap
+(EA-066: the serving CA for both serving certificates, the client CA for the client one).
+
+Renewal (EA-063): each certificate is replaced at a random point between 55% and 65% of its
+validity (never sooner than a minute after it was issued), well before two thirds. The CA
+bundle ConfigMap is followed by a watch (one named object, which the agent's Role allows);
+when the client CA changes, `client-ca.crt` is rewritten. At start, a flintlockd certificate
+already on the Host that passes every check and has not reached its renewal point is kept, so
+restarting the agent does not restart flintlockd.
+
+Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import ipaddress
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from batteryop.api import names
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import KubeError
+from batteryop.kube.informer import list_watch
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
+from batteryop.tls import cert_pem, key_pem, make_csr, new_key, write_atomic
+
+log = logging.getLogger(__name__)
+
+RENEW_FROM: Final = 0.55
+RENEW_TO: Final = 0.65
+"""A certificate is replaced at a random fraction of its validity in [RENEW_FROM, RENEW_TO]."""
+
+MIN_RENEW_AFTER: Final = timedelta(minutes=1)
+"""Never request a replacement sooner than this after the certificate's notBefore."""
+
+CLOCK_SKEW: Final = timedelta(minutes=5)
+"""A certificate whose notBefore is at most this far ahead of our clock is accepted."""
+
+MIN_DURATION: Final = timedelta(minutes=10)
+"""The API server's smallest `expirationSeconds`."""
+
+FLINTLOCKD_SERVING: Final = "flintlockd-serving"
+CLIENT: Final = "client"
+EXEC_SERVING: Final = "exec-serving"
+KINDS: Final = (FLINTLOCKD_SERVING, CLIENT, EXEC_SERVING)
+
+
+class Clock(Protocol):
+    """Where the certificate manager gets the time and waits for it."""
+
+    def now(self) -> datetime.datetime: ...
+
+    async def sleep_until(self, when: datetime.datetime) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.now(UTC)
+
+    async def sleep_until(self, when: datetime.datetime) -> None:
+        # Wake at least every minute: a suspended machine's monotonic clock may lag the wall.
+        while (left := (when - self.now()).total_seconds()) > 0:
+            await asyncio.sleep(min(left, 60.0))
+
+
+class CertificateError(Exception):
+    """What a signer returned cannot be used, or a request was refused; `reason` says why."""
+
+    def __init__(self, kind: str, reason: str, detail: str) -> None:
+        super().__init__(f"{kind} certificate: {reason}: {detail}")
+        self.kind = kind
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one certificate must be: its signer, usages, and the names it carries."""
+
+    kind: str
+    signer: str
+    usages: tuple[str, ...]
+    uri: str
+    ip: str | None
+    ca_key: str
+    """Key of the CA certificate in the bundle ConfigMap that must have signed it."""
+
+    def request(self, key: ec.EllipticCurvePrivateKey, node: str) -> bytes:
+        hosts = [self.uri] if self.ip is None else [self.ip, self.uri]
+        return make_csr(key, node, hosts=hosts)
+
+
+def wants(node: str, trust_domain: str, address: str) -> dict[str, Want]:
+    """The three certificates of the agent on `node`, whose Host address is `address`."""
+    agent_id = names.spiffe_exec_agent_id(trust_domain, node)
+    return {
+        FLINTLOCKD_SERVING: Want(  # EA-061
+            FLINTLOCKD_SERVING,
+            names.FLINTLOCKD_SERVING_SIGNER,
+            names.SERVING_USAGES,
+            names.spiffe_host_id(trust_domain, node),
+            address,
+            names.SERVING_CA_BUNDLE_KEY,
+        ),
+        CLIENT: Want(  # EA-062
+            CLIENT,
+            names.FLINTLOCKD_CLIENT_SIGNER,
+            names.CLIENT_USAGES,
+            agent_id,
+            None,
+            names.CLIENT_CA_BUNDLE_KEY,
+        ),
+        EXEC_SERVING: Want(  # EA-068
+            EXEC_SERVING,
+            names.EXEC_AGENT_SERVING_SIGNER,
+            names.SERVING_USAGES,
+            agent_id,
+            address,
+            names.SERVING_CA_BUNDLE_KEY,
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A key and the chain a signer returned for it, checked."""
+
+    key: ec.EllipticCurvePrivateKey
+    chain_pem: bytes
+    cert: x509.Certificate
+    renew_fraction: float
+
+    @property
+    def key_pem(self) -> bytes:
+        return key_pem(self.key)
+
+    @property
+    def not_before(self) -> datetime.datetime:
+        return self.cert.not_valid_before_utc
+
+    @property
+    def not_after(self) -> datetime.datetime:
+        return self.cert.not_valid_after_utc
+
+    @property
+    def renew_at(self) -> datetime.datetime:
+        """EA-063: a point in [55%, 65%] of the validity, at least a minute after issue."""
+        life = self.not_after - self.not_before
+        return self.not_before + max(life * self.renew_fraction, MIN_RENEW_AFTER)
+
+
+def _load_cas(bundle_pem: str | None) -> list[x509.Certificate]:
+    if not bundle_pem:
+        return []
+    try:
+        return x509.load_pem_x509_certificates(bundle_pem.encode())
+    except ValueError:
+        return []
+
+
+def _public(key: Any) -> bytes:
+    return bytes(
+        key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def check_issued(
+    want: Want,
+    key: ec.EllipticCurvePrivateKey,
+    chain_pem: bytes,
+    ca_bundle: Mapping[str, str],
+    now: datetime.datetime,
+    renew_fraction: float,
+) -> Issued:
+    """`chain_pem` as an `Issued` when it is fit for `want` and `key`; CertificateError naming
+    the first check it fails otherwise (EA-061, EA-062, EA-066, EA-068)."""
+
+    def refuse(reason: str, detail: str) -> CertificateError:
+        return CertificateError(want.kind, reason, detail)
+
+    try:
+        chain = x509.load_pem_x509_certificates(chain_pem)
+    except ValueError as e:
+        raise refuse("NotPEM", f"the signer's answer is not PEM certificates ({e})") from None
+    leaf = chain[0]
+    if _public(leaf.public_key()) != _public(key.public_key()):
+        raise refuse("WrongKey", "the certificate is not for the key this agent made")
+    try:
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        sans = x509.SubjectAlternativeName([])
+    uris = sans.get_values_for_type(x509.UniformResourceIdentifier)
+    ips = [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    others = len(list(sans)) - len(uris) - len(ips)
+    want_ips = [] if want.ip is None else [str(ipaddress.ip_address(want.ip))]
+    if uris != [want.uri] or ips != want_ips or others:
+        raise refuse(
+            "WrongNames",
+            f"names URIs {uris} and addresses {ips} (and {others} other names); "
+            f"asked for {[want.uri]} and {want_ips}",
+        )
+    if not leaf.not_valid_before_utc - CLOCK_SKEW <= now < leaf.not_valid_after_utc:
+        raise refuse(
+            "NotValidNow",
+            f"valid from {leaf.not_valid_before_utc} to {leaf.not_valid_after_utc}, now {now}",
+        )
+    cas = _load_cas(ca_bundle.get(want.ca_key))
+    if not cas:
+        raise refuse("NoCA", f"the {names.CA_BUNDLE_CONFIG_MAP} ConfigMap has no {want.ca_key}")
+    for ca in cas:
+        try:
+            leaf.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return Issued(key, chain_pem, leaf, renew_fraction)
+    raise refuse("UnknownIssuer", f"not signed by the CA published as {want.ca_key}")
+
+
+class CSRRequester:
+    """Asks the cluster's signer for one certificate and reads the answer (EA-067)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node: str,
+        *,
+        duration: timedelta | None = None,
+        answer_timeout: float = 60.0,
+    ) -> None:
+        self._kube = kube
+        self._node = node
+        self._duration = duration
+        self._answer_timeout = answer_timeout
+
+    async def request(self, want: Want, key: ec.EllipticCurvePrivateKey) -> bytes:
+        """The certificate chain the signer issued for `key`; CertificateError when the request
+        was denied, failed, or found no answer in time."""
+        spec: dict[str, Any] = {
+            "request": base64.b64encode(want.request(key, self._node)).decode(),
+            "signerName": want.signer,
+            "usages": list(want.usages),
+        }
+        if self._duration is not None:
+            spec["expirationSeconds"] = int(self._duration.total_seconds())
+        body = {
+            "apiVersion": CERTIFICATE_SIGNING_REQUESTS.api_version,
+            "kind": "CertificateSigningRequest",
+            "metadata": {"generateName": f"exec-agent-{self._node}-"},
+            "spec": spec,
+        }
+        created = await self._kube.create(CERTIFICATE_SIGNING_REQUESTS, body)
+        name = str(created["metadata"]["name"])
+        log.info("Certificate requested", extra={"csr": name, "signer": want.signer})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._answer_timeout
+        pause = 0.05
+        obj = created
+        while True:
+            status = obj.get("status") or {}
+            for condition in status.get("conditions") or []:
+                if condition.get("type") in ("Denied", "Failed"):
+                    raise CertificateError(
+                        want.kind,
+                        f"{condition.get('type')}/{condition.get('reason') or ''}",
+                        f"{name}: {condition.get('message') or 'no message'}",
+                    )
+            if status.get("certificate"):
+                return base64.b64decode(status["certificate"])
+            if loop.time() >= deadline:
+                raise CertificateError(
+                    want.kind, "NoAnswer", f"{name}: not signed within {self._answer_timeout}s"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            obj = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
+
+
+class CABundle:
+    """The `flintlockd-ca` ConfigMap's two CA certificates, followed by a watch."""
+
+    def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = name
+        self.data: dict[str, str] = {}
+        self.version = 0
+        """Counts changes of `data`."""
+        self._changed = asyncio.Condition()
+
+    async def run(self) -> None:
+        def on_list(items: list[dict[str, Any]]) -> None:
+            self._set(items[0] if items else None)
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            self._set(None if kind == "DELETED" else obj)
+
+        await list_watch(
+            self._kube,
+            CONFIGMAPS,
+            namespace=self._namespace,
+            field_selector=f"metadata.name={self._name}",
+            on_list=on_list,
+            on_event=on_event,
+        )
+
+    def _set(self, obj: Mapping[str, Any] | None) -> None:
+        data = {str(k): str(v) for k, v in ((obj or {}).get("data") or {}).items()}
+        if data != self.data:
+            self.data = data
+            self.version += 1
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[dict[str, str]], bool]) -> None:
+        """Return once the bundle satisfies `predicate`."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: predicate(self.data))
+
+    async def changed(self, since: int) -> int:
+        """Wait until `version` is past `since`; the new version."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.version > since)
+            return self.version
+
+
+@dataclass(frozen=True)
+class CertDir:
+    """flintlockd's files on the Host (EA-064)."""
+
+    path: Path
+
+    @property
+    def cert(self) -> Path:
+        return self.path / names.TLS_CERT_FILE
+
+    @property
+    def key(self) -> Path:
+        return self.path / names.TLS_KEY_FILE
+
+    @property
+    def client_ca(self) -> Path:
+        return self.path / names.CLIENT_CA_BUNDLE_KEY
+
+    def write(self, issued: Issued, client_ca_pem: str) -> None:
+        """Key first (0600), then the client CA, then the certificate last: flintlockd starts
+        (and restarts) on `tls.crt`, by which time the key and CA are in place."""
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.key, issued.key_pem, mode=0o600)
+        write_atomic(self.client_ca, client_ca_pem.encode())
+        write_atomic(self.cert, issued.chain_pem)
+
+    def write_client_ca(self, client_ca_pem: str) -> bool:
+        data = client_ca_pem.encode()
+        with contextlib.suppress(OSError):
+            if self.client_ca.read_bytes() == data:
+                return False
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.client_ca, data)
+        return True
+
+    def read(self) -> tuple[ec.EllipticCurvePrivateKey, bytes] | None:
+        """The key and chain on the Host, if both are there and the key is an EC key."""
+        try:
+            key = serialization.load_pem_private_key(self.key.read_bytes(), password=None)
+            chain = self.cert.read_bytes()
+        except (OSError, ValueError, TypeError):
+            return None
+        return (key, chain) if isinstance(key, ec.EllipticCurvePrivateKey) else None
+
+
+class AgentCertificates:
+    """Obtains, holds and renews the agent's three certificates.
+
+        certs = AgentCertificates(kube, node=..., trust_domain=..., address=..., ...)
+        await certs.start()      # every certificate in hand, flintlockd's files written
+        server_creds = certs.server_credentials()   # follows renewals
+        creds = certs.client_credentials()          # current; on_client_renewed says when
+        await certs.run(stop)    # renews until stop
+
+    `start` and `run` retry what fails (with backoff) rather than give up: an approver that is
+    not running yet delays the agent, it does not crash it.
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        node: str,
+        trust_domain: str,
+        address: str,
+        namespace: str,
+        cert_dir: Path,
+        ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP,
+        duration: timedelta | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        on_client_renewed: Callable[[], None] | None = None,
+        retry_max: float = 300.0,
+    ) -> None:
+        self._wants = wants(node, trust_domain, address)
+        self._requester = CSRRequester(kube, node, duration=duration)
+        self._bundle = CABundle(kube, namespace, ca_bundle_config_map)
+        self._dir = CertDir(cert_dir)
+        self._clock = clock or SystemClock()
+        self._rng = rng or random.SystemRandom()
+        self._on_client_renewed = on_client_renewed
+        self._retry_max = retry_max
+        self._current: dict[str, Issued] = {}
+        self._server_config: Any = None
+        self._server_news: Any = None
+        self._bundle_task: asyncio.Task[None] | None = None
+        self.renewals = 0
+        """Certificates replaced since start."""
+        self._renewed = asyncio.Condition()
+
+    @property
+    def current(self) -> Mapping[str, Issued]:
+        return dict(self._current)
+
+    @property
+    def ca_bundle(self) -> Mapping[str, str]:
+        return dict(self._bundle.data)
+
+    def _fraction(self) -> float:
+        return self._rng.uniform(RENEW_FROM, RENEW_TO)
+
+    async def start(self) -> None:
+        """Follow the CA bundle and hold every certificate, reusing flintlockd's if it is fit."""
+        if self._bundle_task is None:
+            self._bundle_task = asyncio.create_task(self._bundle.run(), name="ca-bundle")
+        await self._bundle.wait_for(
+            lambda d: bool(d.get(names.SERVING_CA_BUNDLE_KEY) and d.get(names.CLIENT_CA_BUNDLE_KEY))
+        )
+        kept = self._reuse_flintlockd()
+        if kept is not None:
+            self._current[FLINTLOCKD_SERVING] = kept
+            self._dir.write_client_ca(self._bundle.data[names.CLIENT_CA_BUNDLE_KEY])
+            log.info("Kept flintlockd's certificate on the Host", extra={"until": kept.not_after})
+        missing = [kind for kind in KINDS if kind not in self._current]
+        issued = await asyncio.gather(*(self._obtain(kind) for kind in missing))
+        for kind, one in zip(missing, issued, strict=True):
+            self._install(kind, one)
+
+    def _reuse_flintlockd(self) -> Issued | None:
+        found = self._dir.read()
+        if found is None:
+            return None
+        key, chain = found
+        try:
+            issued = check_issued(
+                self._wants[FLINTLOCKD_SERVING],
+                key,
+                chain,
+                self._bundle.data,
+                self._clock.now(),
+                self._fraction(),
+            )
+        except CertificateError as e:
+            log.info("Replacing flintlockd's certificate on the Host: %s", e)
+            return None
+        return issued if self._clock.now() < issued.renew_at else None
+
+    async def _obtain(self, kind: str) -> Issued:
+        """A new key and a checked certificate for it; retried until it succeeds (EA-060)."""
+        want = self._wants[kind]
+        backoff = 1.0
+        while True:
+            key = new_key()  # EA-060: made here; only the request leaves
+            try:
+                chain = await self._requester.request(want, key)
+                return check_issued(
+                    want, key, chain, self._bundle.data, self._clock.now(), self._fraction()
+                )
+            except CertificateError as e:
+                log.warning("Certificate not obtained, asking again: %s", e)
+            except KubeError as e:
+                log.warning("Certificate request for %s failed, retrying: %s", kind, e)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._retry_max)
+
+    def _install(self, kind: str, issued: Issued) -> None:
+        self._current[kind] = issued
+        log.info(
+            "Certificate in use",
+            extra={
+                "certificate": kind,
+                "serial": format(issued.cert.serial_number, "x"),
+                "not_after": issued.not_after.isoformat(),
+                "renew_at": issued.renew_at.isoformat(),
+            },
+        )
+        if kind == FLINTLOCKD_SERVING:  # EA-064
+            self._dir.write(issued, self._bundle.data[names.CLIENT_CA_BUNDLE_KEY])
+        elif kind == EXEC_SERVING:
+            self._server_config = self._server_news = grpc.ssl_server_certificate_configuration(
+                [(issued.key_pem, issued.chain_pem)]
+            )
+        elif self._on_client_renewed is not None:
+            self._on_client_renewed()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Renew each certificate at its time and keep `client-ca.crt` current, until `stop`."""
+        tasks = [asyncio.create_task(self._keep(kind), name=f"renew-{kind}") for kind in KINDS]
+        tasks.append(asyncio.create_task(self._follow_client_ca(), name="client-ca"))
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        if self._bundle_task is not None:
+            self._bundle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._bundle_task
+            self._bundle_task = None
+
+    async def _keep(self, kind: str) -> None:
+        while True:
+            await self._clock.sleep_until(self._current[kind].renew_at)  # EA-063
+            self._install(kind, await self._obtain(kind))
+            async with self._renewed:
+                self.renewals += 1
+                self._renewed.notify_all()
+
+    async def wait_renewals(self, count: int) -> None:
+        """Return once `count` certificates have been replaced since start."""
+        async with self._renewed:
+            await self._renewed.wait_for(lambda: self.renewals >= count)
+
+    async def _follow_client_ca(self) -> None:
+        seen = self._bundle.version
+        while True:
+            seen = await self._bundle.changed(seen)
+            client_ca = self._bundle.data.get(names.CLIENT_CA_BUNDLE_KEY)
+            if client_ca and self._dir.write_client_ca(client_ca):
+                log.info("Client CA changed; rewrote %s", self._dir.client_ca)
+
+    # -- what the agent's TLS uses ----------------------------------------------------------
+
+    def client_credentials(self) -> grpc.ChannelCredentials:
+        """Mutual TLS towards flintlockd: the agent's current client certificate, and the
+        serving CA the approver publishes as the only root (EA-065, EA-066)."""
+        issued = self._current[CLIENT]
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._bundle.data[names.SERVING_CA_BUNDLE_KEY].encode(),
+            private_key=issued.key_pem,
+            certificate_chain=issued.chain_pem,
+        )
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """The exec API's TLS; each new handshake uses the newest serving certificate."""
+        return grpc.dynamic_ssl_server_credentials(
+            self._server_config, self._fetch_server_config, require_client_authentication=False
+        )
+
+    def _fetch_server_config(self) -> Any:
+        """gRPC asks before handshakes: a configuration when it changed since the last ask,
+        else None (keep the current one)."""
+        news, self._server_news = self._server_news, None
+        return news
+
+    def serving_pem(self, kind: str = EXEC_SERVING) -> bytes:
+        return cert_pem(self._current[kind].cert)

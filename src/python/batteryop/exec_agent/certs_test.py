@@ -1,0 +1,404 @@
+"""The agent's certificates by CSR, against the real API server's CSR API and the real CSR
+approver (in this process), acting as the agent's own ServiceAccount with a token bound to a
+Pod on its Node: what the DaemonSet's projected token is."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import socket
+import ssl
+import stat
+from collections.abc import AsyncIterator
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from cryptography import x509
+from grpc_health.v1 import health, health_pb2_grpc
+
+from batteryop.api import names
+from batteryop.api.conditions import CSRCondition
+from batteryop.exec_agent import certs
+from batteryop.exec_agent.certs import (
+    CLIENT,
+    EXEC_SERVING,
+    FLINTLOCKD_SERVING,
+    AgentCertificates,
+    CertificateError,
+    check_issued,
+    wants,
+)
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, SECRETS
+from batteryop.testing.controlplane import ControlPlane
+from batteryop.testing.csr_approver_env import (
+    TRUST_DOMAIN,
+    Cluster,
+    make_cluster,
+    running,
+    tls_secret,
+)
+from batteryop.tls import CertificateAuthority, new_key
+
+ADDRESS = "127.0.0.43"
+
+
+class ManualClock:
+    """Time that moves only when the test says; sleepers wake when it passes their time."""
+
+    def __init__(self) -> None:
+        self.time = datetime.datetime.now(UTC)
+        self._moved = asyncio.Condition()
+        self.sleepers = 0
+
+    def now(self) -> datetime.datetime:
+        return self.time
+
+    async def sleep_until(self, when: datetime.datetime) -> None:
+        async with self._moved:
+            self.sleepers += 1
+            try:
+                await self._moved.wait_for(lambda: self.time >= when)
+            finally:
+                self.sleepers -= 1
+
+    async def move_to(self, when: datetime.datetime) -> None:
+        async with self._moved:
+            self.time = when
+            self._moved.notify_all()
+
+
+# -- the checks on what a signer returns (no cluster) ---------------------------------------
+
+
+def _bundle(serving: CertificateAuthority, client: CertificateAuthority) -> dict[str, str]:
+    return {
+        names.SERVING_CA_BUNDLE_KEY: serving.cert_pem.decode(),
+        names.CLIENT_CA_BUNDLE_KEY: client.cert_pem.decode(),
+    }
+
+
+@pytest.mark.req("EA-061", "EA-066", "EA-068")
+def test_check_issued_refuses_what_was_not_asked_for() -> None:
+    serving = CertificateAuthority.create("serving")
+    client = CertificateAuthority.create("client")
+    other = CertificateAuthority.create("other")
+    bundle = _bundle(serving, client)
+    want = wants("host-a", TRUST_DOMAIN, ADDRESS)[FLINTLOCKD_SERVING]
+    key = new_key()
+    now = datetime.datetime.now(UTC)
+    good = serving.issue("host-a", hosts=[ADDRESS, want.uri], server=True, key=key)
+    issued = check_issued(want, key, good.cert_pem, bundle, now, 0.6)
+    assert issued.cert.serial_number == good.cert.serial_number
+    # EA-063: renewal at 60% of the validity here, always before two thirds.
+    life = issued.not_after - issued.not_before
+    assert issued.renew_at == issued.not_before + life * 0.6
+
+    def reason(chain: bytes, *, key: object = key, at: datetime.datetime = now) -> str:
+        with pytest.raises(CertificateError) as e:
+            check_issued(want, key, chain, bundle, at, 0.6)  # type: ignore[arg-type]
+        return e.value.reason
+
+    assert reason(good.cert_pem, key=new_key()) == "WrongKey"
+    extra = serving.issue("host-a", hosts=[ADDRESS, want.uri, "evil.example"], server=True, key=key)
+    assert reason(extra.cert_pem) == "WrongNames"
+    wrong_ip = serving.issue("host-a", hosts=["127.0.0.99", want.uri], server=True, key=key)
+    assert reason(wrong_ip.cert_pem) == "WrongNames"
+    stranger = other.issue("host-a", hosts=[ADDRESS, want.uri], server=True, key=key)
+    assert reason(stranger.cert_pem) == "UnknownIssuer"  # EA-066
+    by_client_ca = client.issue("host-a", hosts=[ADDRESS, want.uri], server=True, key=key)
+    assert reason(by_client_ca.cert_pem) == "UnknownIssuer"
+    assert reason(good.cert_pem, at=issued.not_after + timedelta(seconds=1)) == "NotValidNow"
+    assert reason(b"not a certificate") == "NotPEM"
+
+
+@pytest.mark.req("EA-063")
+def test_renewal_point_is_between_55_and_65_percent_and_not_before_a_minute() -> None:
+    serving = CertificateAuthority.create("serving")
+    want = wants("host-a", TRUST_DOMAIN, ADDRESS)[EXEC_SERVING]
+    key = new_key()
+    now = datetime.datetime.now(UTC)
+    long = serving.issue("host-a", hosts=[ADDRESS, want.uri], server=True, key=key)
+    bundle = _bundle(serving, serving)
+    for fraction in (certs.RENEW_FROM, certs.RENEW_TO):
+        issued = check_issued(want, key, long.cert_pem, bundle, now, fraction)
+        life = issued.not_after - issued.not_before
+        assert issued.renew_at < issued.not_before + life * 2 / 3
+    short = serving.issue(
+        "host-a", hosts=[ADDRESS, want.uri], server=True, key=key, validity=timedelta(seconds=30)
+    )
+    # However small the fraction of a short life, never sooner than a minute after issue.
+    issued = check_issued(want, key, short.cert_pem, bundle, now, 0.001)
+    assert (issued.not_after - issued.not_before) * 0.001 < certs.MIN_RENEW_AFTER
+    assert issued.renew_at == issued.not_before + certs.MIN_RENEW_AFTER
+
+
+# -- against the cluster ----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def csr_cluster(controlplane: ControlPlane, namespace: str) -> AsyncIterator[Cluster]:
+    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
+        c = await make_cluster(controlplane, kube, namespace)
+        try:
+            yield c
+        finally:
+            await c.cleanup()
+
+
+def _agent_certs(
+    c: Cluster, kube: KubeClient, node: str, cert_dir: Path, **kw: object
+) -> AgentCertificates:
+    return AgentCertificates(
+        kube,
+        node=node,
+        trust_domain=TRUST_DOMAIN,
+        address=ADDRESS,
+        namespace=c.namespace,
+        cert_dir=cert_dir,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def _requests_for(c: Cluster, node: str) -> list[dict[str, Any]]:
+    found = await c.kube.list(CERTIFICATE_SIGNING_REQUESTS)
+    mine = [o for o in found if o["metadata"]["name"].startswith(f"exec-agent-{node}-")]
+    c.made_csrs.extend(o["metadata"]["name"] for o in mine)
+    return mine
+
+
+def _sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
+    ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    uris = ext.get_values_for_type(x509.UniformResourceIdentifier)
+    return uris, [str(ip) for ip in ext.get_values_for_type(x509.IPAddress)]
+
+
+def _served_serial(port: int, ca_pem: bytes, *, verify: bool = True) -> int:
+    """The serial number of the certificate a TLS server on ADDRESS:port presents, verified
+    against `ca_pem`."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    context.check_hostname = False  # the IP SAN is checked by check_issued
+    if not verify:  # a certificate from the test's future: ssl checks validity by the real time
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((ADDRESS, port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-060", "EA-061", "EA-062", "EA-064", "EA-065", "EA-066", "EA-068")
+async def test_agent_obtains_its_three_certificates_by_csr(
+    csr_cluster: Cluster, tmp_path: Path
+) -> None:
+    c = csr_cluster
+    node = await c.node("certs", ADDRESS)
+    cert_dir = tmp_path / "flintlockd"
+    async with running(c), c.client_as(node) as kube:
+        agent = _agent_certs(c, kube, node, cert_dir)
+        try:
+            await asyncio.wait_for(agent.start(), 60)
+            bundle = agent.ca_bundle
+            current = agent.current
+        finally:
+            await agent.aclose()
+
+    requests = await _requests_for(c, node)
+    assert sorted(str(o["spec"]["signerName"]) for o in requests) == sorted(names.SIGNERS)
+    for obj in requests:
+        # EA-060: only a request left the Host: no private key in what was sent.
+        sent = base64.b64decode(str(obj["spec"]["request"]))
+        assert b"PRIVATE KEY" not in sent
+        x509.load_pem_x509_csr(sent)
+
+    agent_id = names.spiffe_exec_agent_id(TRUST_DOMAIN, node)
+    fl = current[FLINTLOCKD_SERVING].cert
+    assert _sans(fl) == ([names.spiffe_host_id(TRUST_DOMAIN, node)], [ADDRESS])  # EA-061
+    assert _sans(current[CLIENT].cert) == ([agent_id], [])  # EA-062
+    assert _sans(current[EXEC_SERVING].cert) == ([agent_id], [ADDRESS])  # EA-068
+    serving_ca = x509.load_pem_x509_certificate(bundle[names.SERVING_CA_BUNDLE_KEY].encode())
+    client_ca = x509.load_pem_x509_certificate(bundle[names.CLIENT_CA_BUNDLE_KEY].encode())
+    fl.verify_directly_issued_by(serving_ca)  # EA-066
+    current[EXEC_SERVING].cert.verify_directly_issued_by(serving_ca)
+    current[CLIENT].cert.verify_directly_issued_by(client_ca)
+
+    # EA-064: flintlockd's three files, the key owner-only; EA-065: no other key on disk.
+    assert sorted(p.name for p in cert_dir.iterdir()) == sorted(
+        [names.TLS_CERT_FILE, names.TLS_KEY_FILE, names.CLIENT_CA_BUNDLE_KEY]
+    )
+    key_file = cert_dir / names.TLS_KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert (cert_dir / names.TLS_CERT_FILE).read_bytes() == current[FLINTLOCKD_SERVING].chain_pem
+    assert key_file.read_bytes() == current[FLINTLOCKD_SERVING].key_pem
+    assert (cert_dir / names.CLIENT_CA_BUNDLE_KEY).read_text() == bundle[names.CLIENT_CA_BUNDLE_KEY]
+    assert not list(tmp_path.glob("**/.*.tmp"))
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-063")
+async def test_certificates_are_renewed_before_two_thirds_of_their_life(
+    csr_cluster: Cluster, tmp_path: Path
+) -> None:
+    c = csr_cluster
+    node = await c.node("renew", ADDRESS)
+    clock = ManualClock()
+    client_renewals = 0
+
+    def on_client() -> None:
+        nonlocal client_renewals
+        client_renewals += 1
+
+    # One clock for the signer and the agent: certificates issued after the clock moved begin
+    # then, as they would have had the time really passed.
+    async with running(c, clock=clock.now), c.client_as(node) as kube:
+        agent = _agent_certs(
+            c, kube, node, tmp_path / "fl", clock=clock, on_client_renewed=on_client
+        )
+        stop = asyncio.Event()
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+        try:
+            await asyncio.wait_for(agent.start(), 60)
+            client_renewals = 0  # the first install counts too; count renewals from here
+            port = server.add_secure_port(f"{ADDRESS}:0", agent.server_credentials())
+            await server.start()
+            serving_ca = agent.ca_bundle[names.SERVING_CA_BUNDLE_KEY].encode()
+            first = {kind: issued for kind, issued in agent.current.items()}
+            assert _served_serial(port, serving_ca) == first[EXEC_SERVING].cert.serial_number
+            task = asyncio.create_task(agent.run(stop))
+            life = first[CLIENT].not_after - first[CLIENT].not_before
+            # Until 55% of the life nothing is renewed: every keeper still sleeps.
+            await _until(lambda: clock.sleepers == 3)
+            await clock.move_to(first[CLIENT].not_before + life * 0.54)
+            await asyncio.sleep(0)
+            assert agent.renewals == 0 and clock.sleepers == 3
+            # At two thirds every certificate has been replaced.
+            await clock.move_to(first[CLIENT].not_before + life * 2 / 3)
+            await asyncio.wait_for(agent.wait_renewals(3), 60)
+            after = agent.current
+            for kind in certs.KINDS:
+                assert after[kind].cert.serial_number != first[kind].cert.serial_number, kind
+                assert after[kind].key_pem != first[kind].key_pem, kind  # a new key each time
+            assert client_renewals == 1
+            # New handshakes get the new serving certificate; flintlockd's file is the new one.
+            served = _served_serial(port, serving_ca, verify=False)
+            assert served == after[EXEC_SERVING].cert.serial_number
+            fl_file = (tmp_path / "fl" / names.TLS_CERT_FILE).read_bytes()
+            assert fl_file == after[FLINTLOCKD_SERVING].chain_pem
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        finally:
+            stop.set()
+            await server.stop(0)
+            await agent.aclose()
+    assert len(await _requests_for(c, node)) == 6
+
+
+async def _until(predicate: object, timeout: float = 10.0) -> None:
+    """Yield to the loop until `predicate()` holds (other tasks reaching a known wait)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-064")
+async def test_a_valid_flintlockd_certificate_on_the_host_is_kept_at_restart(
+    csr_cluster: Cluster, tmp_path: Path
+) -> None:
+    c = csr_cluster
+    node = await c.node("restart", ADDRESS)
+    cert_dir = tmp_path / "fl"
+    async with running(c), c.client_as(node) as kube:
+        first = _agent_certs(c, kube, node, cert_dir)
+        await asyncio.wait_for(first.start(), 60)
+        await first.aclose()
+        kept = first.current[FLINTLOCKD_SERVING].cert.serial_number
+        again = _agent_certs(c, kube, node, cert_dir)
+        await asyncio.wait_for(again.start(), 60)
+        await again.aclose()
+    assert again.current[FLINTLOCKD_SERVING].cert.serial_number == kept
+    assert again.current[CLIENT].cert.serial_number != first.current[CLIENT].cert.serial_number
+    signers = [str(o["spec"]["signerName"]) for o in await _requests_for(c, node)]
+    assert signers.count(names.FLINTLOCKD_SERVING_SIGNER) == 1
+    assert signers.count(names.FLINTLOCKD_CLIENT_SIGNER) == 2
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-060", "EA-063")
+async def test_a_denied_request_is_asked_again(csr_cluster: Cluster, tmp_path: Path) -> None:
+    c = csr_cluster
+    node = await c.node("denied", ADDRESS)
+    async with c.client_as(node) as kube:
+        agent = _agent_certs(c, kube, node, tmp_path / "fl", retry_max=1.0)
+        # No approver yet: the bundle is published by hand so the agent gets to its requests.
+        await _publish_bundle(c)
+        starting = asyncio.create_task(agent.start())
+        try:
+            denied = await _first_request(c, node, names.FLINTLOCKD_CLIENT_SIGNER)
+            await c.set_condition(denied, CSRCondition.DENIED, "ByHand")
+            async with running(c):
+                await asyncio.wait_for(starting, 60)
+        finally:
+            starting.cancel()
+            await agent.aclose()
+    signers = [str(o["spec"]["signerName"]) for o in await _requests_for(c, node)]
+    assert signers.count(names.FLINTLOCKD_CLIENT_SIGNER) == 2
+    assert agent.current[CLIENT].cert is not None
+
+
+async def _publish_bundle(c: Cluster) -> None:
+    from batteryop.csr_approver.publish import bundle, publish
+
+    await publish(
+        c.kube,
+        c.namespace,
+        names.CA_BUNDLE_CONFIG_MAP,
+        bundle(c.serving_ca.cert_pem, c.client_ca.cert_pem),
+    )
+
+
+async def _first_request(c: Cluster, node: str, signer: str) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while loop.time() < deadline:
+        for obj in await _requests_for(c, node):
+            if obj["spec"]["signerName"] == signer:
+                return str(obj["metadata"]["name"])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no request for {signer}")
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-064")
+async def test_a_new_client_ca_is_written_to_the_host(csr_cluster: Cluster, tmp_path: Path) -> None:
+    c = csr_cluster
+    node = await c.node("newca", ADDRESS)
+    cert_dir = tmp_path / "fl"
+    async with running(c) as approver, c.client_as(node) as kube:
+        agent = _agent_certs(c, kube, node, cert_dir)
+        stop = asyncio.Event()
+        try:
+            await asyncio.wait_for(agent.start(), 60)
+            task = asyncio.create_task(agent.run(stop))
+            new_ca = CertificateAuthority.create("client-ca-2")
+            secret = tls_secret(approver.config.client_ca_secret, new_ca)
+            await c.kube.replace(SECRETS, secret["metadata"]["name"], secret, c.namespace)
+            path = cert_dir / names.CLIENT_CA_BUNDLE_KEY
+            await _until(lambda: path.read_bytes() == new_ca.cert_pem, timeout=30)
+        finally:
+            stop.set()
+            await agent.aclose()
+        await asyncio.wait_for(task, 10)
