@@ -168,9 +168,17 @@ def pending(claim: MicroVMClaim) -> Pending | None:
 
 
 def is_bound(claim: MicroVMClaim) -> bool:
-    """Bound, with the MicroVM and Node a caller needs (CC-003)."""
+    """Bound, with the MicroVM and Node a caller needs (CC-003), and the lease expiry the
+    operator reads back from battery right after the bind (CL-016): until it is written the
+    Exec Agent refuses every command (EA-013), so a claim handed over sooner fails its first
+    exec (found end to end: `battery run` right after the bind)."""
     s = claim.status
-    return s.phase == ClaimPhase.BOUND and bool(s.microvm_uid) and bool(s.node_name)
+    return (
+        s.phase == ClaimPhase.BOUND
+        and bool(s.microvm_uid)
+        and bool(s.node_name)
+        and s.lease_expires_at is not None
+    )
 
 
 def lost_reason(claim: MicroVMClaim | None, uid: str) -> str | None:

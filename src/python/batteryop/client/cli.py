@@ -2,6 +2,7 @@
 
     battery claim POOL                 bind a claim, print its name, leave it held
     battery exec CLAIM -- CMD...       run CMD in the claim's MicroVM; exit with its exit code
+    battery renew CLAIM                renew the claim's lease now
     battery release CLAIM              delete the claim (and its Secret)
     battery ls                         the namespace's claims
     battery run POOL -- CMD...         claim, run CMD, release; exit with CMD's exit code
@@ -230,11 +231,43 @@ def exec_(ctx: click.Context, claim_name: str, command: tuple[str, ...], interac
         client = _client(ctx)
         try:
             held = client.attach(claim_name, hold=True)
+            _warn_host_not_ready(held)
             code = _run_in(held, command, interactive)
             held.detach()
         finally:
             client.close()
     sys.exit(code)
+
+
+def _warn_host_not_ready(held: Claim) -> None:
+    """CC-013: say so when the claim's Host is not ready (the claim is still held)."""
+    problem = held.host_not_ready
+    if problem is not None:
+        click.echo(f"battery: warning: {problem}", err=True)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("claim_name", metavar="CLAIM")
+@click.pass_context
+def renew(ctx: click.Context, claim_name: str) -> None:
+    """Renew CLAIM's lease now (CC-010), and print when it expires."""
+    with _errors(EXIT_ERROR):
+        client = _client(ctx)
+        try:
+            held = client.attach(claim_name, hold=False)
+            _warn_host_not_ready(held)
+            before = held.lease_expires_at
+            held.renew()
+            after = held.lease_expires_at
+        finally:
+            client.close()
+    expires = format_time(after) if after else "-"
+    moved = (
+        ""
+        if after is None or after != before
+        else " (the operator has not written the new expiry yet)"
+    )
+    click.echo(f"claim {claim_name}: renewed; lease expires {expires}{moved}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)

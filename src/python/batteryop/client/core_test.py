@@ -20,6 +20,7 @@ def claim(
     uid: str = "u1",
     conditions: list[dict[str, Any]] | None = None,
     deleting: bool = False,
+    expiry: bool = True,
 ) -> Any:
     body = samples.sample_claim(name="c", pool="demo", namespace="ns")
     body["metadata"]["uid"] = uid
@@ -29,6 +30,8 @@ def claim(
     if phase:
         status["phase"] = phase
     if phase == "Bound":
+        if expiry:
+            status["leaseExpiresAt"] = "2026-12-01T01:05:00Z"
         status["microVM"] = {"uid": "vm-1"}
         status["host"] = {"nodeName": "host-a", "agentAddress": "10.0.0.1:10270"}
     body["status"] = status
@@ -124,6 +127,10 @@ def test_a_claim_is_bound_only_with_its_microvm_and_node_and_else_says_why() -> 
     assert p.pool_exhausted
     bound = claim("Bound", conditions=[cond("Bound", "True", "Bound")])
     assert _core.is_bound(bound)
+    # EA-013: the agent runs nothing until the lease expiry is known, so neither is it Bound.
+    assert not _core.is_bound(
+        claim("Bound", conditions=[cond("Bound", "True", "Bound")], expiry=False)
+    )
     assert _core.pending(bound) is None
     info = _core.claim_info(bound)
     assert (info.microvm_uid, info.node_name, info.agent_address) == (

@@ -1,7 +1,7 @@
 """The local stack: everything around the operator, on one machine, on loopback.
 
-Used by the integration tests and by the README's main job (`devstack`), so both run the
-same stack:
+Used by the integration tests (in-process fakes, the operator as a process); the README's main
+job and the end-to-end tests run `batteryop.devstack` instead, every component a process:
 
 - the real control plane with both CRDs, the finalizer policy, the operator's namespace, its
   ServiceAccount and the least-privilege RBAC exactly as `install.yaml` has them

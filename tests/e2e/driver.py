@@ -1,0 +1,114 @@
+"""What the end-to-end tests do to the stack: the `battery` CLI, watches, the fakes' controls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from batteryop.api import samples
+from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE, apply
+from batteryop.devstack.stack import Stack
+from batteryop.kube.client import KubeClient
+from batteryop.kube.errors import NotFoundError
+from batteryop.kube.resources import Resource
+
+Body = dict[str, Any]
+CLI_TIMEOUT = 120.0
+
+
+async def cli(
+    stack: Stack, *args: str, env: Mapping[str, str] | None = None
+) -> tuple[int, str, str]:
+    """`battery args` from the client venv, with the stack's `env` file's environment."""
+    process = await asyncio.create_subprocess_exec(
+        "battery",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**stack.cli_env(), **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), CLI_TIMEOUT)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def until(
+    kube: KubeClient,
+    res: Resource,
+    name: str,
+    done: Callable[[Body | None], bool],
+    *,
+    namespace: str | None = DEMO_NAMESPACE,
+    timeout: float = 60.0,
+    what: str = "",
+) -> Body | None:
+    """The object once `done(body)` holds (None: it is gone), by a watch from the read."""
+    seen: list[Body | None] = [None]
+
+    async def wait() -> Body | None:
+        while True:
+            try:
+                body: Body | None = await kube.get(res, name, namespace)
+            except NotFoundError:
+                body = None
+            seen[0] = body
+            if done(body):
+                return body
+            version = (
+                body["metadata"]["resourceVersion"]
+                if body
+                else (await kube.list(res, namespace)).resource_version
+            )
+            async for kind, obj in kube.watch(
+                res,
+                namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=version,
+                timeout_seconds=int(timeout) + 5,
+            ):
+                current = None if kind == "DELETED" else obj
+                seen[0] = current
+                if done(current):
+                    return current
+
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except TimeoutError:
+        raise AssertionError(
+            f"{res.plural}/{name}: not {what or 'done'} within {timeout:.0f}s; last: {seen[0]}"
+        ) from None
+
+
+def condition(body: Body | None, type_: str) -> Body:
+    for c in ((body or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+def phase(body: Body | None) -> str | None:
+    return ((body or {}).get("status") or {}).get("phase")
+
+
+async def create_claim(kube: KubeClient, name: str, pool: str) -> Body:
+    return await apply(kube, samples.sample_claim(name, pool, DEMO_HOLDER, DEMO_NAMESPACE))
+
+
+async def control(url: str, method: str = "GET", body: Mapping[str, Any] | None = None) -> Body:
+    """A call to a fake's control API (fake battery TD-108, fake flintlockd TD-109)."""
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.request(method, url, json=body) as answer,
+    ):
+        data: Body = await answer.json()
+        assert answer.status == 200, (url, data)
+        return data
+
+
+async def battery_state(stack: Stack) -> Body:
+    return await control(f"{stack.battery_control}/state")

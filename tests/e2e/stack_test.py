@@ -1,0 +1,364 @@
+"""End to end on one local stack: every deployable its own process, as the Manifests run it
+(TD-024), a consumer using the `battery` command of the built client wheel.
+
+The tests share the stack and run in order; each releases what it claimed. They steer the
+fakes only through their control APIs (TD-108, TD-109) and the operator only by killing and
+starting its process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from e2e.driver import (
+    battery_state,
+    cli,
+    condition,
+    control,
+    create_claim,
+    phase,
+    until,
+)
+
+from batteryop.api import names, samples
+from batteryop.client._exceptions import ExecPermissionError
+from batteryop.client._transport import ExecRequest, GrpcExecTransport
+from batteryop.devstack import demo
+from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
+from batteryop.devstack.processes import http_status
+from batteryop.devstack.stack import Stack
+from batteryop.kube.resources import CLAIMS, POOLS, SECRETS
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+POLL = 0.1
+
+
+async def eventually(check, within: float, what: str, last=lambda: None):  # type: ignore[no-untyped-def]
+    """The fakes' control APIs cannot be watched: read them until `check()` is truthy."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not {what} within {within:.0f}s; last: {last()}"
+        await asyncio.sleep(POLL)
+
+
+def leases_for(state: dict, uid: str) -> list[dict]:  # type: ignore[type-arg]
+    return [x for x in state.get("leases", []) if x.get("request_id") == uid]
+
+
+async def bound_claim_via_cli(stack: Stack) -> dict:  # type: ignore[type-arg]
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+        code, out, err = await cli(stack, "claim", demo.POOL)
+        assert code == 0, err
+        body = await kube.get(CLAIMS, out.strip(), DEMO_NAMESPACE)
+    assert phase(body) == "Bound", body
+    return body
+
+
+async def release_via_cli(stack: Stack, name: str) -> None:
+    code, _, err = await cli(stack, "release", name)
+    assert code == 0, err
+    async with stack.kube() as kube:
+        await until(kube, CLAIMS, name, lambda b: b is None, what="gone")
+
+
+@pytest.mark.req("TD-024", "TD-026", "TD-110", "CL-060", "CC-010")
+async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(stack: Stack) -> None:
+    claim = await bound_claim_via_cli(stack)
+    name, uid = claim["metadata"]["name"], claim["metadata"]["uid"]
+    # CL-060: battery's Lease carries the claim's uid.
+    leases = leases_for(await battery_state(stack), uid)
+    assert [x["lease_id"] for x in leases] == [claim["status"]["leaseID"]]
+
+    code, out, err = await cli(stack, "exec", name, "--", "uname", "-a")
+    assert (code, out.split()[:1]) == (0, ["Linux"]), err
+
+    code, _, err = await cli(stack, "renew", name)
+    assert code == 0, err
+    async with stack.kube() as kube:
+        renewed = await kube.get(CLAIMS, name, DEMO_NAMESPACE)
+    assert renewed["spec"].get("renewTime"), renewed["spec"]
+
+    await release_via_cli(stack, name)
+    assert leases_for(await battery_state(stack), uid) == []
+
+
+@pytest.mark.req("CC-003", "CC-021", "EA-013")
+async def test_battery_run_execs_right_after_the_bind_and_releases(stack: Stack) -> None:
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+    code, out, err = await cli(stack, "run", demo.POOL, "--", "sh", "-c", "echo ran; exit 3")
+    assert (code, out) == (3, "ran\n"), err
+    name = err.split("claim ", 1)[1].split(":", 1)[0]
+    async with stack.kube() as kube:
+        await until(kube, CLAIMS, name, lambda b: b is None, what="released")
+
+
+@pytest.mark.req("EA-011", "EA-012")
+async def test_another_service_account_cannot_exec_in_a_claims_microvm(stack: Stack) -> None:
+    claim = await bound_claim_via_cli(stack)
+    name = claim["metadata"]["name"]
+    status = claim["status"]
+    intruder = f"intruder-{uuid.uuid4().hex[:6]}"
+    async with stack.kube() as kube:
+        await apply(
+            kube,
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": intruder, "namespace": DEMO_NAMESPACE},
+            },
+        )
+        secret = await kube.get(SECRETS, names.exec_secret_name(name), DEMO_NAMESPACE)
+        # A token with the agent's audience, even bound to the claim's own Secret: not the
+        # Holder's, so refused.
+        stolen = await token(
+            kube,
+            intruder,
+            namespace=DEMO_NAMESPACE,
+            audiences=[names.EXEC_AGENT_AUDIENCE],
+            bound={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": secret["metadata"]["name"],
+                "uid": secret["metadata"]["uid"],
+            },
+            seconds=600,
+        )
+    assert stack.pki is not None
+    transport = GrpcExecTransport(stack.pki.serving_ca_file.read_bytes())
+    ran: list[bytes] = []
+    try:
+        with pytest.raises(ExecPermissionError):
+            await transport.run(
+                status["host"]["agentAddress"],
+                stolen,
+                ExecRequest(status["microVM"]["uid"], ("touch", "/tmp/pwned")),
+                stdin=None,
+                stdout=ran.append,
+                stderr=ran.append,
+                errors=lambda _: None,
+            )
+    finally:
+        await transport.aclose()
+    assert ran == []
+    await release_via_cli(stack, name)
+
+
+@pytest.mark.req("CL-050", "CL-051", "CL-053", "CC-013", "EA-033")
+async def test_a_host_report_going_not_ready_shows_on_the_claim_and_in_the_cli(
+    stack: Stack,
+) -> None:
+    claim = await bound_claim_via_cli(stack)
+    name = claim["metadata"]["name"]
+    host = stack.hosts[claim["status"]["host"]["nodeName"]].files
+    async with stack.kube() as kube:
+        await until(
+            kube,
+            CLAIMS,
+            name,
+            lambda b: condition(b, "HostReady").get("status") == "True",
+            what="HostReady=True",
+        )
+        # What the Host Image's units do when the Host is not ready (EA-033).
+        (host.not_ready_dir / "containerd").write_text("containerd is restarting\n")
+        try:
+            body = await until(
+                kube,
+                CLAIMS,
+                name,
+                lambda b: condition(b, "HostReady").get("status") == "False",
+                what="HostReady=False",
+            )
+            hr = condition(body, "HostReady")
+            assert hr["reason"] == "HostImageNotReady", hr
+            assert "containerd" in hr["message"], hr
+            assert phase(body) == "Bound"  # CL-051: the claim is kept
+            code, out, err = await cli(stack, "exec", name, "--", "true")
+            assert code == 0, err
+            assert f"warning: Host {host.name} of claim {name} is not ready" in err, err
+            assert "HostImageNotReady" in err, err
+        finally:
+            (host.not_ready_dir / "containerd").unlink()
+        await until(
+            kube,
+            CLAIMS,
+            name,
+            lambda b: condition(b, "HostReady").get("status") == "True",
+            what="HostReady=True again",
+        )
+    await release_via_cli(stack, name)
+
+
+@pytest.mark.req("CL-060", "CL-061", "CL-008")
+async def test_an_operator_killed_before_its_status_write_gets_the_same_lease_after_restart(
+    stack: Stack,
+) -> None:
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+        faults = f"{stack.battery_control}/faults"
+        # battery commits the Lease, then holds the answer back: the operator waits in ClaimVM.
+        await control(faults, "POST", {"claim_delay": 30.0, "claim_delay_after_commit": True})
+        try:
+            created = await create_claim(kube, "crash", demo.POOL)
+            uid = created["metadata"]["uid"]
+
+            async def committed() -> list[dict]:  # type: ignore[type-arg]
+                return leases_for(await battery_state(stack), uid)
+
+            await eventually(committed, 60, "battery's Lease for the claim")
+            assert stack.processes is not None
+            stack.processes.kill("operator")  # it dies before it could write the status
+        finally:
+            await control(faults, "DELETE")
+        body = await kube.get(CLAIMS, "crash", DEMO_NAMESPACE)
+        assert phase(body) != "Bound", body
+        await stack.start("operator")
+        bound = await until(kube, CLAIMS, "crash", lambda b: phase(b) == "Bound", what="Bound")
+        assert bound is not None
+        state = await battery_state(stack)
+        assert [x["lease_id"] for x in leases_for(state, uid)] == [bound["status"]["leaseID"]]
+        leased = [v for v in state["vms"] if v.get("lease_id") == bound["status"]["leaseID"]]
+        assert [v["uid"] for v in leased] == [bound["status"]["microVM"]["uid"]]
+    await release_via_cli(stack, "crash")
+
+
+@pytest.mark.req("DP-012", "CL-051")
+async def test_battery_and_a_flintlockd_going_away_and_back_lose_no_claim(stack: Stack) -> None:
+    claim = await bound_claim_via_cli(stack)
+    name, lease = claim["metadata"]["name"], claim["status"]["leaseID"]
+    readyz = f"{stack.operator_health}/readyz"
+
+    # battery stops answering and restarts (its state kept, as poolmgrd's database keeps it).
+    await control(f"{stack.battery_control}/listening", "POST", {"listening": False})
+    try:
+
+        async def unready() -> bool:
+            return await asyncio.to_thread(http_status, readyz) == 503
+
+        await eventually(unready, 60, "the operator unready while battery is away (DP-012)")
+        await control(f"{stack.battery_control}/restart", "POST")
+    finally:
+        await control(f"{stack.battery_control}/listening", "POST", {"listening": True})
+
+    async def ready() -> bool:
+        return await asyncio.to_thread(http_status, readyz) == 200
+
+    await eventually(ready, 60, "the operator ready again")
+
+    # The claim's Host's flintlockd goes down and comes back.
+    host = stack.hosts[claim["status"]["host"]["nodeName"]]
+    await control(f"{host.flintlockd_control}/down", "POST")
+    async with stack.kube() as kube:
+        try:
+            body = await until(
+                kube,
+                CLAIMS,
+                name,
+                lambda b: condition(b, "HostReady").get("reason") == "FlintlockdNotReady",
+                what="HostReady=False FlintlockdNotReady",
+            )
+            assert phase(body) == "Bound"
+        finally:
+            await control(f"{host.flintlockd_control}/up", "POST")
+        body = await until(
+            kube,
+            CLAIMS,
+            name,
+            lambda b: condition(b, "HostReady").get("status") == "True",
+            what="HostReady=True again",
+        )
+    assert body is not None and body["status"]["leaseID"] == lease
+    code, out, err = await cli(stack, "exec", name, "--", "echo", "still here")
+    assert (code, out) == (0, "still here\n"), err
+    await release_via_cli(stack, name)
+
+
+@pytest.mark.req("PO-042", "PO-043", "PO-044", "CL-063", "CL-004")
+async def test_a_pool_deleted_under_bound_claims_drains_and_goes_after_the_last_release(
+    stack: Stack,
+) -> None:
+    pool = "drain"
+    body = samples.demo_pool(pool, namespace=DEMO_NAMESPACE)
+    body["spec"]["lease"] = {"expiryThreshold": "10m"}  # nobody renews here
+    async with stack.kube() as kube:
+        await apply(kube, body)
+        await until(
+            kube,
+            POOLS,
+            pool,
+            lambda b: condition(b, "Ready").get("status") == "True",
+            what="Ready",
+        )
+        await create_claim(kube, "held", pool)
+        held = await until(kube, CLAIMS, "held", lambda b: phase(b) == "Bound", what="Bound")
+        assert held is not None
+
+        await kube.delete(POOLS, pool, DEMO_NAMESPACE)
+        blocked = await until(
+            kube,
+            POOLS,
+            pool,
+            lambda b: condition(b, "Ready").get("reason") == "DeletionBlocked",
+            what="Ready=False DeletionBlocked",
+        )
+        ready = condition(blocked, "Ready")
+        assert ready["status"] == "False"
+        assert "1" in ready["message"], ready  # PO-043: the leased count
+        assert names.POOL_FINALIZER in blocked["metadata"]["finalizers"]  # type: ignore[index]
+
+        # PO-042: battery holds the drained spec (size 0) and makes no MicroVM meanwhile.
+        seen: list[object] = []
+
+        async def drained() -> set[str]:
+            state = await battery_state(stack)
+            seen[:] = [state["pools"]]
+            specs = [p["spec"] for p in state["pools"] if p["spec"].get("name") == pool]
+            if specs and all(not s.get("size") for s in specs):
+                return {v["uid"] for v in state["vms"] if v.get("pool_name") == pool} or {""}
+            return set()
+
+        vms = await eventually(drained, 30, "battery's spec of the Pool drained", lambda: seen)
+        assert held["status"]["microVM"]["uid"] in vms
+
+        # CL-063: a new claim does not call battery while the Pool is being deleted.
+        await create_claim(kube, "late", pool)
+        late = await until(
+            kube,
+            CLAIMS,
+            "late",
+            lambda b: condition(b, "Bound").get("reason") == "PoolDeleting",
+            what="Pending PoolDeleting",
+        )
+        assert phase(late) == "Pending"
+        assert leases_for(await battery_state(stack), late["metadata"]["uid"]) == []  # type: ignore[index]
+        assert await drained() <= vms, "no MicroVM made for a Pool being deleted"
+
+        # PO-044: the Pool goes once the last Bound claim is released.
+        await kube.delete(CLAIMS, "held", DEMO_NAMESPACE)
+        await until(kube, POOLS, pool, lambda b: b is None, what="gone")
+        await until(
+            kube,
+            CLAIMS,
+            "late",
+            lambda b: condition(b, "Bound").get("reason") == "PoolNotFound",
+            what="PoolNotFound",
+        )
+        await create_claim(kube, "later", pool)
+        later = await until(
+            kube,
+            CLAIMS,
+            "later",
+            lambda b: condition(b, "Bound").get("reason") == "PoolNotFound",
+            what="PoolNotFound",
+        )
+        assert phase(later) == "Pending"
+        for name in ("late", "later"):
+            await kube.delete(CLAIMS, name, DEMO_NAMESPACE)
