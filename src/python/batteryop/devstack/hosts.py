@@ -58,12 +58,9 @@ class HostFiles:
     name: str
     address: str
     root: Path
-    flintlockd_cert: Path
-    flintlockd_key: Path
-    agent_serving_cert: Path
-    agent_serving_key: Path
-    agent_client_cert: Path
-    agent_client_key: Path
+    cert_dir: Path
+    """flintlockd's certificate folder, which the Exec Agent fills by CSR (EA-064) and
+    flintlockd reads: `tls.crt`, `tls.key`, `client-ca.crt`."""
     not_ready_dir: Path
     kvm_sysfs_dir: Path
     sys_block_dir: Path
@@ -71,22 +68,10 @@ class HostFiles:
 
     @classmethod
     def create(cls, root: Path, name: str, address: str, pki: Pki) -> HostFiles:
-        certs = root / "certs"
-        certs.mkdir(parents=True, exist_ok=True)
-        domain = names.DEFAULT_TRUST_DOMAIN
-        fl_cert, fl_key = pki.serving_ca.issue(
-            name,
-            hosts=[address, names.spiffe_host_id(domain, name)],
-            server=True,
-            validity=CERT_VALIDITY,
-        ).write(certs, "flintlockd")
-        agent_id = names.spiffe_exec_agent_id(domain, name)
-        serving_cert, serving_key = pki.serving_ca.issue(
-            name, hosts=[address, agent_id], server=True, validity=CERT_VALIDITY
-        ).write(certs, "tls")
-        client_cert, client_key = pki.client_ca.issue(
-            name, hosts=[agent_id], client=True, validity=CERT_VALIDITY
-        ).write(certs, "flintlockd-client")
+        # No certificate is made here: the Host's Exec Agent makes the keys and gets every
+        # certificate by CSR from the CSR approver, as on a real Host (EA-060..EA-068).
+        cert_dir = root / "flintlockd-certs"
+        cert_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kvm = root / "sys/class/misc/kvm"
         kvm.mkdir(parents=True)
         (kvm / "dev").write_text("10:232\n")
@@ -101,12 +86,7 @@ class HostFiles:
             name=name,
             address=address,
             root=root,
-            flintlockd_cert=fl_cert,
-            flintlockd_key=fl_key,
-            agent_serving_cert=serving_cert,
-            agent_serving_key=serving_key,
-            agent_client_cert=client_cert,
-            agent_client_key=client_key,
+            cert_dir=cert_dir,
             not_ready_dir=not_ready,
             kvm_sysfs_dir=kvm,
             sys_block_dir=block,

@@ -182,11 +182,13 @@ class Stack:
             # In this thread: the control plane's processes die with the thread that made them.
             self.cp = await self._step("control plane", self._start_control_plane)
             await self._step("install.yaml, Hosts, identities", self._prepare)
-            for kind in ("flintlockd",):
-                await self._start_all([f"{kind}-{h}" for h in self.hosts])
-            await self._start_all(
-                [*(f"exec-agent-{h}" for h in self.hosts), "csr-approver", "battery"]
-            )
+            # The approver signs what each Exec Agent asks for; each agent writes its
+            # flintlockd's certificate, with which flintlockd then starts (as the Host Image's
+            # path unit starts it); battery dials the flintlockds.
+            await self._start_all(["csr-approver"])
+            await self._start_all([f"exec-agent-{h}" for h in self.hosts])
+            await self._start_all([f"flintlockd-{h}" for h in self.hosts])
+            await self._start_all(["battery"])
             await self._start_all(["operator"])
             await self._step("Host reports ready", self._wait_reports)
             self._write_env()
@@ -248,7 +250,6 @@ class Stack:
         assert self.pki is not None
         py = sys.executable
         pex = self.artifacts.pex
-        pki = self.pki
         components: list[Component] = []
         for name, h in self.hosts.items():
             f = h.files
@@ -262,9 +263,10 @@ class Stack:
                         f"--port={h.flintlockd_port}",
                         f"--control-port={h.flintlockd_control_port}",
                         f"--state-dir={f.flintlockd_state}",
-                        f"--tls-cert={f.flintlockd_cert}",
-                        f"--tls-key={f.flintlockd_key}",
-                        f"--tls-client-ca={pki.client_ca_file}",
+                        # The files this Host's Exec Agent wrote (it starts first).
+                        f"--tls-cert={f.cert_dir / names.TLS_CERT_FILE}",
+                        f"--tls-key={f.cert_dir / names.TLS_KEY_FILE}",
+                        f"--tls-client-ca={f.cert_dir / names.CLIENT_CA_BUNDLE_KEY}",
                     ),
                     ready_url=f"{h.flintlockd_control}/status",
                 )
@@ -280,11 +282,8 @@ class Stack:
                         pex("exec-agent"),
                         f"--port={h.agent_port}",
                         f"--flintlockd={h.flintlockd}",
-                        f"--tls-cert-file={f.agent_serving_cert}",
-                        f"--tls-key-file={f.agent_serving_key}",
-                        f"--flintlockd-ca-file={pki.serving_ca_file}",
-                        f"--flintlockd-cert-file={f.agent_client_cert}",
-                        f"--flintlockd-key-file={f.agent_client_key}",
+                        f"--trust-domain={approver.trust_domain}",  # certificates by CSR
+                        f"--flintlockd-cert-dir={f.cert_dir}",
                         "--kvm-device=/dev/null",
                         f"--kvm-sysfs-dir={f.kvm_sysfs_dir}",
                         f"--sys-block-dir={f.sys_block_dir}",
