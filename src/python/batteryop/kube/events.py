@@ -195,6 +195,14 @@ class EventRecorder:
             if not lock.locked() and self._locks.get(key) is lock:
                 del self._locks[key]
 
+    def sizes(self) -> dict[str, int]:
+        """What the recorder holds (for leak checks): series remembered, locks, queued Events."""
+        return {
+            "series": len(self._recorded),
+            "locks": len(self._locks),
+            "queued": self._queue.qsize(),
+        }
+
     async def _add_to_series(self, seen: _Recorded, now: datetime.datetime) -> bool:
         """Patch the series of an Event this recorder made; False if that Event is gone."""
         count = seen.count + 1

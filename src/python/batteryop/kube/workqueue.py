@@ -95,6 +95,16 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._due) + len(self._dirty)
 
+    def sizes(self) -> dict[str, int]:
+        """How many keys each of the queue's maps holds (for leak checks)."""
+        return {
+            "queued": len(self._due),
+            "heap": len(self._heap),
+            "active": len(self._active),
+            "dirty": len(self._dirty),
+            "failures": len(self._failures),
+        }
+
     def pending(self, key: K) -> bool:
         return key in self._due or key in self._dirty or key in self._active
 

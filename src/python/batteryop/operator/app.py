@@ -49,6 +49,7 @@ from batteryop.kube.errors import KubeError
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
+from batteryop.operator.claims import indexes
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
@@ -146,11 +147,14 @@ class Operator:
             recorder=self.recorder,
             workers=config.claim_concurrent_reconciles,
             on_reconciled=self._on_reconciled,
+            indexers=indexes.INDEXERS,
         )
         self.stream: EventStream = battery.events()
         self.supervisor = Supervisor()
         for task in TASKS:
             self.supervisor.add(task)
+        if metrics is not None:
+            metrics.report_sizes(self.sizes)
 
     def _claim_deps(self, key: Key) -> ClaimDeps:
         namespace, name = key
@@ -185,11 +189,25 @@ class Operator:
         return await reconcile_claim(body, self._claim_deps(key_of(body)))
 
     def claims_holding(self, vm_uid: str) -> list[Key]:
-        return [
-            key_of(c)
-            for c in self.claims.cache
-            if ((c.get("status") or {}).get("microVM") or {}).get("uid") == vm_uid
-        ]
+        """The claims whose status records the MicroVM `vm_uid` (an index, no walk)."""
+        return self.claims.cache.keys_by(indexes.BY_MICROVM, vm_uid)
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each map of the operator holds, by "owner:map" (leak checks; the
+        `battery_operator_cache_entries` gauge reads it at every scrape)."""
+        out = {f"claims:{k}": v for k, v in self.claims.sizes().items()}
+        out.update({f"pools:{k}": v for k, v in self.pools.sizes().items()})
+        out.update({f"nodes:{k}": v for k, v in self.nodes.sizes().items()})
+        out.update({f"events:{k}": v for k, v in self.recorder.sizes().items()})
+        out["claims:first_seen"] = len(self._first_seen)
+        out["claims:phases"] = len(self._phases)
+        out["claims:lease_checks"] = len(self.lease_checks)
+        out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
+        out["claims:lease_reads"] = len(self.lease_reads)
+        out["pools:backoff"] = len(self.pool_deps.backoff)
+        # Remembered for an hour by design (CL-013), so it follows the churn, then empties.
+        out["deleted_vms"] = len(self.deleted_vms)
+        return out
 
     # -- inputs ------------------------------------------------------------------------
 
@@ -267,11 +285,9 @@ class Operator:
     def _nodes_changed(self, nodes: set[str]) -> None:
         """The Host set again (PO-011), and the claims bound to those Nodes (CL-005, CL-050)."""
         self._refresh_hosts()
-        if not nodes:
-            return
-        for claim in self.claims.cache:
-            if ((claim.get("status") or {}).get("host") or {}).get("nodeName") in nodes:
-                self.claims.enqueue(key_of(claim))
+        for node in sorted(nodes):
+            for key in self.claims.cache.keys_by(indexes.BY_NODE, node):
+                self.claims.enqueue(key)
 
     def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
         try:

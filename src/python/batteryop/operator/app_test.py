@@ -229,4 +229,53 @@ async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_clai
             operator.on_claim("DELETED", body)
             assert not operator.lease_checks.due(key)
             assert key not in operator.claim_slots.waiting
-        assert operator.claims.sizes() == {"bodies": 0, "echoes": 0, "writes": 0, "fresh": 0}
+        # The queues (not running here) still hold the keys: a deleted key leaves its queue
+        # when its turn comes and the reconcile finds no body.
+        assert {k: v for k, v in operator.sizes().items() if v and ":queue:" not in k} == {}
+
+
+def on_node(name: str, vm: str, node: str) -> dict[str, Any]:
+    body = bound_claim(name, timedelta(hours=1))
+    body["status"]["microVM"]["uid"] = vm
+    body["status"]["host"]["nodeName"] = node
+    return body
+
+
+@pytest.mark.req("CL-013", "CL-050")
+async def test_a_battery_event_and_a_node_change_queue_only_the_claims_they_concern() -> None:
+    async with offline_operator() as operator:
+        for i in range(50):  # claims the inputs must not walk
+            operator.on_claim("ADDED", on_node(f"other-{i}", f"vm-other-{i}", "host-b"))
+        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+        operator.on_claim("ADDED", on_node("c2", "vm-2", "host-a"))
+        assert operator.claims_holding("vm-1") == [("ns", "c1")]
+        operator.on_claim("MODIFIED", {**on_node("c1", "vm-3", "host-a"), "x": 1})
+        assert operator.claims_holding("vm-1") == []
+        assert operator.claims_holding("vm-3") == [("ns", "c1")]
+
+        queued: list[tuple[str, str]] = []
+        operator.claims.enqueue = lambda key, after=0.0: queued.append(key)  # type: ignore
+        operator.nodes_listed = True
+        operator.on_node("ADDED", node("host-a"))
+        assert sorted(queued) == [("ns", "c1"), ("ns", "c2")]
+        queued.clear()
+        operator.on_claim("DELETED", on_node("c2", "vm-2", "host-a"))
+        operator.on_node(
+            "MODIFIED", {**node("host-a"), "metadata": {"name": "host-a", "resourceVersion": "2"}}
+        )
+        assert queued == [("ns", "c1")]
+
+
+async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    async with offline_operator(OperatorMetrics(registry)) as operator:
+        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+
+        def entries(name: str) -> float | None:
+            return registry.get_sample_value(f"{NAMESPACE}_cache_entries", {"map": name})
+
+        assert entries("claims:bodies") == 1
+        assert entries("claims:index:microvm") == 1
+        operator.on_claim("DELETED", on_node("c1", "vm-1", "host-a"))
+        assert entries("claims:bodies") == 0
+        assert entries("claims:index:microvm") == 0

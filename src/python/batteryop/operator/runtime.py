@@ -42,6 +42,9 @@ Key = tuple[str, str]
 
 Reconcile = Callable[[Mapping[str, Any]], Awaitable[Outcome]]
 
+Indexer = Callable[[Mapping[str, Any]], str | None]
+"""An index's value for a body (e.g. the MicroVM uid a claim records); None: not indexed."""
+
 
 def key_of(body: Mapping[str, Any]) -> Key:
     meta = body.get("metadata") or {}
@@ -122,6 +125,11 @@ class ObjectCache:
     back (a zombie), and no bookkeeping of it stays behind (a leak). An answer that shows the
     object gone (deleting, no finalizer left) forgets it too, and so does an answer about
     another object of the same name (uid differs) than the one cached.
+
+    Indexes (`indexers`: name -> the value a body is filed under) are kept with the bodies:
+    every body stored refiles its key, every key dropped leaves them, so `keys_by` answers
+    "which objects record X" without a walk over every object (the runtime asks it for each
+    battery Event and Node change).
     """
 
     def __init__(
@@ -129,8 +137,12 @@ class ObjectCache:
         *,
         clock: Callable[[], float] = time.monotonic,
         echo_timeout: float = ECHO_TIMEOUT_SECONDS,
+        indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self._bodies: dict[Key, dict[str, Any]] = {}
+        self._indexers = dict(indexers or {})
+        self._index: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
+        self._filed: dict[Key, dict[str, str]] = {}  # key -> index name -> its value there
         self._echoes: dict[Key, tuple[float, list[str]]] = {}
         self._writes: dict[Key, list[Write]] = {}
         self._clock = clock
@@ -169,12 +181,12 @@ class ObjectCache:
         key = key_of(body)
         self._echoes.pop(key, None)
         current = self._bodies.get(key)
-        self._bodies[key] = dict(body)
+        self._store(key, body)
         return current is None or _rv(current) != _rv(body) or not _rv(body)
 
     def drop(self, key: Key) -> None:
         """The object is gone: forget it, and refuse the answers of writes in flight."""
-        self._bodies.pop(key, None)
+        self._remove(key)
         self._echoes.pop(key, None)
         for write in self._writes.get(key, ()):
             write.deleted = True
@@ -209,17 +221,58 @@ class ObjectCache:
             # The watch delivered this version before its answer came back: the cache holds
             # it already, or a newer one (if the watch delivered more since).
             return write.seen[-1] == rv
-        self._bodies[key] = dict(body)
+        self._store(key, body)
         if current is not None and rv == _rv(current):
             return True  # the write changed nothing: no new version, no echo to wait for
         since, versions = self._echoes.get(key, (self._clock(), []))
         self._echoes[key] = (since, [*versions, rv])
         return True
 
+    # -- the bodies and their indexes -------------------------------------------------
+
+    def _store(self, key: Key, body: Mapping[str, Any]) -> None:
+        stored = dict(body)
+        self._bodies[key] = stored
+        if not self._indexers:
+            return
+        filed = self._filed.get(key, {})
+        now: dict[str, str] = {}
+        for name, indexer in self._indexers.items():
+            value = indexer(stored)
+            before = filed.get(name)
+            if value == before:
+                if value is not None:
+                    now[name] = value
+                continue
+            if before is not None:
+                self._unfile(name, before, key)
+            if value is not None:
+                self._index[name].setdefault(value, set()).add(key)
+                now[name] = value
+        if now:
+            self._filed[key] = now
+        else:
+            self._filed.pop(key, None)
+
+    def _remove(self, key: Key) -> None:
+        self._bodies.pop(key, None)
+        for name, value in self._filed.pop(key, {}).items():
+            self._unfile(name, value, key)
+
+    def _unfile(self, name: str, value: str, key: Key) -> None:
+        keys = self._index[name][value]
+        keys.discard(key)
+        if not keys:
+            del self._index[name][value]
+
     # -- reading -----------------------------------------------------------------------
 
     def get(self, key: Key) -> dict[str, Any] | None:
         return self._bodies.get(key)
+
+    def keys_by(self, index: str, value: str) -> list[Key]:
+        """The keys of the cached objects `index` files under `value`, sorted."""
+        return sorted(self._index[index].get(value, ()))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(list(self._bodies.values()))
@@ -229,11 +282,14 @@ class ObjectCache:
 
     def sizes(self) -> dict[str, int]:
         """How many objects each of the cache's maps holds (for leak checks)."""
-        return {
+        sizes = {
             "bodies": len(self._bodies),
             "echoes": len(self._echoes),
             "writes": len(self._writes),
         }
+        for name, values in self._index.items():
+            sizes[f"index:{name}"] = sum(len(keys) for keys in values.values())
+        return sizes
 
 
 class Patcher(Protocol):
@@ -273,10 +329,11 @@ class Controller:
         recorder: EventSink,
         workers: int,
         on_reconciled: Callable[[str, str, float], None] | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.name = name
         self.resource = resource
-        self.cache = ObjectCache()
+        self.cache = ObjectCache(indexers=indexers)
         self._reconcile = reconcile
         self._kube = kube
         self._recorder = recorder
@@ -318,7 +375,8 @@ class Controller:
 
     def sizes(self) -> dict[str, int]:
         """How many objects each of the controller's maps holds (for leak checks)."""
-        return {**self.cache.sizes(), "fresh": len(self._fresh)}
+        queue = {f"queue:{k}": v for k, v in self.queue.sizes().items()}
+        return {**self.cache.sizes(), "fresh": len(self._fresh), **queue}
 
     async def start(self) -> None:
         await self.queue.start()
