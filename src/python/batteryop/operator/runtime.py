@@ -1,12 +1,13 @@
 """The controller runtime: watch events in, reconciles out, Outcomes applied to the API server.
 
-kopf watches (see `app`); each watch event lands here through `Controller.observe`, which
+`app` lists and watches each kind; each watch event lands here through `Controller.observe`, which
 keeps the newest body of every object in a cache and queues its key. A worker of the
 controller's `WorkQueue` runs the reconcile function on the cached body and applies the
 `Outcome` it returns, in the order `outcome` documents:
 
 1. finalizer added  — metadata merge-patch with the object's resourceVersion (optimistic lock);
-2. status           — status merge-patch, no lock (a recorded lease is never lost, CL-002);
+2. status           — status merge-patch, no lock; locked to the version read when the
+   Outcome says so (the bind's write of a new Lease, CL-002);
 3. events           — best effort, through the `EventRecorder`, in the background;
 4. finalizer removed — metadata merge-patch locked to the resourceVersion the status write
    returned, so it is the last write and only lands on the state it was decided on.
@@ -79,6 +80,10 @@ def changed_besides_status(before: Mapping[str, Any], after: Mapping[str, Any]) 
 
     return content(before) != content(after)
 
+
+LOCKED_STATUS_CONFLICT_RETRY_SECONDS = 1.0
+"""A locked status write refused on a conflict is reconciled again this much later even if
+no watch event comes (the event of the change that refused it queues it sooner)."""
 
 ECHO_TIMEOUT_SECONDS = 60.0
 """How long the cache waits for the watch to echo one of our writes before it takes the
@@ -339,7 +344,6 @@ class Controller:
         self._recorder = recorder
         self._on_reconciled = on_reconciled
         self.queue: WorkQueue[Key] = WorkQueue(self._handle, name=name, workers=workers)
-        self._fresh: dict[Key, tuple[float, dict[str, Any]]] = {}
 
     # -- input -------------------------------------------------------------------------
 
@@ -351,9 +355,9 @@ class Controller:
             self.queue.add(key_of(body))
 
     def forget(self, key: Key) -> None:
-        """The object is gone: nothing of it stays in the cache or the bookkeeping."""
+        """The object is gone: nothing of it stays in the cache, the queue or the bookkeeping."""
         self.cache.drop(key)
-        self._fresh.pop(key, None)
+        self.queue.discard(key)
 
     def enqueue(self, key: Key, after: float = 0.0) -> None:
         self.queue.add_after(key, after)
@@ -362,21 +366,10 @@ class Controller:
         for body in self.cache:
             self.queue.add(key_of(body))
 
-    def take_fresh(self, key: Key, max_age: float = 1.0) -> dict[str, Any] | None:
-        """The API server's own answer to our finalizer write of `key`, if just made.
-
-        A write's answer is the stored object at that moment, as authoritative as a GET; the
-        bind guard (which must not trust the watch cache) uses it once instead of a GET.
-        """
-        entry = self._fresh.pop(key, None)
-        if entry is None or time.monotonic() - entry[0] > max_age:
-            return None
-        return entry[1]
-
     def sizes(self) -> dict[str, int]:
         """How many objects each of the controller's maps holds (for leak checks)."""
         queue = {f"queue:{k}": v for k, v in self.queue.sizes().items()}
-        return {**self.cache.sizes(), "fresh": len(self._fresh), **queue}
+        return {**self.cache.sizes(), **queue}
 
     async def start(self) -> None:
         await self.queue.start()
@@ -406,25 +399,30 @@ class Controller:
         """Write `outcome` for the object `key`, read as `body`; the requeue it asks for.
 
         The order is `outcome`'s (the module docstring): the finalizer add alone, with the
-        resourceVersion lock (CL-001, PO-001); else status without the lock (CL-002), Events,
-        and the finalizer removal last, locked to the version the status write answered
-        (CL-020, PO-044). A conflict or a 404 ends the writes: the watch brings what changed.
+        resourceVersion lock (CL-001, PO-001); else status, without the lock unless the
+        Outcome asks for it (the bind's, CL-002), Events, and the finalizer removal last,
+        locked to the version the status write answered (CL-020, PO-044). A conflict or a 404
+        ends the writes: the watch brings what changed.
         """
         current: Mapping[str, Any] = body
+        locked = False
         try:
             if outcome.add_finalizer:
                 finalizers = list((body.get("metadata") or {}).get("finalizers") or [])
                 if outcome.add_finalizer not in finalizers:
-                    answer, stored = await self._write_finalizers(
-                        key, body, [*finalizers, outcome.add_finalizer]
-                    )
-                    if stored:  # for the bind guard's fresh read (`take_fresh`)
-                        self._fresh[key] = (time.monotonic(), dict(answer))
+                    await self._write_finalizers(key, body, [*finalizers, outcome.add_finalizer])
                 # Nothing else rides on a reconcile that adds the finalizer (CL-001, PO-001):
                 # the next one sees it stored.
                 return 0.0
             if outcome.status is not None:
-                current, _ = await self._write(key, {"status": outcome.status}, "status")
+                patch: dict[str, Any] = {"status": outcome.status}
+                if outcome.lock_status:
+                    # A merge-patch carrying resourceVersion is refused with 409 unless the
+                    # stored object is still the version this reconcile read.
+                    patch["metadata"] = {"resourceVersion": _rv(body)}
+                    locked = True
+                current, _ = await self._write(key, patch, "status")
+                locked = False
                 if outcome.requeue_after is None or changed_besides_status(body, current):
                     # The echo of this write queues nothing (ObjectCache): reconcile again,
                     # as the echo would have, when the chain may have stopped at the write, or
@@ -442,7 +440,7 @@ class Controller:
                     current, _ = await self._write_finalizers(key, current, finalizers)
         except ConflictError:
             log.debug("%s %s/%s changed meanwhile; the watch brings it back", self.name, *key)
-            return None
+            return LOCKED_STATUS_CONFLICT_RETRY_SECONDS if locked else None
         except NotFoundError:
             self.forget(key)
             return None
@@ -471,7 +469,4 @@ class Controller:
             answer = await self._kube.patch(
                 self.resource, name, patch, namespace or None, subresource=subresource
             )
-            stored = write.answered(answer)
-        if not stored and (write.deleted or is_gone(answer)):
-            self._fresh.pop(key, None)
-        return answer, stored
+            return answer, write.answered(answer)

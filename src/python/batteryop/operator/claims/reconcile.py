@@ -6,8 +6,9 @@ The chain, in order (each step's module says what it owns and why it sits where 
    For a deleted claim this is the whole chain.
 2. `finalizer.ensure_finalizer` — a claim without the finalizer gets only that, and the
    reconcile ends there (CL-001).
-3. `bind.bind` — guarded ClaimVM for a claim with no Lease (CL-002, CL-008, CL-018, CL-060,
-   CL-061, CL-063); on success the chain stops so the status write comes next.
+3. `bind.bind` — ClaimVM for a claim with no Lease, its status write locked to the version
+   read (CL-002, CL-008, CL-018, CL-060, CL-061, CL-063); on success the chain stops so the
+   status write comes next.
 4. `pending.pending` — why the claim is not bound, and the retry (CL-003, CL-004, CL-007,
    CL-062, CL-063).
 5. `expiry.expire_deleted` — battery reported the MicroVM deleted (CL-013).
@@ -21,12 +22,12 @@ The chain, in order (each step's module says what it owns and why it sits where 
 A step may stop the chain; `synced` runs anyway. The result is one Outcome: a status
 merge-patch (None when nothing changed), Events, a finalizer to add or remove, a requeue. The
 runtime applies it in a fixed order (`batteryop.operator.outcome`): the finalizer add alone,
-with the resourceVersion lock; status without a lock, so a recorded Lease is never lost to a
-conflict (CL-002); Events; the finalizer removal with the lock, last (CL-020).
+with the resourceVersion lock; status, without a lock but for the bind's write (CL-002);
+Events; the finalizer removal with the lock, last (CL-020).
 
 battery failures never raise out of here; they end the reconcile with Synced=False and a
-requeue. A claim body the CRD would not admit raises `MalformedObjectError`, and a failing
-`read_fresh` (the API server) raises as it is: the runtime retries both with its own backoff.
+requeue. A claim body the CRD would not admit raises `MalformedObjectError`: the runtime
+retries it with its own backoff.
 """
 
 from __future__ import annotations
@@ -80,12 +81,9 @@ AFTER_BIND: tuple[Step, ...] = (agent_address, host_ready)
 class ClaimDeps:
     """What a claim reconcile uses besides the claim body.
 
-    The runtime builds one per reconcile, because `read_fresh` is bound to the claim being
-    reconciled; everything else is shared by every reconcile of the controller:
+    One is shared by every reconcile of the controller:
 
     - `battery`: battery's API (`BatteryClient` in production).
-    - `read_fresh`: a GET of this claim from the API server, not the cache (None if it is
-      gone); only the bind guard calls it.
     - `pool`: the cached Pool body by namespace and name, or None (CL-004, CL-063).
     - `node`: the cached Node body by name, or None (CL-005, CL-006, CL-050..CL-053).
     - `claim_slots`: the bound on concurrent ClaimVM calls (CL-018).
@@ -98,7 +96,6 @@ class ClaimDeps:
     """
 
     battery: BatteryAPI
-    read_fresh: Callable[[], Awaitable[Mapping[str, Any] | None]]
     pool: Callable[[str, str], Mapping[str, Any] | None]
     node: Callable[[str], Mapping[str, Any] | None]
     claim_slots: ClaimSlots

@@ -5,9 +5,6 @@ working status the steps replace (`status`), the `Outcome` being built (events, 
 requeue), the one battery call this reconcile made (`call`, which `synced` reports), and
 whether the chain has stopped. Steps never write to the API server and never raise for a
 battery failure: they record it here and the chain goes on to `synced`.
-
-`rebase` replaces the claim as read with a fresh read from the API server: the bind guard
-does so, so that the patch it leads to is computed against what the API server holds.
 """
 
 from __future__ import annotations
@@ -130,10 +127,3 @@ class ClaimScope:
     def stop(self) -> None:
         """End the chain here; `synced` still runs."""
         self.stopped = True
-
-    def rebase(self, claim: MicroVMClaim) -> None:
-        """Take `claim` (a fresh read) as the claim as read; only before any status change."""
-        if self.status != self.claim.status:
-            raise RuntimeError("rebase after the status was changed would lose the change")
-        self.claim = claim
-        self.status = claim.status
