@@ -9,10 +9,8 @@ files under a value only once its status records it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
-
-from batteryop.operator.runtime import Indexer
 
 BY_MICROVM: Final = "microvm"
 """status.microVM.uid -> the claims recording that MicroVM (CL-013)."""
@@ -33,5 +31,8 @@ def node_of(body: Mapping[str, Any]) -> str | None:
     return (_status(body).get("host") or {}).get("nodeName") or None
 
 
-INDEXERS: Final[Mapping[str, Indexer]] = {BY_MICROVM: microvm_of, BY_NODE: node_of}
+INDEXERS: Final[Mapping[str, Callable[[Mapping[str, Any]], str | None]]] = {
+    BY_MICROVM: microvm_of,
+    BY_NODE: node_of,
+}
 """The claim controller's indexes, by name."""

@@ -34,26 +34,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from batteryop.api.claim import MicroVMClaim
-from batteryop.battery.models import Lease, PoolRef
-from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.claims.agent import agent_address
 from batteryop.operator.claims.bind import bind
 from batteryop.operator.claims.check_expiry import check_expiry
-from batteryop.operator.claims.expiry import DeletedVMs, expire_deleted
+from batteryop.operator.claims.deps import ClaimDeps
+from batteryop.operator.claims.expiry import expire_deleted
 from batteryop.operator.claims.finalizer import ensure_finalizer
 from batteryop.operator.claims.host_ready import host_ready
-from batteryop.operator.claims.lease_checks import LeaseChecks
-from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.pending import pending
 from batteryop.operator.claims.release import release
 from batteryop.operator.claims.renew import renew
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.claims.status import status_patch
 from batteryop.operator.claims.synced import synced
 from batteryop.operator.outcome import Outcome
@@ -77,41 +71,6 @@ AFTER_BIND: tuple[Step, ...] = (agent_address, host_ready)
 """Steps that read only the cache (the Node report), run in the reconcile that binds."""
 
 
-@dataclass
-class ClaimDeps:
-    """What a claim reconcile uses besides the claim body.
-
-    One is shared by every reconcile of the controller:
-
-    - `battery`: battery's API (`BatteryClient` in production).
-    - `pool`: the cached Pool body by namespace and name, or None (CL-004, CL-063).
-    - `node`: the cached Node body by name, or None (CL-005, CL-006, CL-050..CL-053).
-    - `claim_slots`: the bound on concurrent ClaimVM calls (CL-018).
-    - `deleted_vms`: MicroVM uids battery's Events reported deleted (CL-013).
-    - `clock`: now, timezone-aware; read once per reconcile.
-    - `lease_reads`: ListLeases shared by the expiry checks of one Pool (`LeaseReads`);
-      None calls `battery` directly.
-    - `lease_checks`: Bound claims to check against battery's Leases at once, whatever
-      their recorded expiry (CL-030, `LeaseChecks`); None checks only expired ones.
-    """
-
-    battery: BatteryAPI
-    pool: Callable[[str, str], Mapping[str, Any] | None]
-    node: Callable[[str], Mapping[str, Any] | None]
-    claim_slots: ClaimSlots
-    deleted_vms: DeletedVMs
-    clock: Callable[[], datetime]
-    logger: logging.Logger | logging.LoggerAdapter[Any] = _log
-    lease_reads: LeaseReads | None = None
-    lease_checks: LeaseChecks | None = None
-
-    async def list_leases(self, pool: PoolRef) -> list[Lease]:
-        """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""
-        if self.lease_reads is not None:
-            return await self.lease_reads.list_leases(pool)
-        return await self.battery.list_leases(pool)
-
-
 async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
     """Reconcile the MicroVMClaim `body` (as the API server or its cache returned it)."""
     scope = ClaimScope(MicroVMClaim.from_dict(body), deps, deps.clock())
@@ -133,3 +92,6 @@ async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
     outcome = scope.outcome
     outcome.status = status_patch(scope.claim.status, scope.status)
     return outcome
+
+
+__all__ = ["AFTER_BIND", "CHAIN", "ClaimDeps", "Step", "reconcile_claim"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from batteryop.api.claim import ClaimStatus, MicroVMClaim
 from batteryop.api.conditions import (
@@ -25,11 +25,9 @@ from batteryop.api.conditions import (
     set_condition,
 )
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.claims.deps import ClaimDeps
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
-
-if TYPE_CHECKING:
-    from batteryop.operator.claims.reconcile import ClaimDeps
 
 
 @dataclass(frozen=True)
