@@ -73,10 +73,21 @@ class BoundWatcher:
         self.expiry: dict[str, float] = {}
         self._cond = threading.Condition()
         self._watch = watch.Watch()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(api, namespace), daemon=True)
         self._thread.start()
 
     def _run(self, api: k8s.ApiClient, namespace: str) -> None:
+        # A watch the API server ends or breaks (a loaded server does) is opened again; a new
+        # watch starts with every claim as it is, so no Bound claim is missed.
+        while not self._stopped.is_set():
+            try:
+                self._follow(api, namespace)
+            except Exception as e:  # any broken stream: watch again
+                print(f"BoundWatcher: watch ended ({e!r}); watching again", flush=True)
+                self._watch = watch.Watch()
+
+    def _follow(self, api: k8s.ApiClient, namespace: str) -> None:
         custom = k8s.CustomObjectsApi(api)
         for event in self._watch.stream(
             custom.list_namespaced_custom_object,
@@ -108,6 +119,7 @@ class BoundWatcher:
                 self._cond.wait(left)
 
     def stop(self) -> None:
+        self._stopped.set()
         self._watch.stop()
 
 

@@ -95,6 +95,8 @@ def make_pools(custom: k8s.CustomObjectsApi, namespace: str, each: int) -> None:
         pool = samples.demo_pool(name=name, namespace=namespace)
         pool["spec"]["size"] = each
         pool["spec"].pop("hooks", None)  # a hook runs a process per MicroVM in flintlockd
+        # Nobody renews here: Leases must outlive the run, or the claims would be Expired.
+        pool["spec"]["lease"] = {"expiryThreshold": "2h"}
         custom.create_namespaced_custom_object(
             names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
         )
