@@ -17,7 +17,7 @@ here; each Host still gets its own channel in battery). Claims spread over `POOL
   deleted objects must be gone.
 
 Sizes are parameters: BATTERYOP_SCALE_CLAIMS (default 10,000 with BATTERYOP_BENCH=1, else 20
-as a smoke pass). The full run takes many minutes and the machine is shared: figures from it
+as a smoke pass) and BATTERYOP_SCALE_HOSTS (default 100 from 1,000 claims, else 4). The full run takes many minutes and the machine is shared: figures from it
 say so next to them.
 """
 
@@ -44,10 +44,10 @@ from batteryop.testing.localstack import operator_kubeconfig, prepare_cluster
 from batteryop.testing.operator_runner import OperatorProcess
 
 CLAIMS = int(os.environ.get("BATTERYOP_SCALE_CLAIMS") or (10_000 if FULL else 20))
-HOSTS = 100 if CLAIMS >= 1000 else 4
-POOLS = 10 if CLAIMS >= 1000 else 2
+HOSTS = int(os.environ.get("BATTERYOP_SCALE_HOSTS") or (100 if CLAIMS >= 1000 else 4))
+POOLS = 10 if HOSTS >= 100 else 2
 FLINTLOCKDS = ("127.0.0.31", "127.0.0.32")
-SEQUENTIAL = 50 if FULL or CLAIMS >= 1000 else 3
+SEQUENTIAL = 50 if FULL or CLAIMS >= 200 else 3
 WAVE = 100 if CLAIMS >= 1000 else 10
 MB = 1024 * 1024
 
@@ -90,10 +90,14 @@ def pool_names() -> list[str]:
     return [f"scale-{i}" for i in range(POOLS)]
 
 
-def make_pools(custom: k8s.CustomObjectsApi, namespace: str, each: int) -> None:
-    for name in pool_names():
+def make_pools(
+    custom: k8s.CustomObjectsApi, namespace: str, each: int, first_extra: int = 0
+) -> None:
+    """`POOLS` Pools of `each` MicroVMs; the first (where one-at-a-time binds go) holds
+    `first_extra` more."""
+    for i, name in enumerate(pool_names()):
         pool = samples.demo_pool(name=name, namespace=namespace)
-        pool["spec"]["size"] = each
+        pool["spec"]["size"] = each + (first_extra if i == 0 else 0)
         pool["spec"].pop("hooks", None)  # a hook runs a process per MicroVM in flintlockd
         # Nobody renews here: Leases must outlive the run, or the claims would be Expired.
         pool["spec"]["lease"] = {"expiryThreshold": "2h"}
@@ -192,7 +196,7 @@ async def stack(controlplane: ControlPlane, tmp_path: Path) -> Any:
 
 async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> None:
     namespace = "bench-scale"
-    each = CLAIMS // POOLS + SEQUENTIAL + 5
+    each = CLAIMS // POOLS + 5
     api = admin_client(controlplane)
     custom = k8s.CustomObjectsApi(api)
     result: dict[str, Any] = {"bench": "operator_scale", "claims": CLAIMS, "hosts": HOSTS}
@@ -200,7 +204,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
         k8s.CoreV1Api(api).create_namespace(
             k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))
         )
-        make_pools(custom, namespace, each)
+        make_pools(custom, namespace, each, first_extra=SEQUENTIAL)
         await asyncio.to_thread(wait_available, custom, namespace, each, 1800)
         watcher = BoundWatcher(api, namespace)
         try:
