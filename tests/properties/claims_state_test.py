@@ -41,8 +41,12 @@ Invariants, after every step:
 - a lease id is recorded only from the claim's own ClaimVM: battery's Lease with that id has
   request_id == the claim's uid (CL-008, CL-060), and every Lease battery made came from a
   reconcile of the claim it names;
-- ClaimVM only for a claim whose finalizer is stored (CL-001) and that is not being deleted
-  (the bind guard's fresh read).
+- ClaimVM only for a claim whose finalizer is stored (CL-001), and, when the API server
+  holds the claim as being deleted, only from a read that had not seen the deletion yet (a
+  cache behind the API server; the bind guard decides on the body it read);
+- a lease id is newly recorded only by a status write locked to the resourceVersion the bind
+  read, so it lands on exactly the version the decision rested on (never on a newer one, a
+  deleted-and-remade claim of that name, or over a recording that landed late).
 
 CI runs `CI_EXAMPLES` examples; `BATTERYOP_PROPERTIES=full` runs `FULL_EXAMPLES`. The run
 prints how many examples and steps it took, and how often the interesting states occurred.
@@ -260,7 +264,9 @@ class ApiServer(FakeKube):
         *,
         subresource: str | None = None,
     ) -> dict[str, Any]:
-        before = next((b for b in self.objects.values() if b["metadata"]["name"] == name), None)
+        before = copy.deepcopy(
+            next((b for b in self.objects.values() if b["metadata"]["name"] == name), None)
+        )
         try:
             after = super().patch_now(res, name, patch, namespace, subresource=subresource)
         except KubeConflictError:
@@ -272,7 +278,7 @@ class ApiServer(FakeKube):
         assert before is not None
         uid = before["metadata"]["uid"]
         if subresource == "status":
-            self.checks.status_written(uid, before, after)
+            self.checks.status_written(uid, before, after, patch)
         lost = set(before["metadata"].get("finalizers") or []) - set(
             after["metadata"].get("finalizers") or []
         )
@@ -343,6 +349,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.pool_body = pool_body(self.namespace, name=POOL, size=POOL_SIZE)
         self.names: dict[str, str] = {}  # claim uid -> name
         self.inflight: dict[str, tuple[dict[str, Any], Outcome]] = {}
+        self.read: dict[str, dict[str, Any]] = {}  # claim uid -> the body its reconcile read
         # battery, as observed after every step that can change it
         self.seen: dict[str, SeenLease] = {}
         self.held: dict[str, types_pb2.LeaseRecord] = {}
@@ -438,8 +445,9 @@ class ClaimsMachine(RuleBasedStateMachine):
                     "is not the claim's uid"
                 )
             # CL-001 and the bind guard: reconciles here are atomic, so the API server's body
-            # is the one the guard's fresh read saw.
+            # is the one it held while ClaimVM ran.
             stored = self.api.get(reconciled)
+            read = self.read.get(reconciled) or {}
             finalizers = [] if stored is None else stored["metadata"].get("finalizers") or []
             if stored is None or names.CLAIM_FINALIZER not in finalizers:
                 self.violations["claim_vm_only_for_a_stored_undeleted_claim"].append(
@@ -448,10 +456,17 @@ class ClaimsMachine(RuleBasedStateMachine):
                     f"finalizers {finalizers})"
                 )
             elif stored["metadata"].get("deletionTimestamp"):
-                self.violations["claim_vm_only_for_a_stored_undeleted_claim"].append(
-                    f"{made} for claim {self._name(reconciled)}, which the API server holds as "
-                    f"being deleted since {stored['metadata']['deletionTimestamp']}"
-                )
+                read_meta = read.get("metadata") or {}
+                if read_meta.get("deletionTimestamp") or read_meta.get("resourceVersion") == stored[
+                    "metadata"
+                ].get("resourceVersion"):
+                    self.violations["claim_vm_only_for_a_stored_undeleted_claim"].append(
+                        f"{made} for claim {self._name(reconciled)}, read as being deleted "
+                        f"(or read at the version that is): since "
+                        f"{stored['metadata']['deletionTimestamp']}"
+                    )
+                else:  # a cache behind the deletion; its locked write cannot record the Lease
+                    self.stats.seen["claim_vm:read before the deletion"] += 1
             if rec.vm_uid in self.ended_vms:
                 self.violations["released_microvm_never_reused"].append(
                     f"{made} for claim {self._name(reconciled)}, but an earlier Lease on that "
@@ -485,15 +500,11 @@ class ClaimsMachine(RuleBasedStateMachine):
     # -- the runtime ----------------------------------------------------------------------------
 
     def _deps(self, uid: str) -> ClaimDeps:
-        async def read_fresh() -> Mapping[str, Any] | None:
-            return self.api.get(uid)
-
         def pool(namespace: str, name: str) -> Mapping[str, Any] | None:
             return self.pool_body if (namespace, name) == (self.namespace, POOL) else None
 
         return ClaimDeps(
             battery=self.op.battery,
-            read_fresh=read_fresh,
             pool=pool,
             node=lambda name: None,
             claim_slots=self.op.slots,
@@ -511,6 +522,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         if body is None:
             return False
         op.calls.take()
+        self.read[uid] = copy.deepcopy(body)
         outcome = await reconcile_claim(copy.deepcopy(body), self._deps(uid))
         self._observe(reconciled=uid)
         self._check_decision(uid, body, outcome, op.calls.take())
@@ -582,14 +594,31 @@ class ClaimsMachine(RuleBasedStateMachine):
         """The runtime's own `Controller.apply` writes `outcome` (checks: `ApiServer`)."""
         await self.op.claims.apply((self.namespace, self.names[uid]), body, outcome)
 
-    def status_written(self, uid: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-        """CL-061: a recorded lease id is never replaced."""
+    def status_written(
+        self,
+        uid: str,
+        before: Mapping[str, Any],
+        after: Mapping[str, Any],
+        patch: Mapping[str, Any],
+    ) -> None:
+        """CL-061: a recorded lease id is never replaced; CL-002, CL-008: a lease id is newly
+        recorded only by a write locked to the version the bind read (it landed, so that
+        version is `before`'s)."""
         recorded = _status(before).lease_id
         if recorded is not None and _status(after).lease_id != recorded:
             self.violations["one_microvm_per_claim"].append(
                 f"claim {self._name(uid)} recorded Lease {recorded}, then "
                 f"{_status(after).lease_id}; battery holds: {self._battery_view()}"
             )
+        if recorded is None and _status(after).lease_id is not None:
+            lock = (patch.get("metadata") or {}).get("resourceVersion")
+            if lock is None or lock != before["metadata"].get("resourceVersion"):
+                self.violations["lease_recorded_on_the_version_read"].append(
+                    f"claim {self._name(uid)} recorded Lease {_status(after).lease_id} by a "
+                    f"status write locked to {lock!r}, not to the version it landed on"
+                )
+            else:
+                self.stats.seen["status:lease recorded, locked"] += 1
 
     def finalizer_removed(self, uid: str, stored: Mapping[str, Any] | None) -> None:
         """CL-020, CL-021: the finalizer goes only once battery no longer holds the Lease."""
@@ -830,9 +859,15 @@ class ClaimsMachine(RuleBasedStateMachine):
 
     @invariant()
     def claim_vm_only_for_a_stored_undeleted_claim(self) -> None:
-        """CL-001: every Lease battery makes is covered by a stored finalizer; and the bind
-        guard's fresh read keeps ClaimVM from a claim being deleted."""
+        """CL-001: every Lease battery makes is covered by a stored finalizer; and ClaimVM
+        for a claim being deleted comes only from a read older than the deletion."""
         found = self.violations.get("claim_vm_only_for_a_stored_undeleted_claim")
+        assert not found, "\n".join(found or [])
+
+    @invariant()
+    def lease_recorded_on_the_version_read(self) -> None:
+        """The bind's status write lands only on the version its decision read (CL-002)."""
+        found = self.violations.get("lease_recorded_on_the_version_read")
         assert not found, "\n".join(found or [])
 
     @invariant()

@@ -1,14 +1,14 @@
 """`KubeClient`: the small async Kubernetes API client the controllers read and write with.
 
-kopf watches Pools and MicroVMClaims; this client does the rest, on one aiohttp session: get,
-list (every page), watch (the operator's Nodes and battery config ConfigMap, through
-`batteryop.operator.informer.list_watch`), create, patch (merge, JSON, strategic, server-side
-apply), replace, delete with preconditions, and SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
+Everything goes through it, on one aiohttp session: get, list (every page), watch (every kind
+the operator follows, through `batteryop.kube.informer.list_watch`), create, patch (merge,
+JSON, strategic, server-side apply), replace, delete with preconditions, and
+SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
 server sends them (list items get the `apiVersion` and `kind` the server leaves out).
 
 Every failure is a `batteryop.kube.errors.KubeError` subclass read from the server's Status;
-aiohttp's own exceptions never escape. The client does not retry: callers (kopf handlers)
-decide, by error class, whether to retry, requeue or give up.
+aiohttp's own exceptions never escape. The client does not retry: callers (the runtime,
+the informer) decide, by error class, whether to retry, requeue or give up.
 
     async with KubeClient(KubeConfig.load()) as kube:
         cm = await kube.get(CONFIGMAPS, "flintlockd-ca", "battery-operator-system")

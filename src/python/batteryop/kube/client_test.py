@@ -26,7 +26,7 @@ from batteryop.kube.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from batteryop.kube.resources import CONFIGMAPS, POOLS, SECRETS, SERVICEACCOUNTS
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS, POOLS, SECRETS, SERVICEACCOUNTS
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.controlplane.server import free_port
 from batteryop.tls import CertificateAuthority
@@ -207,6 +207,37 @@ async def test_the_status_subresource_of_a_pool_is_patched_on_its_own(
     # ...and status is not written through the main resource.
     again = await kube.patch(POOLS, "p", {"status": {"available": 0}}, namespace)
     assert again["status"]["available"] == 3
+
+
+@pytest.mark.usefixtures("crds")
+@pytest.mark.req("CL-002")
+async def test_a_status_merge_patch_carrying_a_stale_resource_version_is_a_conflict(
+    kube: KubeClient, namespace: str
+) -> None:
+    # The claim controller's bind writes its status locked this way: it must land only on
+    # the version the bind read, never on a newer one or on another object of that name.
+    claim = await kube.create(CLAIMS, samples.sample_claim("c", pool="p"), namespace)
+    read = claim["metadata"]["resourceVersion"]
+    await kube.patch(CLAIMS, "c", {"metadata": {"labels": {"moved": "on"}}}, namespace)
+    with pytest.raises(ConflictError):
+        await kube.patch(
+            CLAIMS,
+            "c",
+            {"metadata": {"resourceVersion": read}, "status": {"leaseID": "l-1"}},
+            namespace,
+            subresource="status",
+        )
+    stored = await kube.get(CLAIMS, "c", namespace)
+    assert "leaseID" not in (stored.get("status") or {})
+    now = stored["metadata"]["resourceVersion"]
+    landed = await kube.patch(
+        CLAIMS,
+        "c",
+        {"metadata": {"resourceVersion": now}, "status": {"leaseID": "l-1"}},
+        namespace,
+        subresource="status",
+    )
+    assert landed["status"]["leaseID"] == "l-1"
 
 
 # -- delete ------------------------------------------------------------------------------------

@@ -2,9 +2,8 @@
 
 `KubeConfig.load()` is what an entry point calls: in a Pod (KUBERNETES_SERVICE_HOST set) it is
 `in_cluster()`, the ServiceAccount's projected token and CA; elsewhere `from_kubeconfig()`, the
-file(s) named by $KUBECONFIG or ~/.kube/config. The operator hands the same credentials to kopf
-(`batteryop.operator.login`); this package itself never imports kopf, so the client wheel
-need not ship it.
+file(s) named by $KUBECONFIG or ~/.kube/config. This package never imports kopf, so the
+client wheel need not ship it.
 
 A token file (`token_file`: the in-cluster token, or a kubeconfig's `tokenFile`) is read again
 for every request, so a token the kubelet rotated is used as soon as it is written; a static

@@ -1,15 +1,13 @@
-"""KubeConfig: kubeconfig files, the in-cluster mount, and kopf's login, against the real
+"""KubeConfig: kubeconfig files and the in-cluster mount, against the real
 kube-apiserver."""
 
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import os
 from pathlib import Path
 
-import aiohttp
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -18,9 +16,6 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError, UnauthorizedError
 from batteryop.kube.resources import CONFIGMAPS, Resource
-from batteryop.operator.login import (
-    kopf_connection_info,  # the kopf glue, tested with these fixtures
-)
 from batteryop.testing.controlplane import ControlPlane, ensure_service_account, request_token
 
 pytestmark = pytest.mark.controlplane
@@ -228,40 +223,3 @@ def test_in_cluster_needs_the_pod_environment(
     assert (
         KubeConfig.in_cluster(service_account_dir=str(tmp_path)).server == "https://[fd00::1]:443"
     )
-
-
-# -- kopf --------------------------------------------------------------------------------------
-
-
-async def kopf_can_read(config: KubeConfig, namespace: str) -> int:
-    """The HTTP status kopf's own login objects get for a namespaced list."""
-    info = kopf_connection_info(config)
-    connector = aiohttp.TCPConnector(ssl=info.as_ssl_context())
-    url = f"{info.server}/api/v1/namespaces/{namespace}/configmaps"
-    async with (
-        aiohttp.ClientSession(connector=connector, headers=info.as_http_headers()) as s,
-        s.get(url) as resp,
-    ):
-        return resp.status
-
-
-async def test_kopf_logs_in_with_the_same_client_certificate(
-    admin_config: KubeConfig, namespace: str
-) -> None:
-    info = kopf_connection_info(admin_config)
-    assert info.token is None and info.expiration is None
-    assert await kopf_can_read(admin_config, namespace) == 200
-
-
-async def test_kopf_logs_in_with_the_current_token_and_knows_when_it_expires(
-    mount: Path, namespace: str
-) -> None:
-    config = KubeConfig.in_cluster()
-    info = kopf_connection_info(config)
-    assert info.token == (mount / "token").read_text()
-    assert info.scheme == "Bearer"
-    assert info.expiration is not None
-    left = info.expiration - datetime.datetime.now(datetime.UTC)
-    assert datetime.timedelta(minutes=50) < left <= datetime.timedelta(hours=1)
-    # The ServiceAccount may not list ConfigMaps: authenticated (403), not anonymous (401).
-    assert await kopf_can_read(config, namespace) == 403

@@ -23,6 +23,7 @@ import asyncio
 import datetime
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -112,7 +113,7 @@ class EventRecorder:
         self.controller = controller
         self.instance = instance
         self._clock = clock or _utcnow
-        self._recorded: dict[tuple[str, str, str], _Recorded] = {}
+        self._recorded: OrderedDict[tuple[str, str, str], _Recorded] = OrderedDict()
         # One record at a time per (object, reason, note), so a repeat never races the create
         # of its series' Event. Posted Events go out one at a time, in order (`_send`); only
         # callers awaiting `record` themselves can have several in flight at once.
@@ -173,15 +174,16 @@ class EventRecorder:
                     self._forget_before(now - SERIES_WINDOW)
                     self._forgot_at = now
                 seen = self._recorded.get(key)
-                if seen is not None and await self._add_to_series(seen, now):
+                if seen is not None and await self._add_to_series(key, seen, now):
                     return
                 namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
                 body = self._event(obj, type, reason, note, action, now, namespace)
                 created = await self._client.create(EVENTS, body, namespace)
                 self._recorded[key] = _Recorded(str(created["metadata"]["name"]), namespace, 1, now)
                 if len(self._recorded) > _MAX_REMEMBERED:
-                    oldest = min(self._recorded, key=lambda k: self._recorded[k].last)
-                    del self._recorded[oldest]
+                    # Kept in order of last sighting (`_add_to_series` moves a repeat to the
+                    # end), so the first is the oldest: no walk over every series per Event.
+                    del self._recorded[next(iter(self._recorded))]
         except Exception as e:
             logger.warning(
                 "Failed to record %s Event %s for %s %s: %s",
@@ -196,7 +198,17 @@ class EventRecorder:
             if not lock.locked() and self._locks.get(key) is lock:
                 del self._locks[key]
 
-    async def _add_to_series(self, seen: _Recorded, now: datetime.datetime) -> bool:
+    def sizes(self) -> dict[str, int]:
+        """What the recorder holds (for leak checks): series remembered, locks, queued Events."""
+        return {
+            "series": len(self._recorded),
+            "locks": len(self._locks),
+            "queued": self._queue.qsize(),
+        }
+
+    async def _add_to_series(
+        self, key: tuple[str, str, str], seen: _Recorded, now: datetime.datetime
+    ) -> bool:
         """Patch the series of an Event this recorder made; False if that Event is gone."""
         count = seen.count + 1
         patch = {"series": {"count": count, "lastObservedTime": micro_time(now)}}
@@ -205,10 +217,15 @@ class EventRecorder:
         except NotFoundError:
             return False
         seen.count, seen.last = count, now
+        if self._recorded.get(key) is seen:
+            self._recorded.move_to_end(key)
         return True
 
     def _forget_before(self, cutoff: datetime.datetime) -> None:
-        for key in [k for k, r in self._recorded.items() if r.last < cutoff]:
+        while self._recorded:  # oldest sighting first
+            key, recorded = next(iter(self._recorded.items()))
+            if recorded.last >= cutoff:
+                return
             del self._recorded[key]
 
     def _event(

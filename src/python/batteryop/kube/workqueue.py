@@ -87,6 +87,18 @@ class WorkQueue(Generic[K]):
         heapq.heappush(self._heap, _Entry(due, next(self._seq), key))
         self._wake()
 
+    def discard(self, key: K) -> None:
+        """Forget `key` (its object is gone): no pending run, no retry count. A run in
+        progress finishes; it is not repeated."""
+        self._due.pop(key, None)
+        self._dirty.pop(key, None)
+        self._failures.pop(key, None)
+        # Heap entries of forgotten keys are skipped when they come up; rebuild the heap when
+        # they outnumber the live ones, so forgotten keys cannot pile up in it.
+        if len(self._heap) > 2 * len(self._due) + 64:
+            self._heap = [e for e in self._heap if self._due.get(e.key) == e.due]
+            heapq.heapify(self._heap)
+
     def _wake(self) -> None:
         # Single-threaded asyncio: the queue's state changes only between awaits, so an
         # event that wakes every idle worker to re-check is enough (no lock needed).
@@ -94,6 +106,16 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._due) + len(self._dirty)
+
+    def sizes(self) -> dict[str, int]:
+        """How many keys each of the queue's maps holds (for leak checks)."""
+        return {
+            "queued": len(self._due),
+            "heap": len(self._heap),
+            "active": len(self._active),
+            "dirty": len(self._dirty),
+            "failures": len(self._failures),
+        }
 
     def pending(self, key: K) -> bool:
         return key in self._due or key in self._dirty or key in self._active

@@ -126,3 +126,26 @@ async def _boom(key: str) -> None:
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ValueError, match="workers must be at least 1"):
         WorkQueue(_boom, name="q", workers=0)
+
+
+async def test_a_discarded_key_is_not_run_and_leaves_no_entry_behind() -> None:
+    ran: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(key: str) -> None:
+        ran.append(key)
+        done.set()
+
+    queue: WorkQueue[str] = WorkQueue(handle, name="t", workers=1)
+    for i in range(500):  # keys requeued far ahead, then their objects deleted
+        queue.add_after(f"gone-{i}", 3600)
+        queue.discard(f"gone-{i}")
+    queue.add("kept")
+    sizes = queue.sizes()
+    assert sizes["queued"] == 1 and sizes["heap"] <= 2 * 1 + 64
+    await queue.start()
+    try:
+        await asyncio.wait_for(done.wait(), timeout=10)
+    finally:
+        await queue.stop()
+    assert ran == ["kept"]

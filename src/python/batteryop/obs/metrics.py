@@ -12,9 +12,11 @@ than ``OK``, the error counter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from batteryop.api.conditions import ClaimPhase
 
@@ -52,6 +54,7 @@ class OperatorMetrics:
 
     def __init__(self, registry: CollectorRegistry, *, namespace: str = NAMESPACE) -> None:
         self.registry = registry
+        self.namespace = namespace
         self.claims_by_phase = Gauge(
             "claims_by_phase",
             "MicroVMClaims the operator sees, by status phase.",
@@ -140,6 +143,27 @@ class OperatorMetrics:
 
     def set_battery_subscribed(self, subscribed: bool) -> None:
         self.battery_subscribed.set(1 if subscribed else 0)
+
+    def report_sizes(self, read: Callable[[], Mapping[str, int]]) -> None:
+        """Export `read()` as `cache_entries{map=...}`, read at every scrape. The map names
+        are a fixed set (the operator's own maps), never object names."""
+        self.registry.register(_SizesCollector(f"{self.namespace}_cache_entries", read))
+
+
+class _SizesCollector(Collector):
+    """Entries per map of the operator, read when scraped (no bookkeeping between scrapes)."""
+
+    def __init__(self, name: str, read: Callable[[], Mapping[str, int]]) -> None:
+        self._name = name
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            self._name, "Entries each of the operator's in-memory maps holds.", labels=["map"]
+        )
+        for name, size in sorted(self._read().items()):
+            family.add_metric([name], size)
+        yield family
 
 
 class BatteryCallMetrics:

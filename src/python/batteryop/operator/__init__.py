@@ -1,1 +1,1 @@
-"""The operator deployable: Pool and MicroVMClaim controllers on kopf (RS, CL, PO, DP)."""
+"""The operator deployable: Pool and MicroVMClaim controllers (RS, CL, PO, DP)."""

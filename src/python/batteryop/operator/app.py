@@ -1,16 +1,14 @@
-"""The operator process: kopf watches, our controllers reconcile, battery's Events feed both.
+"""The operator process: list+watch streams in, our controllers reconcile, battery's Events feed both.
 
-Why kopf only watches here. kopf keeps one finalizer per operator and stores handler
-progress in annotations; Pools and claims need two finalizers whose placement is part of
-the requirements (CL-001, PO-001: stored before battery is called; CL-020, PO-044: removed
-only after battery answered), and a claim's status must be written in one patch right after
-ClaimVM (CL-002). So kopf is used for what it does well — resilient list+watch streams with
-resourceVersion resumption, login, and the event loop — through `@kopf.on.event` handlers
-only, which add no finalizer and write nothing, for Pools and claims. The Nodes and the
-battery config ConfigMap are listed and watched by `informer.list_watch`, which says when a
-list is complete: the Host set is only computed from every Node (a partial one would declare a
-Pool to battery on too few Hosts after a restart). Reconciliation is ours (`runtime`): a keyed
-queue per kind and an `Outcome` applied in a fixed order.
+Pools, claims, Nodes and the battery config ConfigMap are each listed and watched by
+`informer.list_watch` (one aiohttp session, `KubeClient`), which hands over every complete list
+and then each watch event. A list replaces what the operator knew: an object missing from it
+is gone, whatever watch events were missed while the stream was down (a 410 Gone relist
+included), and leaves every cache. The Host set is only computed from every Node (a partial
+one would declare a Pool to battery on too few Hosts after a restart). Reconciliation is ours
+(`runtime`): a keyed queue per kind and an `Outcome` applied in a fixed order. (kopf watched
+Pools and claims before; its per-event machinery cost as much operator CPU as our whole
+reconcile path in a burst of binds, `docs/dev/operator-performance.md`.)
 
 Inputs and who they queue:
 - Pool events -> that Pool. Claim events -> that claim, and its Pool when the claim is gone
@@ -38,17 +36,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
-
 from batteryop.api import names
 from batteryop.api.conditions import ClaimPhase
 from batteryop.battery import BatteryAPI, EventStream, PoolRef
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.kube.errors import KubeError
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
+from batteryop.operator.claims import indexes
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
@@ -58,7 +54,6 @@ from batteryop.operator.config import OperatorConfig
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
 from batteryop.operator.informer import list_watch
 from batteryop.operator.keys import pool_key_for_claim
-from batteryop.operator.login import kopf_connection_info
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
@@ -69,10 +64,14 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = f"{names.GROUP}/operator"
 
-POOL_EVENT_COALESCE_SECONDS = 0.2
-"""A battery Event refreshes its Pool this much later; the events meanwhile add nothing."""
+POOL_EVENT_COALESCE_SECONDS = 1.0
+"""A battery Event refreshes its Pool this much later; the events meanwhile add nothing. A
+burst of binds makes a burst of events for one Pool (leased, provisioning, ready, ...): at one
+refresh a second its status costs a few writes per 100 claims instead of one per two."""
 
 TASKS = (
+    "watch-pools",
+    "watch-claims",
     "watch-battery-config",
     "watch-nodes",
     "follow-battery-events",
@@ -138,37 +137,8 @@ class Operator:
         self.lease_checks = LeaseChecks()  # CL-030
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
         self.claim_slots.on_free = self._slot_freed
-        self.claims = Controller(
-            "claims",
-            CLAIMS,
-            self._reconcile_claim,
-            kube=kube,
-            recorder=self.recorder,
-            workers=config.claim_concurrent_reconciles,
-            on_reconciled=self._on_reconciled,
-        )
-        self.stream: EventStream = battery.events()
-        self.supervisor = Supervisor()
-        for task in TASKS:
-            self.supervisor.add(task)
-
-    def _claim_deps(self, key: Key) -> ClaimDeps:
-        namespace, name = key
-
-        async def read_fresh() -> Mapping[str, Any] | None:
-            own = self.claims.take_fresh(key)
-            if own is not None:
-                return own
-            try:
-                return await self.kube.get(CLAIMS, name, namespace)
-            except KubeError as e:
-                if e.status == 404:
-                    return None
-                raise
-
-        return ClaimDeps(
-            battery=self.battery,
-            read_fresh=read_fresh,
+        self.claim_deps = ClaimDeps(
+            battery=battery,
             pool=lambda ns, n: self.pools.cache.get((ns, n)),
             node=lambda n: self.nodes.get(("", n)),
             claim_slots=self.claim_slots,
@@ -177,24 +147,73 @@ class Operator:
             lease_reads=self.lease_reads,
             lease_checks=self.lease_checks,
         )
+        self.claims = Controller(
+            "claims",
+            CLAIMS,
+            self._reconcile_claim,
+            kube=kube,
+            recorder=self.recorder,
+            workers=config.claim_concurrent_reconciles,
+            on_reconciled=self._on_reconciled,
+            indexers=indexes.INDEXERS,
+        )
+        self.stream: EventStream = battery.events()
+        self.supervisor = Supervisor()
+        for task in TASKS:
+            self.supervisor.add(task)
+        if metrics is not None:
+            metrics.report_sizes(self.sizes)
 
     def _slot_freed(self, waiter: Any) -> None:
         self.claims.enqueue(waiter)
 
     async def _reconcile_claim(self, body: Mapping[str, Any]) -> Outcome:
-        return await reconcile_claim(body, self._claim_deps(key_of(body)))
+        return await reconcile_claim(body, self.claim_deps)
 
     def claims_holding(self, vm_uid: str) -> list[Key]:
-        return [
-            key_of(c)
-            for c in self.claims.cache
-            if ((c.get("status") or {}).get("microVM") or {}).get("uid") == vm_uid
-        ]
+        """The claims whose status records the MicroVM `vm_uid` (an index, no walk)."""
+        return self.claims.cache.keys_by(indexes.BY_MICROVM, vm_uid)
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each map of the operator holds, by "owner:map" (leak checks; the
+        `battery_operator_cache_entries` gauge reads it at every scrape)."""
+        out = {f"claims:{k}": v for k, v in self.claims.sizes().items()}
+        out.update({f"pools:{k}": v for k, v in self.pools.sizes().items()})
+        out.update({f"nodes:{k}": v for k, v in self.nodes.sizes().items()})
+        out.update({f"events:{k}": v for k, v in self.recorder.sizes().items()})
+        out["claims:first_seen"] = len(self._first_seen)
+        out["claims:phases"] = len(self._phases)
+        out["claims:lease_checks"] = len(self.lease_checks)
+        out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
+        out["claims:lease_reads"] = len(self.lease_reads)
+        out["pools:backoff"] = len(self.pool_deps.backoff)
+        # Remembered for an hour by design (CL-013), so it follows the churn, then empties.
+        out["deleted_vms"] = len(self.deleted_vms)
+        return out
 
     # -- inputs ------------------------------------------------------------------------
 
     def on_pool(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         self.pools.observe(event_type, body)
+
+    def on_pools_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of Pools: one missing from it is gone (its DELETED was missed)."""
+        listed = {key_of(body) for body in items}
+        for body in self.pools.cache:
+            if key_of(body) not in listed:
+                self.on_pool("DELETED", body)
+        for body in items:
+            self.on_pool(None, body)
+
+    def on_claims_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of claims: one missing from it is gone (its DELETED was missed,
+        say while the watch was relisting after a 410), and leaves everything."""
+        listed = {key_of(body) for body in items}
+        for body in self.claims.cache:
+            if key_of(body) not in listed:
+                self.on_claim("DELETED", body)
+        for body in items:
+            self.on_claim(None, body)
 
     def _on_reconciled(self, controller: str, result: str, seconds: float) -> None:
         if self.metrics is None:
@@ -267,11 +286,9 @@ class Operator:
     def _nodes_changed(self, nodes: set[str]) -> None:
         """The Host set again (PO-011), and the claims bound to those Nodes (CL-005, CL-050)."""
         self._refresh_hosts()
-        if not nodes:
-            return
-        for claim in self.claims.cache:
-            if ((claim.get("status") or {}).get("host") or {}).get("nodeName") in nodes:
-                self.claims.enqueue(key_of(claim))
+        for node in sorted(nodes):
+            for key in self.claims.cache.keys_by(indexes.BY_NODE, node):
+                self.claims.enqueue(key)
 
     def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
         try:
@@ -309,41 +326,15 @@ class Operator:
                     pool, record.type, record.reason, record.message, action=record.reason
                 )  # PO-041: posted, so the Events stream never waits for the API server
 
-    # -- kopf ------------------------------------------------------------------------------
-
-    def registry(self) -> kopf.OperatorRegistry:
-        registry = kopf.OperatorRegistry()
-
-        @kopf.on.login(registry=registry)  # type: ignore[arg-type]
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf_connection_info(self.kube_config)
-
-        # The handlers are coroutines: kopf runs a plain function in its thread pool, and the
-        # caches and work queues they feed belong to the event loop alone.
-        @kopf.on.event(names.GROUP, names.VERSION, names.POOL_PLURAL, registry=registry)
-        async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
-            self.on_pool(event.get("type"), event.get("object") or {})
-
-        @kopf.on.event(names.GROUP, names.VERSION, names.CLAIM_PLURAL, registry=registry)
-        async def claim_event(event: Mapping[str, Any], **_: Any) -> None:
-            self.on_claim(event.get("type"), event.get("object") or {})
-
-        return registry
-
-    @staticmethod
-    def settings() -> kopf.OperatorSettings:
-        settings = kopf.OperatorSettings()
-        settings.peering.standalone = True  # one replica, Recreate (DP-002)
-        settings.posting.enabled = False  # our EventRecorder posts events.k8s.io Events
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.persistence.finalizer = f"{names.GROUP}/kopf-unused"
-        # No CRD or Namespace watching: the kinds are fixed and clusterwide, and the
-        # operator's RBAC grants nothing on CRDs or Namespaces.
-        settings.scanning.disabled = True
-        return settings
-
     # -- background loops --------------------------------------------------------------------
+
+    async def watch_pools(self) -> None:
+        """Every Pool (PO-*)."""
+        await list_watch(self.kube, POOLS, on_list=self.on_pools_listed, on_event=self.on_pool)
+
+    async def watch_claims(self) -> None:
+        """Every MicroVMClaim (CL-*)."""
+        await list_watch(self.kube, CLAIMS, on_list=self.on_claims_listed, on_event=self.on_claim)
 
     async def watch_battery_config(self) -> None:
         """The one battery config ConfigMap, by name (RBAC allows nothing wider)."""
@@ -417,6 +408,8 @@ class Operator:
         await self.pools.start()
         await self.claims.start()
         loops = (
+            self.watch_pools,
+            self.watch_claims,
             self.watch_battery_config,
             self.watch_nodes,
             self.follow_battery_events,
@@ -434,16 +427,12 @@ class Operator:
         await self.claims.stop()
 
     async def run(self, stop_flag: asyncio.Event, ready_flag: asyncio.Event | None = None) -> None:
+        """Run every controller and loop until `stop_flag` is set (`ready_flag`: started)."""
         await self.start()
         try:
-            await kopf.operator(
-                registry=self.registry(),
-                settings=self.settings(),
-                clusterwide=True,
-                standalone=True,
-                stop_flag=stop_flag,
-                ready_flag=ready_flag,
-            )
+            if ready_flag is not None:
+                ready_flag.set()
+            await stop_flag.wait()
         finally:
             await self.stop()
 

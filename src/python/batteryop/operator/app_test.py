@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -31,11 +30,6 @@ def claim(name: str) -> dict[str, object]:
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
         "spec": {"poolRef": {"name": "warm"}},
     }
-
-
-def plural(handler: Any) -> object:
-    """The resource a kopf handler was registered for (its selector's plural name)."""
-    return handler.selector.plural or handler.selector.any_name
 
 
 @contextlib.asynccontextmanager
@@ -79,27 +73,36 @@ async def test_the_host_set_is_unknown_until_every_node_is_listed() -> None:
         assert operator.pool_deps.hosts == HostSet({"host-a": {"zone": "a"}})
 
 
-async def test_kopf_runs_every_watch_handler_on_the_event_loop() -> None:
-    # kopf runs a sync handler in its thread pool; the caches and work queues it feeds are
-    # the event loop's alone (an asyncio.Event set from another thread may not wake it).
+@pytest.mark.req("CL-013")
+async def test_a_relist_forgets_a_claim_whose_deleted_event_was_missed() -> None:
+    # A watch that ends in 410 Gone is followed by a fresh list; a claim deleted meanwhile is
+    # simply absent from it, and must leave every cache and index as a DELETED event would.
     async with offline_operator() as operator:
-        handlers = list(operator.registry()._watching.get_all_handlers())
-        assert {plural(h) for h in handlers} == {
-            names.POOL_PLURAL,
-            names.CLAIM_PLURAL,
-        }
-        for handler in handlers:
-            assert inspect.iscoroutinefunction(handler.fn), handler.id
-        claim_handler = next(h for h in handlers if plural(h) == names.CLAIM_PLURAL)
-        handle: Any = claim_handler.fn  # kopf passes many more keywords; ours takes **_
-        await handle(event={"type": "ADDED", "object": claim("c1")})
-        assert operator.claims.queue.pending(("ns", "c1"))
+        kept, gone = on_node("c1", "vm-1", "host-a"), on_node("c2", "vm-2", "host-a")
+        operator.on_claims_listed([kept, gone])
+        assert operator.claims_holding("vm-2") == [("ns", "c2")]
+        assert operator.lease_checks.due(("ns", "c2"))  # listed Bound: checked (CL-030)
+        operator.on_claims_listed([kept])
+        assert operator.claims.cache.get(("ns", "c2")) is None
+        assert operator.claims_holding("vm-2") == []
+        assert not operator.lease_checks.due(("ns", "c2"))
+        assert operator.claims.cache.get(("ns", "c1")) is not None
+
+
+async def test_a_relist_forgets_a_pool_whose_deleted_event_was_missed() -> None:
+    async with offline_operator() as operator:
+        pool = samples.sample_pool(name="p", namespace="ns")
+        pool["metadata"].update(uid="u-p", resourceVersion="1")
+        operator.on_pools_listed([pool])
+        assert operator.pools.cache.get(("ns", "p")) is not None
+        operator.on_pools_listed([])
+        assert operator.pools.cache.get(("ns", "p")) is None
 
 
 async def test_claim_reconciles_share_one_lease_reader() -> None:
     async with offline_operator() as operator:  # CL-016: ListLeases shared per Pool
-        assert operator._claim_deps(("ns", "a")).lease_reads is operator.lease_reads
-        assert operator._claim_deps(("ns", "b")).lease_reads is operator.lease_reads
+        # One ClaimDeps serves every claim reconcile (no per-claim state left in it).
+        assert operator.claim_deps.lease_reads is operator.lease_reads
 
 
 def with_phase(body: dict[str, object], phase: str, rv: str) -> dict[str, Any]:
@@ -229,4 +232,53 @@ async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_clai
             operator.on_claim("DELETED", body)
             assert not operator.lease_checks.due(key)
             assert key not in operator.claim_slots.waiting
-        assert operator.claims.sizes() == {"bodies": 0, "echoes": 0, "writes": 0, "fresh": 0}
+        # The queues (not running here) still hold the keys: a deleted key leaves its queue
+        # when its turn comes and the reconcile finds no body.
+        assert {k: v for k, v in operator.sizes().items() if v and ":queue:" not in k} == {}
+
+
+def on_node(name: str, vm: str, node: str) -> dict[str, Any]:
+    body = bound_claim(name, timedelta(hours=1))
+    body["status"]["microVM"]["uid"] = vm
+    body["status"]["host"]["nodeName"] = node
+    return body
+
+
+@pytest.mark.req("CL-013", "CL-050")
+async def test_a_battery_event_and_a_node_change_queue_only_the_claims_they_concern() -> None:
+    async with offline_operator() as operator:
+        for i in range(50):  # claims the inputs must not walk
+            operator.on_claim("ADDED", on_node(f"other-{i}", f"vm-other-{i}", "host-b"))
+        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+        operator.on_claim("ADDED", on_node("c2", "vm-2", "host-a"))
+        assert operator.claims_holding("vm-1") == [("ns", "c1")]
+        operator.on_claim("MODIFIED", {**on_node("c1", "vm-3", "host-a"), "x": 1})
+        assert operator.claims_holding("vm-1") == []
+        assert operator.claims_holding("vm-3") == [("ns", "c1")]
+
+        queued: list[tuple[str, str]] = []
+        operator.claims.enqueue = lambda key, after=0.0: queued.append(key)  # type: ignore
+        operator.nodes_listed = True
+        operator.on_node("ADDED", node("host-a"))
+        assert sorted(queued) == [("ns", "c1"), ("ns", "c2")]
+        queued.clear()
+        operator.on_claim("DELETED", on_node("c2", "vm-2", "host-a"))
+        operator.on_node(
+            "MODIFIED", {**node("host-a"), "metadata": {"name": "host-a", "resourceVersion": "2"}}
+        )
+        assert queued == [("ns", "c1")]
+
+
+async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    async with offline_operator(OperatorMetrics(registry)) as operator:
+        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+
+        def entries(name: str) -> float | None:
+            return registry.get_sample_value(f"{NAMESPACE}_cache_entries", {"map": name})
+
+        assert entries("claims:bodies") == 1
+        assert entries("claims:index:microvm") == 1
+        operator.on_claim("DELETED", on_node("c1", "vm-1", "host-a"))
+        assert entries("claims:bodies") == 0
+        assert entries("claims:index:microvm") == 0

@@ -1,12 +1,13 @@
 """The controller runtime: watch events in, reconciles out, Outcomes applied to the API server.
 
-kopf watches (see `app`); each watch event lands here through `Controller.observe`, which
+`app` lists and watches each kind; each watch event lands here through `Controller.observe`, which
 keeps the newest body of every object in a cache and queues its key. A worker of the
 controller's `WorkQueue` runs the reconcile function on the cached body and applies the
 `Outcome` it returns, in the order `outcome` documents:
 
 1. finalizer added  — metadata merge-patch with the object's resourceVersion (optimistic lock);
-2. status           — status merge-patch, no lock (a recorded lease is never lost, CL-002);
+2. status           — status merge-patch, no lock; locked to the version read when the
+   Outcome says so (the bind's write of a new Lease, CL-002);
 3. events           — best effort, through the `EventRecorder`, in the background;
 4. finalizer removed — metadata merge-patch locked to the resourceVersion the status write
    returned, so it is the last write and only lands on the state it was decided on.
@@ -42,6 +43,9 @@ Key = tuple[str, str]
 
 Reconcile = Callable[[Mapping[str, Any]], Awaitable[Outcome]]
 
+Indexer = Callable[[Mapping[str, Any]], str | None]
+"""An index's value for a body (e.g. the MicroVM uid a claim records); None: not indexed."""
+
 
 def key_of(body: Mapping[str, Any]) -> Key:
     meta = body.get("metadata") or {}
@@ -76,6 +80,10 @@ def changed_besides_status(before: Mapping[str, Any], after: Mapping[str, Any]) 
 
     return content(before) != content(after)
 
+
+LOCKED_STATUS_CONFLICT_RETRY_SECONDS = 1.0
+"""A locked status write refused on a conflict is reconciled again this much later even if
+no watch event comes (the event of the change that refused it queues it sooner)."""
 
 ECHO_TIMEOUT_SECONDS = 60.0
 """How long the cache waits for the watch to echo one of our writes before it takes the
@@ -122,6 +130,11 @@ class ObjectCache:
     back (a zombie), and no bookkeeping of it stays behind (a leak). An answer that shows the
     object gone (deleting, no finalizer left) forgets it too, and so does an answer about
     another object of the same name (uid differs) than the one cached.
+
+    Indexes (`indexers`: name -> the value a body is filed under) are kept with the bodies:
+    every body stored refiles its key, every key dropped leaves them, so `keys_by` answers
+    "which objects record X" without a walk over every object (the runtime asks it for each
+    battery Event and Node change).
     """
 
     def __init__(
@@ -129,8 +142,12 @@ class ObjectCache:
         *,
         clock: Callable[[], float] = time.monotonic,
         echo_timeout: float = ECHO_TIMEOUT_SECONDS,
+        indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self._bodies: dict[Key, dict[str, Any]] = {}
+        self._indexers = dict(indexers or {})
+        self._index: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
+        self._filed: dict[Key, dict[str, str]] = {}  # key -> index name -> its value there
         self._echoes: dict[Key, tuple[float, list[str]]] = {}
         self._writes: dict[Key, list[Write]] = {}
         self._clock = clock
@@ -169,12 +186,12 @@ class ObjectCache:
         key = key_of(body)
         self._echoes.pop(key, None)
         current = self._bodies.get(key)
-        self._bodies[key] = dict(body)
+        self._store(key, body)
         return current is None or _rv(current) != _rv(body) or not _rv(body)
 
     def drop(self, key: Key) -> None:
         """The object is gone: forget it, and refuse the answers of writes in flight."""
-        self._bodies.pop(key, None)
+        self._remove(key)
         self._echoes.pop(key, None)
         for write in self._writes.get(key, ()):
             write.deleted = True
@@ -209,17 +226,58 @@ class ObjectCache:
             # The watch delivered this version before its answer came back: the cache holds
             # it already, or a newer one (if the watch delivered more since).
             return write.seen[-1] == rv
-        self._bodies[key] = dict(body)
+        self._store(key, body)
         if current is not None and rv == _rv(current):
             return True  # the write changed nothing: no new version, no echo to wait for
         since, versions = self._echoes.get(key, (self._clock(), []))
         self._echoes[key] = (since, [*versions, rv])
         return True
 
+    # -- the bodies and their indexes -------------------------------------------------
+
+    def _store(self, key: Key, body: Mapping[str, Any]) -> None:
+        stored = dict(body)
+        self._bodies[key] = stored
+        if not self._indexers:
+            return
+        filed = self._filed.get(key, {})
+        now: dict[str, str] = {}
+        for name, indexer in self._indexers.items():
+            value = indexer(stored)
+            before = filed.get(name)
+            if value == before:
+                if value is not None:
+                    now[name] = value
+                continue
+            if before is not None:
+                self._unfile(name, before, key)
+            if value is not None:
+                self._index[name].setdefault(value, set()).add(key)
+                now[name] = value
+        if now:
+            self._filed[key] = now
+        else:
+            self._filed.pop(key, None)
+
+    def _remove(self, key: Key) -> None:
+        self._bodies.pop(key, None)
+        for name, value in self._filed.pop(key, {}).items():
+            self._unfile(name, value, key)
+
+    def _unfile(self, name: str, value: str, key: Key) -> None:
+        keys = self._index[name][value]
+        keys.discard(key)
+        if not keys:
+            del self._index[name][value]
+
     # -- reading -----------------------------------------------------------------------
 
     def get(self, key: Key) -> dict[str, Any] | None:
         return self._bodies.get(key)
+
+    def keys_by(self, index: str, value: str) -> list[Key]:
+        """The keys of the cached objects `index` files under `value`, sorted."""
+        return sorted(self._index[index].get(value, ()))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(list(self._bodies.values()))
@@ -229,11 +287,14 @@ class ObjectCache:
 
     def sizes(self) -> dict[str, int]:
         """How many objects each of the cache's maps holds (for leak checks)."""
-        return {
+        sizes = {
             "bodies": len(self._bodies),
             "echoes": len(self._echoes),
             "writes": len(self._writes),
         }
+        for name, values in self._index.items():
+            sizes[f"index:{name}"] = sum(len(keys) for keys in values.values())
+        return sizes
 
 
 class Patcher(Protocol):
@@ -273,16 +334,16 @@ class Controller:
         recorder: EventSink,
         workers: int,
         on_reconciled: Callable[[str, str, float], None] | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.name = name
         self.resource = resource
-        self.cache = ObjectCache()
+        self.cache = ObjectCache(indexers=indexers)
         self._reconcile = reconcile
         self._kube = kube
         self._recorder = recorder
         self._on_reconciled = on_reconciled
         self.queue: WorkQueue[Key] = WorkQueue(self._handle, name=name, workers=workers)
-        self._fresh: dict[Key, tuple[float, dict[str, Any]]] = {}
 
     # -- input -------------------------------------------------------------------------
 
@@ -294,9 +355,9 @@ class Controller:
             self.queue.add(key_of(body))
 
     def forget(self, key: Key) -> None:
-        """The object is gone: nothing of it stays in the cache or the bookkeeping."""
+        """The object is gone: nothing of it stays in the cache, the queue or the bookkeeping."""
         self.cache.drop(key)
-        self._fresh.pop(key, None)
+        self.queue.discard(key)
 
     def enqueue(self, key: Key, after: float = 0.0) -> None:
         self.queue.add_after(key, after)
@@ -305,20 +366,10 @@ class Controller:
         for body in self.cache:
             self.queue.add(key_of(body))
 
-    def take_fresh(self, key: Key, max_age: float = 1.0) -> dict[str, Any] | None:
-        """The API server's own answer to our finalizer write of `key`, if just made.
-
-        A write's answer is the stored object at that moment, as authoritative as a GET; the
-        bind guard (which must not trust the watch cache) uses it once instead of a GET.
-        """
-        entry = self._fresh.pop(key, None)
-        if entry is None or time.monotonic() - entry[0] > max_age:
-            return None
-        return entry[1]
-
     def sizes(self) -> dict[str, int]:
         """How many objects each of the controller's maps holds (for leak checks)."""
-        return {**self.cache.sizes(), "fresh": len(self._fresh)}
+        queue = {f"queue:{k}": v for k, v in self.queue.sizes().items()}
+        return {**self.cache.sizes(), **queue}
 
     async def start(self) -> None:
         await self.queue.start()
@@ -348,25 +399,30 @@ class Controller:
         """Write `outcome` for the object `key`, read as `body`; the requeue it asks for.
 
         The order is `outcome`'s (the module docstring): the finalizer add alone, with the
-        resourceVersion lock (CL-001, PO-001); else status without the lock (CL-002), Events,
-        and the finalizer removal last, locked to the version the status write answered
-        (CL-020, PO-044). A conflict or a 404 ends the writes: the watch brings what changed.
+        resourceVersion lock (CL-001, PO-001); else status, without the lock unless the
+        Outcome asks for it (the bind's, CL-002), Events, and the finalizer removal last,
+        locked to the version the status write answered (CL-020, PO-044). A conflict or a 404
+        ends the writes: the watch brings what changed.
         """
         current: Mapping[str, Any] = body
+        locked = False
         try:
             if outcome.add_finalizer:
                 finalizers = list((body.get("metadata") or {}).get("finalizers") or [])
                 if outcome.add_finalizer not in finalizers:
-                    answer, stored = await self._write_finalizers(
-                        key, body, [*finalizers, outcome.add_finalizer]
-                    )
-                    if stored:  # for the bind guard's fresh read (`take_fresh`)
-                        self._fresh[key] = (time.monotonic(), dict(answer))
+                    await self._write_finalizers(key, body, [*finalizers, outcome.add_finalizer])
                 # Nothing else rides on a reconcile that adds the finalizer (CL-001, PO-001):
                 # the next one sees it stored.
                 return 0.0
             if outcome.status is not None:
-                current, _ = await self._write(key, {"status": outcome.status}, "status")
+                patch: dict[str, Any] = {"status": outcome.status}
+                if outcome.lock_status:
+                    # A merge-patch carrying resourceVersion is refused with 409 unless the
+                    # stored object is still the version this reconcile read.
+                    patch["metadata"] = {"resourceVersion": _rv(body)}
+                    locked = True
+                current, _ = await self._write(key, patch, "status")
+                locked = False
                 if outcome.requeue_after is None or changed_besides_status(body, current):
                     # The echo of this write queues nothing (ObjectCache): reconcile again,
                     # as the echo would have, when the chain may have stopped at the write, or
@@ -384,7 +440,7 @@ class Controller:
                     current, _ = await self._write_finalizers(key, current, finalizers)
         except ConflictError:
             log.debug("%s %s/%s changed meanwhile; the watch brings it back", self.name, *key)
-            return None
+            return LOCKED_STATUS_CONFLICT_RETRY_SECONDS if locked else None
         except NotFoundError:
             self.forget(key)
             return None
@@ -413,7 +469,4 @@ class Controller:
             answer = await self._kube.patch(
                 self.resource, name, patch, namespace or None, subresource=subresource
             )
-            stored = write.answered(answer)
-        if not stored and (write.deleted or is_gone(answer)):
-            self._fresh.pop(key, None)
-        return answer, stored
+            return answer, write.answered(answer)

@@ -5,27 +5,32 @@ Runs for a claim (not being deleted, finalizer stored) whose status records no l
 ClaimVM hands out a MicroVM. Since battery v0.4.0 it is idempotent per request id, and the
 request id is the claim's `metadata.uid` (CL-060): a retry after a lost answer, or after an
 Operator restart before the status was written, gets the same Lease and MicroVM back, never a
-second one (CL-061). The call is still guarded as a non-idempotent one would be, because a
-guard costs one read and a mistake costs a MicroVM:
+second one (CL-061). The guard:
 
-1. Read the claim from the API server, not the cache (`deps.read_fresh`: a GET, or the API
-   server's answer to the finalizer write made a moment ago). Do nothing if it is
-   gone, is another object of the same name (uid differs), is being deleted, already records
-   a lease id (the cache is behind our own status write), or lacks the stored finalizer
-   (CL-001). Continue from the fresh read (`scope.rebase`), so the status written next is
-   computed against what the API server holds.
+1. The claim as read from the cache, with no GET: its status records no lease id and it
+   carries the stored finalizer (CL-001; `finalizer` adds it first otherwise, and a claim
+   being deleted never gets here, `release` ends its chain). The decision rests on that
+   version, so the status write that records the Lease is locked to its resourceVersion
+   (`Outcome.lock_status`): it lands only if the API server still holds exactly what was
+   read. Whatever the cache missed (a deletion, a claim deleted and made again under the
+   name, a binding written by an earlier Operator process that landed after this one
+   listed) refuses the write with a conflict instead of being overwritten, and the next
+   reconcile decides again on the newer body (ClaimVM for the same uid answers the same
+   Lease, CL-061). What the lock cannot undo is a ClaimVM made on a stale read of a claim
+   being deleted: that Lease stays unrecorded and battery lets it expire (CL-031). The
+   fresh GET this replaces left the same window open between its read and ClaimVM, and
+   its unlocked write could land on a claim deleted and made again meanwhile.
 2. The Pool, from the cache (`deps.pool`): absent -> Pending `PoolNotFound`; being deleted ->
    Pending `PoolDeleting`, without calling ClaimVM (CL-063; a Bound claim is not affected, it
    never gets here). Known race, accepted: a Pool deleted between this read and ClaimVM can
    still lease a MicroVM, which then holds the Pool's deletion like any Bound claim.
 3. Take a ClaimVM slot (`deps.claim_slots`); if none is free, queue again after the slot wait
-   and end, so the worker serves renewals meanwhile (CL-018). Whether one is free is asked
-   before the fresh read too, so a bind that would wait spends no request on it.
+   and end, so the worker serves renewals meanwhile (CL-018).
 4. ClaimVM(Pool, request_id = uid). On success write the lease id, MicroVM uid, Host name as
    node name, bind time, observedRenewTime = spec.renewTime (so the bind itself is not taken
    for a renewal) and no expiry, phase Bound, Bound=True (CL-002), and only an id from this
-   answer (CL-008); then stop the chain: no other battery call comes before the status write
-   (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
+   answer (CL-008), in the locked write; then stop the chain: no other battery call comes
+   before the status write (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
    it lands, the Lease exists only in battery: that window is what CL-061 closes, and
    stopping keeps it as short as a reconcile can. The claim comes back
    `EXPIRY_READ_DELAY_SECONDS` later to read its expiry (CL-016).
@@ -36,7 +41,6 @@ guard costs one read and a mistake costs a MicroVM:
 from __future__ import annotations
 
 from batteryop.api import names
-from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import (
     ClaimConditionType,
     ClaimPhase,
@@ -57,15 +61,11 @@ EXPIRY_READ_DELAY_SECONDS = 1.0
 """How long after binding a claim its Lease's expiry is read from battery (CL-016)."""
 
 
-def _fresh_refusal(scope: ClaimScope, fresh: MicroVMClaim) -> str | None:
-    """Why the fresh read forbids ClaimVM, or None if it allows it."""
-    if fresh.metadata.uid != scope.claim.metadata.uid:
-        return "the claim was replaced by another of the same name"
-    if fresh.status.lease_id is not None:
-        return "the claim already records a Lease"
-    if fresh.metadata.deleting:
+def _refusal(scope: ClaimScope) -> str | None:
+    """Why the claim as read forbids ClaimVM, or None if it allows it."""
+    if scope.claim.metadata.deleting:
         return "the claim is being deleted"
-    if not fresh.metadata.has_finalizer(names.CLAIM_FINALIZER):
+    if not scope.claim.metadata.has_finalizer(names.CLAIM_FINALIZER):
         return "the claim's finalizer is not stored yet"  # CL-001
     return None
 
@@ -96,18 +96,15 @@ async def bind(scope: ClaimScope) -> None:
     if scope.status.lease_id is not None or scope.status.phase is ClaimPhase.EXPIRED:
         return
     waiter = (scope.claim.namespace, scope.claim.name)
-    if scope.deps.claim_slots.queue_if_full(waiter):  # CL-018, before spending the read
-        _wait_for_slot(scope)
-        return
-    fresh_body = await scope.deps.read_fresh()
-    fresh = None if fresh_body is None else MicroVMClaim.from_dict(fresh_body)
-    refusal = "the claim is gone" if fresh is None else _fresh_refusal(scope, fresh)
-    if fresh is None or refusal is not None:
+    refusal = _refusal(scope)
+    if refusal is not None:
         scope.logger.debug("Skipped ClaimVM", extra=scope.log_extra(reason=refusal))
         scope.deps.claim_slots.forget(waiter)  # its place or reserved slot goes to the next
         scope.stop()
         return
-    scope.rebase(fresh)
+    if scope.deps.claim_slots.queue_if_full(waiter):  # CL-018
+        _wait_for_slot(scope)
+        return
 
     blocked = _pool_blocks_bind(scope)
     if blocked is not None:
@@ -172,6 +169,7 @@ async def bind(scope: ClaimScope) -> None:
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
     )
     scope.just_bound = True
+    scope.outcome.lock_status = True  # lands only on the version this decision read
     # CL-016: the expiry is read from battery next, a moment later, so that when many claims
     # bind at once their binds come first and their reads share ListLeases calls.
     scope.outcome.requeue(EXPIRY_READ_DELAY_SECONDS)

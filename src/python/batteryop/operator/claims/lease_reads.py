@@ -34,6 +34,10 @@ class LeaseReads:
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
+    def __len__(self) -> int:
+        """Pools with a ListLeases waiting or running (for leak checks)."""
+        return len(self._next.keys() | self._running.keys())
+
     async def list_leases(self, pool: PoolRef) -> list[Lease]:
         """battery's Leases of `pool`, from a ListLeases that started after this call."""
         waiting = self._next.get(pool)

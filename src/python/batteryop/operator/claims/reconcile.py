@@ -6,8 +6,9 @@ The chain, in order (each step's module says what it owns and why it sits where 
    For a deleted claim this is the whole chain.
 2. `finalizer.ensure_finalizer` — a claim without the finalizer gets only that, and the
    reconcile ends there (CL-001).
-3. `bind.bind` — guarded ClaimVM for a claim with no Lease (CL-002, CL-008, CL-018, CL-060,
-   CL-061, CL-063); on success the chain stops so the status write comes next.
+3. `bind.bind` — ClaimVM for a claim with no Lease, its status write locked to the version
+   read (CL-002, CL-008, CL-018, CL-060, CL-061, CL-063); on success the chain stops so the
+   status write comes next.
 4. `pending.pending` — why the claim is not bound, and the retry (CL-003, CL-004, CL-007,
    CL-062, CL-063).
 5. `expiry.expire_deleted` — battery reported the MicroVM deleted (CL-013).
@@ -21,38 +22,32 @@ The chain, in order (each step's module says what it owns and why it sits where 
 A step may stop the chain; `synced` runs anyway. The result is one Outcome: a status
 merge-patch (None when nothing changed), Events, a finalizer to add or remove, a requeue. The
 runtime applies it in a fixed order (`batteryop.operator.outcome`): the finalizer add alone,
-with the resourceVersion lock; status without a lock, so a recorded Lease is never lost to a
-conflict (CL-002); Events; the finalizer removal with the lock, last (CL-020).
+with the resourceVersion lock; status, without a lock but for the bind's write (CL-002);
+Events; the finalizer removal with the lock, last (CL-020).
 
 battery failures never raise out of here; they end the reconcile with Synced=False and a
-requeue. A claim body the CRD would not admit raises `MalformedObjectError`, and a failing
-`read_fresh` (the API server) raises as it is: the runtime retries both with its own backoff.
+requeue. A claim body the CRD would not admit raises `MalformedObjectError`: the runtime
+retries it with its own backoff.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from batteryop.api.claim import MicroVMClaim
-from batteryop.battery.models import Lease, PoolRef
-from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.claims.agent import agent_address
 from batteryop.operator.claims.bind import bind
 from batteryop.operator.claims.check_expiry import check_expiry
-from batteryop.operator.claims.expiry import DeletedVMs, expire_deleted
+from batteryop.operator.claims.deps import ClaimDeps
+from batteryop.operator.claims.expiry import expire_deleted
 from batteryop.operator.claims.finalizer import ensure_finalizer
 from batteryop.operator.claims.host_ready import host_ready
-from batteryop.operator.claims.lease_checks import LeaseChecks
-from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.pending import pending
 from batteryop.operator.claims.release import release
 from batteryop.operator.claims.renew import renew
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.claims.status import status_patch
 from batteryop.operator.claims.synced import synced
 from batteryop.operator.outcome import Outcome
@@ -76,45 +71,6 @@ AFTER_BIND: tuple[Step, ...] = (agent_address, host_ready)
 """Steps that read only the cache (the Node report), run in the reconcile that binds."""
 
 
-@dataclass
-class ClaimDeps:
-    """What a claim reconcile uses besides the claim body.
-
-    The runtime builds one per reconcile, because `read_fresh` is bound to the claim being
-    reconciled; everything else is shared by every reconcile of the controller:
-
-    - `battery`: battery's API (`BatteryClient` in production).
-    - `read_fresh`: a GET of this claim from the API server, not the cache (None if it is
-      gone); only the bind guard calls it.
-    - `pool`: the cached Pool body by namespace and name, or None (CL-004, CL-063).
-    - `node`: the cached Node body by name, or None (CL-005, CL-006, CL-050..CL-053).
-    - `claim_slots`: the bound on concurrent ClaimVM calls (CL-018).
-    - `deleted_vms`: MicroVM uids battery's Events reported deleted (CL-013).
-    - `clock`: now, timezone-aware; read once per reconcile.
-    - `lease_reads`: ListLeases shared by the expiry checks of one Pool (`LeaseReads`);
-      None calls `battery` directly.
-    - `lease_checks`: Bound claims to check against battery's Leases at once, whatever
-      their recorded expiry (CL-030, `LeaseChecks`); None checks only expired ones.
-    """
-
-    battery: BatteryAPI
-    read_fresh: Callable[[], Awaitable[Mapping[str, Any] | None]]
-    pool: Callable[[str, str], Mapping[str, Any] | None]
-    node: Callable[[str], Mapping[str, Any] | None]
-    claim_slots: ClaimSlots
-    deleted_vms: DeletedVMs
-    clock: Callable[[], datetime]
-    logger: logging.Logger | logging.LoggerAdapter[Any] = _log
-    lease_reads: LeaseReads | None = None
-    lease_checks: LeaseChecks | None = None
-
-    async def list_leases(self, pool: PoolRef) -> list[Lease]:
-        """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""
-        if self.lease_reads is not None:
-            return await self.lease_reads.list_leases(pool)
-        return await self.battery.list_leases(pool)
-
-
 async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
     """Reconcile the MicroVMClaim `body` (as the API server or its cache returned it)."""
     scope = ClaimScope(MicroVMClaim.from_dict(body), deps, deps.clock())
@@ -136,3 +92,6 @@ async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
     outcome = scope.outcome
     outcome.status = status_patch(scope.claim.status, scope.status)
     return outcome
+
+
+__all__ = ["AFTER_BIND", "CHAIN", "ClaimDeps", "Step", "reconcile_claim"]

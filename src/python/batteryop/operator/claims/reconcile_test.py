@@ -3,10 +3,10 @@
 Each test gets its own FakeBattery (in process, on a FakeClock that the controller reads too,
 sweeping only when a test says so) on fake flintlockd Hosts started once per module. Pools
 live in battery on `host-a`. Claims are dict bodies driven in a loop: `Env.step` reconciles a
-body and has the runtime's `Controller.apply` write the Outcome (`operator_env.apply_outcome`). `Env.server`
-plays the API server for the bind guard's fresh read: by default it holds the body being
-reconciled, and a test can make it differ from the "cache". The battery calls a reconcile
-makes are recorded by a `CallLog` on its client; the test's own calls go through `ctl`.
+body and has the runtime's `Controller.apply` write the Outcome (`operator_env.apply_outcome`);
+`apply_over` writes it to an API server that holds a newer body than the one read (a cache
+behind). The battery calls a reconcile makes are recorded by a `CallLog` on its client; the
+test's own calls go through `ctl`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool
 from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
+from batteryop.kube.resources import CLAIMS
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
@@ -45,8 +46,10 @@ from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
+from batteryop.operator.runtime import Controller, key_of
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.fake_kube import FakeKube, RecordingRecorder
 from batteryop.testing.operator_env import (
     CallLog,
     apply_outcome,
@@ -88,22 +91,14 @@ class Env:
     deleted: DeletedVMs = field(init=False)
     pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    server: dict[str, dict[str, Any]] = field(default_factory=dict)
-    fresh_reads: int = 0
     lease_checks: LeaseChecks = field(default_factory=LeaseChecks)
 
     def __post_init__(self) -> None:
         self.deleted = DeletedVMs(self.clock.now)
 
     def deps(self, uid: str) -> ClaimDeps:
-        async def read_fresh() -> Mapping[str, Any] | None:
-            self.fresh_reads += 1
-            stored = self.server.get(uid)
-            return None if stored is None else copy.deepcopy(stored)
-
         return ClaimDeps(
             battery=self.battery,
-            read_fresh=read_fresh,
             pool=lambda namespace, name: self.pools.get((namespace, name)),
             node=self.nodes.get,
             claim_slots=self.slots,
@@ -112,16 +107,9 @@ class Env:
             lease_checks=self.lease_checks,
         )
 
-    async def reconcile(self, body: dict[str, Any], *, fresh: Any = ...) -> Outcome:
-        """Reconcile `body`; the API server holds `fresh` (default: the same body; None: gone)."""
-        uid = body["metadata"]["uid"]
-        if fresh is ...:
-            self.server[uid] = copy.deepcopy(body)
-        elif fresh is None:
-            self.server.pop(uid, None)
-        else:
-            self.server[uid] = copy.deepcopy(fresh)
-        return await reconcile_claim(body, self.deps(uid))
+    async def reconcile(self, body: dict[str, Any]) -> Outcome:
+        """Reconcile `body`, as read from the cache."""
+        return await reconcile_claim(body, self.deps(body["metadata"]["uid"]))
 
     async def step(self, body: dict[str, Any]) -> tuple[Outcome, dict[str, Any]]:
         """One reconcile, and the body after the runtime applied its Outcome."""
@@ -137,7 +125,7 @@ class Env:
         env = Env(
             self.fake, self.clock, client, self.ctl, calls, self.hosts, self.namespace, self.stack
         )
-        env.pools, env.nodes, env.server = self.pools, self.nodes, self.server
+        env.pools, env.nodes = self.pools, self.nodes
         return env
 
 
@@ -311,7 +299,7 @@ async def test_a_new_claim_only_gets_its_finalizer_and_battery_is_not_called(env
     body = claim_body(env, finalizer=False)
     outcome, body = await env.step(body)
     assert outcome == Outcome(add_finalizer=names.CLAIM_FINALIZER)
-    assert env.calls.take() == [] and env.fresh_reads == 0
+    assert env.calls.take() == []
     assert env.fake.lease_records() == []
 
     outcome, body = await env.step(body)
@@ -319,23 +307,48 @@ async def test_a_new_claim_only_gets_its_finalizer_and_battery_is_not_called(env
     assert status(body).phase is ClaimPhase.BOUND
 
 
-@pytest.mark.req("CL-001", "CL-002")
-async def test_claim_vm_waits_for_the_finalizer_in_the_api_server_not_the_cache(env: Env) -> None:
+async def apply_over(
+    stored: Mapping[str, Any], read: Mapping[str, Any], outcome: Outcome
+) -> tuple[float | None, dict[str, Any]]:
+    """The runtime's `Controller.apply` writes `outcome`, decided on `read`, to an API server
+    holding `stored`; the requeue it returns and what the API server holds after."""
+    kube = FakeKube()
+    kube.seed(CLAIMS, stored)
+    controller = Controller(
+        "claims", CLAIMS, _never, kube=kube, recorder=RecordingRecorder(), workers=1
+    )
+    controller.cache.put(read)
+    requeue = await controller.apply(key_of(read), read, outcome)
+    return requeue, kube.stored(CLAIMS, read["metadata"]["name"], read["metadata"]["namespace"])
+
+
+async def _never(body: Mapping[str, Any]) -> Outcome:
+    raise AssertionError("only apply runs here")
+
+
+@pytest.mark.req("CL-002", "CL-008", "CL-061")
+async def test_the_binds_status_write_lands_only_on_the_version_the_bind_read(env: Env) -> None:
+    # No GET before ClaimVM: the bind decides on the cached body, and the status write that
+    # records the Lease carries that body's resourceVersion. Somebody else's change meanwhile
+    # (here a label) refuses it; the next reconcile, on the newer body, gets the same Lease
+    # back from battery (the claim's uid is the request id) and records it.
     await add_pool(env)
     body = claim_body(env)
-    stored = copy.deepcopy(body)
-    stored["metadata"]["finalizers"] = []
-    outcome = await env.reconcile(body, fresh=stored)
-    assert outcome == Outcome()
-    assert env.fresh_reads == 1
-    assert env.calls.take() == [] and env.fake.lease_records() == []
+    body["metadata"]["resourceVersion"] = "41"
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["ClaimVM"]
+    assert outcome.lock_status and outcome.status is not None
+    newer = copy.deepcopy(body)
+    newer["metadata"].update(resourceVersion="42", labels={"team": "a"})
+    requeue, stored = await apply_over(newer, body, outcome)
+    assert status(stored).lease_id is None, "the write is refused, nothing recorded"
+    assert requeue is not None, "reconciled again even if no event came"
 
-    assert await env.reconcile(body, fresh=None) == Outcome(), "claim gone: nothing"
-    replaced = copy.deepcopy(body)
-    replaced["metadata"]["uid"] = str(uuid.uuid4())
-    assert await env.reconcile(body, fresh=replaced) == Outcome(), "another object: nothing"
-    assert await env.reconcile(body, fresh=deleting(body)) == Outcome()
-    assert env.calls.take() == []
+    outcome = await env.reconcile(stored)
+    assert env.calls.take() == ["ClaimVM"]
+    _, stored = await apply_over(stored, stored, outcome)
+    (row,) = leases_of(env, body["metadata"]["uid"])
+    assert status(stored).lease_id == row.lease_id, "the same Lease, recorded once"
 
 
 # --- CL-002, CL-008, CL-060: bind ------------------------------------------------------------
@@ -389,14 +402,22 @@ def _renewal_pending(body: Mapping[str, Any]) -> bool:
     return spec != body["status"].get("observedRenewTime")
 
 
-@pytest.mark.req("CL-002", "CL-008")
-async def test_a_stale_cache_never_claims_again_for_a_bound_claim(env: Env) -> None:
+@pytest.mark.req("CL-002", "CL-008", "CL-061")
+async def test_a_cache_behind_a_recorded_lease_never_replaces_it(env: Env) -> None:
+    # The API server holds the binding (written by an earlier Operator process whose write
+    # landed after this one listed); the cache still has the unbound claim. ClaimVM for the
+    # claim's uid answers the Lease it already has, and the write, locked to the old version,
+    # is refused: the recorded Lease stays, battery holds one.
     await add_pool(env)
     body = claim_body(env)
+    body["metadata"]["resourceVersion"] = "7"
     outcome, written = await env.step(body)
+    written["metadata"]["resourceVersion"] = "8"
     env.calls.take()
-    assert await env.reconcile(body, fresh=written) == Outcome(), "fresh read has the Lease"
-    assert env.calls.take() == []
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["ClaimVM"]
+    _, stored = await apply_over(written, body, outcome)
+    assert status(stored).lease_id == status(written).lease_id
     assert len(leases_of(env, body["metadata"]["uid"])) == 1
 
 
@@ -659,11 +680,9 @@ async def test_with_every_slot_taken_a_bind_waits_but_a_renewal_proceeds(env: En
     env.slots = ClaimSlots(1, retry_after=0.5)
     with env.slots.try_acquire() as held:
         assert held
-        reads = env.fresh_reads
         outcome = await env.reconcile(claim_body(env))
         assert outcome == Outcome(requeue_after=0.5), "no ClaimVM, no status change"
         assert env.calls.take() == []
-        assert env.fresh_reads == reads, "a bind that must wait spends no read"
         assert len(env.slots.waiting) == 1, "queued for the next free slot"
 
         env.clock.advance(3)

@@ -5,9 +5,6 @@ working status the steps replace (`status`), the `Outcome` being built (events, 
 requeue), the one battery call this reconcile made (`call`, which `synced` reports), and
 whether the chain has stopped. Steps never write to the API server and never raise for a
 battery failure: they record it here and the chain goes on to `synced`.
-
-`rebase` replaces the claim as read with a fresh read from the API server: the bind guard
-does so, so that the patch it leads to is computed against what the API server holds.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from batteryop.api.claim import ClaimStatus, MicroVMClaim
 from batteryop.api.conditions import (
@@ -28,11 +25,9 @@ from batteryop.api.conditions import (
     set_condition,
 )
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.claims.deps import ClaimDeps
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
-
-if TYPE_CHECKING:
-    from batteryop.operator.claims.reconcile import ClaimDeps
 
 
 @dataclass(frozen=True)
@@ -130,10 +125,3 @@ class ClaimScope:
     def stop(self) -> None:
         """End the chain here; `synced` still runs."""
         self.stopped = True
-
-    def rebase(self, claim: MicroVMClaim) -> None:
-        """Take `claim` (a fresh read) as the claim as read; only before any status change."""
-        if self.status != self.claim.status:
-            raise RuntimeError("rebase after the status was changed would lose the change")
-        self.claim = claim
-        self.status = claim.status

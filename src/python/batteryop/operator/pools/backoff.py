@@ -30,5 +30,8 @@ class Backoff:
         """`key` completed: its next wait starts from the shortest delay again."""
         self._waits.pop(key, None)
 
+    def __len__(self) -> int:
+        return len(self._waits)
+
     def waits(self, key: Hashable) -> int:
         return self._waits.get(key, 0)
