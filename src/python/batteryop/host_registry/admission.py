@@ -8,12 +8,12 @@ A Node is a Host (IN-001) while all of these hold:
 - its Exec Agent report says ready (`names.EXEC_AGENT_READY_ANNOTATION` = `"true"`);
 - the report names a valid flintlockd address (`names.FLINTLOCKD_ADDRESS_ANNOTATION`): an IP
   address (IPv6 in brackets) and a port, `host:port`. Anything else is refused with a reason
-  and never reaches battery's config (ours: an address battery cannot dial would only make it
-  log errors, and a name would let DNS pick the Host).
+  and never reaches battery's config (IN-103: an address battery cannot dial would only make
+  it log errors, and a name would let DNS pick the Host).
 
 battery reaches the Host under the Node's name at that address (IN-003). A cordoned Node
-(`spec.unschedulable`) stays a Host battery knows but is cordoned in battery (ours, instead of
-removing it with a restart as IN-002 would); it is left out of the Host set the Pool controller
+(`spec.unschedulable`) stays a Host battery knows but is cordoned in battery (IN-100, instead
+of removing it with a restart as IN-002 would); it is left out of the Host set the Pool controller
 places Pools on, which is what IN-001 asks of an unschedulable Node.
 """
 

@@ -8,15 +8,15 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
 1. Resume (once): read what battery has (`ListHosts`) and what the ConfigMap holds; finish a
    restart left pending (`restart-pending`); learn whether battery answers the host RPCs.
 2. Admit every Node (`admission.admit`); a report with an invalid address gets a Warning Event
-   on its Node, once per address, and never reaches battery.
+   on its Node, once per address, and never reaches battery (IN-103).
 3. Cordon and uncordon Hosts battery has as their Nodes are cordoned (`HostAdmin.CordonHost`,
-   `UncordonHost`), at once and without a restart (ours).
+   `UncordonHost`), at once and without a restart (IN-100).
 4. Write back battery's config if something reverted the ConfigMap (IN-014), no restart.
 5. Settle (IN-011). Then either
    - battery answers `AddHost`/`RemoveHost` (battery after v0.4.0): apply each settled change
-     with them, never restarting; a renewed client certificate re-dials every Host with
-     `UpdateHost` (ours); or
-   - it answers `UNIMPLEMENTED` (v0.4.0, BA-108): at the close of the restart window (IN-012)
+     with them, never restarting (IN-101); a renewed client certificate re-dials every Host
+     with `UpdateHost` (ours); or
+   - it answers `UNIMPLEMENTED` (v0.4.0, BA-108): IN-102, at the close of the restart window (IN-012)
      write every settled change to battery's config (IN-010, DP-004) and restart battery once
      (DP-006), together with a renewed client certificate (DP-007, DP-008).
    A Host leaving battery is drained first (IN-013): the Host set is published without it, and
@@ -287,6 +287,8 @@ class Registry:
         self._metrics.hosts.set(len(self.applied))
 
     async def _probe_host_api(self) -> bool:
+        """IN-101, IN-102: whether battery answers the host RPCs (GetHost of the placeholder's
+        name: NOT_FOUND where it does, UNIMPLEMENTED in v0.4.0, BA-108)."""
         try:
             await self._battery.get_host(configfile.NO_HOSTS_NAME)
         except UnimplementedError:
@@ -351,7 +353,7 @@ class Registry:
             if self._reported_invalid.get(name) == raw:
                 continue
             self._reported_invalid[name] = raw
-            self._metrics.refused.inc()
+            self._metrics.refused.inc()  # IN-103: ignored, an Event, never in battery's config
             log.warning(
                 "Refused Node report: %s", a.detail, extra={"node": name, "address": raw}
             )
@@ -372,6 +374,7 @@ class Registry:
                 continue  # leaving: settle decides, not the cordon
             try:
                 if a.cordoned and name not in self.cordoned:
+                    # IN-100: cordoned in battery, no restart.
                     await self._battery.cordon_host(name, reason=CORDON_REASON)
                     self.cordoned.add(name)
                     self._metrics.host_calls.labels("CordonHost", "ok").inc()
@@ -443,7 +446,7 @@ class Registry:
     async def _apply_with_api(
         self, settled: Mapping[str, str | None], admissions: Mapping[str, Admission]
     ) -> None:
-        """AddHost / UpdateHost / RemoveHost, never a restart (ours)."""
+        """AddHost / UpdateHost / RemoveHost, never a restart (IN-101)."""
         leaving = {n for n, a in settled.items() if a is None and n in self.applied}
         try:
             for name, address in sorted(settled.items()):
@@ -489,7 +492,7 @@ class Registry:
                     self.settler.applied({name})
                     log.info("Removed Host from battery", extra={"host": name})
         except UnimplementedError:
-            # BA-108: this battery has no host RPCs after all; config and restart from now on.
+            # IN-102, BA-108: no host RPCs after all; config and restart from now on.
             log.info("battery answers UNIMPLEMENTED for host RPCs; restarting it instead")
             self.host_api = False
             self._metrics.host_api.set(0)

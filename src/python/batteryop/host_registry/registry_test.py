@@ -85,7 +85,7 @@ def unique(stem: str, namespace: str) -> str:
     return f"{stem}-{namespace[-6:]}"
 
 
-@pytest.mark.req("IN-001", "IN-002", "IN-003", "IN-010", "DP-004", "DP-006")
+@pytest.mark.req("IN-001", "IN-002", "IN-003", "IN-010", "IN-102", "DP-004", "DP-006")
 async def test_membership_follows_labels_readiness_and_deletion(
     kube: KubeClient, namespace: str, registry_kubeconfig: Path
 ) -> None:
@@ -202,7 +202,7 @@ async def test_a_leaving_host_is_drained_before_battery_is_restarted(
         assert set(await battery_hosts(pod)) == {a}
 
 
-@pytest.mark.req("IN-001")
+@pytest.mark.req("IN-001", "IN-100")
 async def test_a_cordon_is_applied_in_battery_without_a_restart(
     kube: KubeClient, namespace: str, registry_kubeconfig: Path
 ) -> None:
@@ -223,7 +223,7 @@ async def test_a_cordon_is_applied_in_battery_without_a_restart(
         assert len(pod.starts) == starts
 
 
-@pytest.mark.req("IN-003", "IN-004")
+@pytest.mark.req("IN-003", "IN-004", "IN-101")
 async def test_with_host_rpcs_hosts_join_and_leave_over_mtls_without_a_restart(
     kube: KubeClient, namespace: str, registry_kubeconfig: Path
 ) -> None:
@@ -249,6 +249,7 @@ async def test_with_host_rpcs_hosts_join_and_leave_over_mtls_without_a_restart(
             assert 'host_calls_total{result="ok",rpc="RemoveHost"} 1.0' in metrics
 
 
+@pytest.mark.req("IN-103")
 async def test_an_invalid_address_is_refused_with_an_event_and_never_reaches_battery(
     kube: KubeClient, namespace: str, registry_kubeconfig: Path
 ) -> None:

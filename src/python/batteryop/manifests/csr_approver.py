@@ -2,7 +2,7 @@
 Deployment.
 
 The approver (`batteryop.csr_approver`, CT-*) runs as `names.CSR_APPROVER_NAME`, its own
-identity (no other identity of install.yaml may read the CA Secrets: CT-023, DP-021):
+identity (no other identity of install.yaml may read the CA Secrets: CT-022, DP-021):
 
 ClusterRole `names.CSR_APPROVER_NAME`
 - `certificatesigningrequests`: get/list/watch (it follows every request, by list and watch).
@@ -24,7 +24,7 @@ The Deployment runs one replica of the approver's pex (`APPROVER_COMMAND`), with
 domain the Manifests configure (CT-020), its health and metrics ports, a projected token, and
 the restricted Pod security settings every container of install.yaml has.
 
-Requirements: CT-020 (trust domain set), CT-023 (only this identity reads the CA Secrets),
+Requirements: CT-020 (trust domain set), CT-022 (only this identity reads the CA Secrets),
 DP-021.
 """
 
@@ -93,7 +93,7 @@ def namespace_rules(
     ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP,
     address_pins_config_map: str = names.ADDRESS_PINS_CONFIG_MAP,
 ) -> list[Obj]:
-    """The approver's rules in its namespace: its two CA Secrets, its two ConfigMaps (CT-023)."""
+    """The approver's rules in its namespace: its two CA Secrets, its two ConfigMaps (CT-022)."""
     return [
         _rule("", ["secrets"], ["get", "list", "watch"], [serving_ca_secret, client_ca_secret]),
         _rule("", ["configmaps"], ["create"]),

@@ -707,7 +707,7 @@ def _secret(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "type": "Opaque", "data": {}}
 
 
-@pytest.mark.req("CT-023", "DP-021")
+@pytest.mark.req("CT-022", "DP-021")
 def test_the_approver_reads_requests_nodes_and_its_two_ca_secrets_only(
     approver: k8s.ApiClient, kube_admin: k8s.ApiClient, namespace: str
 ) -> None:
@@ -775,7 +775,7 @@ def test_the_approver_writes_its_two_config_maps_and_no_other(
     forbidden(lambda: core.delete_namespaced_config_map(names.CA_BUNDLE_CONFIG_MAP, NS))
 
 
-@pytest.mark.req("CT-023")
+@pytest.mark.req("CT-022")
 def test_the_operator_identity_cannot_read_the_ca_secrets(
     operator: k8s.ApiClient, kube_admin: k8s.ApiClient
 ) -> None:
