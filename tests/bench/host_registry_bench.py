@@ -80,7 +80,11 @@ async def test_node_ready_to_host_in_battery(controlplane: ControlPlane, tmp_pat
             await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
             kubeconfig = operator_identity(controlplane, namespace, tmp_path / f"{mode}.kubeconfig")
             times = await _rounds(
-                kube, namespace, kubeconfig, host_api=host_api, node=f"bench-{mode.replace('_', '-')}"
+                kube,
+                namespace,
+                kubeconfig,
+                host_api=host_api,
+                node=f"bench-{mode.replace('_', '-')}",
             )
             out[mode] = latency_figures(times)
     out["load_average_1m"] = round(os.getloadavg()[0], 2)

@@ -66,7 +66,9 @@ async def until(
 async def battery_pool_hosts(pod: BatteryPod, namespace: str) -> list[tuple[str, ...]]:
     config = BatteryConfig(
         target=pod.battery_address,
-        reconnect=ReconnectPolicy(initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)),
+        reconnect=ReconnectPolicy(
+            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
+        ),
         keepalive_time=None,
     )
     async with BatteryClient.connect(config) as client:
@@ -83,44 +85,49 @@ async def test_pools_are_placed_on_the_hosts_the_registry_publishes(
     namespace = "e2e-pools"
     async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
         await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-        async with BatteryPod.start(kube, names.OPERATOR_NAMESPACE) as pod:
-            async with FakeFlintlockd.start(
+        async with (
+            BatteryPod.start(kube, names.OPERATOR_NAMESPACE) as pod,
+            FakeFlintlockd.start(
                 address=HOSTS["e2e-a"], tls=TLSFiles(*pod.host_tls("e2e-a", HOSTS["e2e-a"]))
-            ) as host_a, FakeFlintlockd.start(
+            ) as host_a,
+            FakeFlintlockd.start(
                 address=HOSTS["e2e-b"], tls=TLSFiles(*pod.host_tls("e2e-b", HOSTS["e2e-b"]))
-            ) as host_b:
-                targets = {"e2e-a": host_a.target, "e2e-b": host_b.target}
-                for name, target in targets.items():
-                    await create_host_node(
-                        kube, name, address=target, extra_labels={"kubernetes.io/arch": "amd64"}
-                    )
-                async with (
-                    RegistryProcess.start(
-                        pod,
-                        kubeconfig=kubeconfig,
-                        drain_timeout="60s",
-                    ) as registry,
-                    OperatorProcess.start(
-                        kubeconfig=kubeconfig, battery_target=pod.battery_address
-                    ) as operator,
-                ):
-                    cm = await until_configmap(
-                        kube, names.OPERATOR_NAMESPACE, lambda c: len(published(c) or {}) == 2
-                    )
-                    assert published(cm) == targets
-                    await kube.create(POOLS, samples.demo_pool("demo", namespace), namespace)
-                    body = await until(kube, namespace, "demo", ready, timeout=90)
-                    assert body["status"]["available"] >= 1
-                    assert await battery_pool_hosts(pod, namespace) == [("e2e-a", "e2e-b")]
+            ) as host_b,
+        ):
+            targets = {"e2e-a": host_a.target, "e2e-b": host_b.target}
+            for name, target in targets.items():
+                await create_host_node(
+                    kube, name, address=target, extra_labels={"kubernetes.io/arch": "amd64"}
+                )
+            async with (
+                RegistryProcess.start(
+                    pod,
+                    kubeconfig=kubeconfig,
+                    drain_timeout="60s",
+                ) as registry,
+                OperatorProcess.start(
+                    kubeconfig=kubeconfig, battery_target=pod.battery_address
+                ) as operator,
+            ):
+                cm = await until_configmap(
+                    kube, names.OPERATOR_NAMESPACE, lambda c: len(published(c) or {}) == 2
+                )
+                assert published(cm) == targets
+                await kube.create(POOLS, samples.demo_pool("demo", namespace), namespace)
+                body = await until(kube, namespace, "demo", ready, timeout=90)
+                assert body["status"]["available"] >= 1
+                assert await battery_pool_hosts(pod, namespace) == [("e2e-a", "e2e-b")]
 
-                    # A Host leaves: the Pool leaves it first, then battery is restarted.
-                    starts = len(pod.starts)
-                    left = time.monotonic()
-                    await set_report(kube, "e2e-b", targets["e2e-b"], ready=False)
-                    await until_configmap(
-                        kube, names.OPERATOR_NAMESPACE, lambda c: set(published(c) or {}) == {"e2e-a"}
-                    )
-                    start = await pod.wait_starts(starts + 1, timeout=90)
-                    assert start.at - left < 60, "the drain ended by the Pool, not its timeout"
-                    assert "Drain timed out" not in registry.logs(), registry.logs()[-3000:]
-                    assert operator.popen.poll() is None
+                # A Host leaves: the Pool leaves it first, then battery is restarted.
+                starts = len(pod.starts)
+                left = time.monotonic()
+                await set_report(kube, "e2e-b", targets["e2e-b"], ready=False)
+                await until_configmap(
+                    kube,
+                    names.OPERATOR_NAMESPACE,
+                    lambda c: set(published(c) or {}) == {"e2e-a"},
+                )
+                start = await pod.wait_starts(starts + 1, timeout=90)
+                assert start.at - left < 60, "the drain ended by the Pool, not its timeout"
+                assert "Drain timed out" not in registry.logs(), registry.logs()[-3000:]
+                assert operator.popen.poll() is None

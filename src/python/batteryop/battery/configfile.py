@@ -76,9 +76,7 @@ def render_text(
     tls_dir: str = DEFAULT_TLS_DIR,
 ) -> str:
     """`render` as the ConfigMap holds it: the same Hosts give the same bytes."""
-    body = render(
-        hosts, api_address=api_address, metrics_address=metrics_address, tls_dir=tls_dir
-    )
+    body = render(hosts, api_address=api_address, metrics_address=metrics_address, tls_dir=tls_dir)
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 

@@ -19,7 +19,9 @@ def test_hosts_render_sorted_with_battery_tls_files_and_read_back() -> None:
     }
     assert body["api_server"] == {"addr": "127.0.0.1:50051", "tls": {"insecure": True}}
     assert configfile.hosts_of(text) == {"a": "10.0.0.1:9090", "b": "10.0.0.2:9090"}
-    assert text == configfile.render_text({"a": "10.0.0.1:9090", "b": "10.0.0.2:9090"}, tls_dir="/t")
+    assert text == configfile.render_text(
+        {"a": "10.0.0.1:9090", "b": "10.0.0.2:9090"}, tls_dir="/t"
+    )
 
 
 def test_no_host_renders_the_placeholder_which_reads_back_as_none() -> None:

@@ -69,14 +69,14 @@ class RegistryConfig:
     log_format: str = "json"
 
     def __post_init__(self) -> None:
-        for flag, value in (
+        for flag, text in (
             ("--namespace", self.namespace),
             ("--battery-config-map", self.battery_config_map),
             ("--battery-process-name", self.battery_process_name),
             ("--battery-config-file", str(self.battery_config_file)),
             ("--battery-tls-dir", str(self.battery_tls_dir)),
         ):
-            if not value:
+            if not text:
                 raise ConfigError(flag, "must not be empty")
         if not self.battery_config_file.is_absolute():
             raise ConfigError("--battery-config-file", "must be an absolute path")

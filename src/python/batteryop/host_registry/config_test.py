@@ -12,7 +12,7 @@ from batteryop.manifests import render
 def test_the_manifests_flags_parse_to_the_pods_names() -> None:
     """The host-registry container of install.yaml starts with flags this parser accepts."""
     pod = render.pod_spec(operator_image="o", host_registry_image="r", battery_image="b")
-    (container,) = [c for c in pod["containers"] if c["name"] == render.HOST_REGISTRY_CONTAINER]
+    (container,) = (c for c in pod["containers"] if c["name"] == render.HOST_REGISTRY_CONTAINER)
     config = parse(container["args"])
     assert config.battery_config_file == Path(render.CONFIG_FILE)
     assert config.battery_tls_dir == Path(render.TLS_DIR)

@@ -99,9 +99,13 @@ def published_entries(configmap: Mapping[str, Any] | None) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict) and isinstance(item.get("name"), str):
-            if isinstance(item.get("address"), str) and item["address"]:
-                out[item["name"]] = item["address"]
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("address"), str)
+            and item["address"]
+        ):
+            out[item["name"]] = item["address"]
     return out
 
 
@@ -354,9 +358,7 @@ class Registry:
                 continue
             self._reported_invalid[name] = raw
             self._metrics.refused.inc()  # IN-103: ignored, an Event, never in battery's config
-            log.warning(
-                "Refused Node report: %s", a.detail, extra={"node": name, "address": raw}
-            )
+            log.warning("Refused Node report: %s", a.detail, extra={"node": name, "address": raw})
             self._events.post(
                 self.nodes[name],
                 WARNING,
@@ -441,7 +443,9 @@ class Registry:
 
     def _tls(self) -> HostTLS:
         files = configfile.host_tls(str(self.config.battery_tls_dir))
-        return HostTLS(ca_file=files["ca_file"], cert_file=files["cert_file"], key_file=files["key_file"])
+        return HostTLS(
+            ca_file=files["ca_file"], cert_file=files["cert_file"], key_file=files["key_file"]
+        )
 
     async def _apply_with_api(
         self, settled: Mapping[str, str | None], admissions: Mapping[str, Admission]

@@ -52,7 +52,7 @@ def battery_client(config: RegistryConfig) -> BatteryClient:
         ),
         keepalive_time=None,
     )
-    options = channel_options(battery_config) + [("grpc.min_reconnect_backoff_ms", 100)]
+    options = [*channel_options(battery_config), ("grpc.min_reconnect_backoff_ms", 100)]
     channel = grpc.aio.insecure_channel(battery_config.target, options=options)
     return BatteryClient(battery_config, channel)
 

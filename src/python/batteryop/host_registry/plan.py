@@ -54,9 +54,7 @@ class Settler:
     def settled(self, now: float) -> dict[str, str | None]:
         """Every change that has held for the settle time: name -> address (None: leave)."""
         return {
-            name: p.address
-            for name, p in self.pending.items()
-            if now - p.since >= self.settle_time
+            name: p.address for name, p in self.pending.items() if now - p.since >= self.settle_time
         }
 
     def next_settles(self, now: float) -> float | None:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
-from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy
-from batteryop.battery import configfile
+from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
 from batteryop.battery.models import (
     HookFailurePolicy,
     Kernel,
@@ -54,7 +53,9 @@ async def battery_client(pod: BatteryPod) -> AsyncIterator[BatteryClient]:
     config = BatteryConfig(
         target=pod.battery_address,
         call_timeout=timedelta(seconds=5),
-        reconnect=ReconnectPolicy(initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)),
+        reconnect=ReconnectPolicy(
+            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
+        ),
         keepalive_time=None,
     )
     async with BatteryClient.connect(config) as client:
@@ -97,7 +98,9 @@ async def test_membership_follows_labels_readiness_and_deletion(
         await until_configmap(kube, namespace, has())  # published at once, empty
         await create_host_node(kube, a, address="127.0.0.41:9090")
         await create_host_node(kube, b, address="127.0.0.42:9090", ready=False)
-        await create_host_node(kube, unique("plain", namespace), address="127.0.0.43:9090", labelled=False)
+        await create_host_node(
+            kube, unique("plain", namespace), address="127.0.0.43:9090", labelled=False
+        )
         cm = await until_configmap(kube, namespace, has(a))
         assert published(cm) == {a: "127.0.0.41:9090"}
         assert await battery_hosts(pod) == {a: ("127.0.0.41:9090", False)}

@@ -50,10 +50,7 @@ def _matches_name(name: str, comm: str, argv: Sequence[str]) -> bool:
 
 
 def _names_file(config_file: str, argv: Sequence[str]) -> bool:
-    for arg in argv[1:]:
-        if arg == config_file or arg.endswith("=" + config_file):
-            return True
-    return False
+    return any(arg == config_file or arg.endswith("=" + config_file) for arg in argv[1:])
 
 
 def find_battery(name: str, config_file: str, proc: Path = Path("/proc")) -> list[BatteryProcess]:
@@ -81,8 +78,13 @@ async def wait_exited(pid: int, timeout: float) -> bool:
     except ProcessLookupError:
         return True
     loop = asyncio.get_running_loop()
-    gone = loop.create_future()
-    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def exited() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(fd, exited)
     try:
         await asyncio.wait_for(gone, timeout)
         return True

@@ -69,7 +69,7 @@ def approver_image_for(operator_image: str) -> str:
     return f"{repo}/{APPROVER_IMAGE_NAME}{tag}"
 
 
-def _rule(group: str, resources: list[str], verbs: list[str], names_: list[str] = []) -> Obj:
+def _rule(group: str, resources: list[str], verbs: list[str], names_: tuple[str, ...] = ()) -> Obj:
     out: Obj = {"apiGroups": [group], "resources": resources, "verbs": verbs}
     if names_:
         out["resourceNames"] = list(names_)
@@ -81,7 +81,7 @@ def cluster_rules() -> list[Obj]:
     return [
         _rule(CERTIFICATES_GROUP, [CSRS], ["get", "list", "watch"]),
         _rule(CERTIFICATES_GROUP, [f"{CSRS}/approval", f"{CSRS}/status"], ["update"]),
-        _rule(CERTIFICATES_GROUP, ["signers"], ["approve", "sign"], list(names.SIGNERS)),
+        _rule(CERTIFICATES_GROUP, ["signers"], ["approve", "sign"], names.SIGNERS),
         _rule("", ["nodes"], ["get"]),
     ]
 
@@ -95,13 +95,13 @@ def namespace_rules(
 ) -> list[Obj]:
     """The approver's rules in its namespace: its two CA Secrets, its two ConfigMaps (CT-022)."""
     return [
-        _rule("", ["secrets"], ["get", "list", "watch"], [serving_ca_secret, client_ca_secret]),
+        _rule("", ["secrets"], ["get", "list", "watch"], (serving_ca_secret, client_ca_secret)),
         _rule("", ["configmaps"], ["create"]),
         _rule(
             "",
             ["configmaps"],
             ["get", "list", "watch", "patch"],
-            [ca_bundle_config_map, address_pins_config_map],
+            (ca_bundle_config_map, address_pins_config_map),
         ),
     ]
 
@@ -126,7 +126,12 @@ def _token_volume() -> Obj:
                         "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
                     }
                 },
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
                 {
                     "downwardAPI": {
                         "items": [
@@ -220,9 +225,7 @@ def deployment_object(namespace: str, labels: Mapping[str, str], image: str) -> 
 
 def objects(namespace: str, labels: Mapping[str, str], image: str) -> list[Obj]:
     """ServiceAccount, ClusterRole and binding, Role and binding, Deployment; apply order."""
-    subjects = [
-        {"kind": "ServiceAccount", "name": names.CSR_APPROVER_NAME, "namespace": namespace}
-    ]
+    subjects = [{"kind": "ServiceAccount", "name": names.CSR_APPROVER_NAME, "namespace": namespace}]
     rbac_group = "rbac.authorization.k8s.io"
     return [
         {
@@ -241,7 +244,11 @@ def objects(namespace: str, labels: Mapping[str, str], image: str) -> list[Obj]:
             "apiVersion": f"{rbac_group}/v1",
             "kind": "ClusterRoleBinding",
             "metadata": _meta(names.CSR_APPROVER_NAME, labels),
-            "roleRef": {"apiGroup": rbac_group, "kind": "ClusterRole", "name": names.CSR_APPROVER_NAME},
+            "roleRef": {
+                "apiGroup": rbac_group,
+                "kind": "ClusterRole",
+                "name": names.CSR_APPROVER_NAME,
+            },
             "subjects": subjects,
         },
         {

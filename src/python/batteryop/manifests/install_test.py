@@ -18,6 +18,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -707,16 +708,22 @@ def _secret(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "type": "Opaque", "data": {}}
 
 
+def _create_if_missing(create: Callable[[], Any]) -> None:
+    """Create an object another test may have made already (409 is fine, nothing else)."""
+    try:
+        create()
+    except k8s.ApiException as e:
+        if e.status != 409:
+            raise
+
+
 @pytest.mark.req("CT-022", "DP-021")
 def test_the_approver_reads_requests_nodes_and_its_two_ca_secrets_only(
     approver: k8s.ApiClient, kube_admin: k8s.ApiClient, namespace: str
 ) -> None:
     admin_core = k8s.CoreV1Api(kube_admin)
     for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
-        try:
-            admin_core.create_namespaced_secret(NS, _secret(name))
-        except k8s.ApiException as e:
-            assert e.status == 409
+        _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
     other = f"other-{uuid.uuid4().hex[:8]}"
     admin_core.create_namespaced_secret(NS, _secret(other))
     admin_core.create_namespaced_secret(namespace, _secret("elsewhere"))
@@ -762,16 +769,13 @@ def test_the_approver_writes_its_two_config_maps_and_no_other(
 ) -> None:
     core = k8s.CoreV1Api(approver)
     for name in (names.CA_BUNDLE_CONFIG_MAP, names.ADDRESS_PINS_CONFIG_MAP):
-        try:
-            core.create_namespaced_config_map(NS, {"metadata": {"name": name}})
-        except k8s.ApiException as e:
-            assert e.status == 409
+        _create_if_missing(
+            partial(core.create_namespaced_config_map, NS, {"metadata": {"name": name}})
+        )
         patched = core.patch_namespaced_config_map(name, NS, {"data": {"k": "v"}})
         assert patched.data["k"] == "v"
     forbidden(lambda: core.read_namespaced_config_map(names.BATTERY_CONFIG_MAP, NS))
-    forbidden(
-        lambda: core.patch_namespaced_config_map(names.BATTERY_CONFIG_MAP, NS, {"data": {}})
-    )
+    forbidden(lambda: core.patch_namespaced_config_map(names.BATTERY_CONFIG_MAP, NS, {"data": {}}))
     forbidden(lambda: core.delete_namespaced_config_map(names.CA_BUNDLE_CONFIG_MAP, NS))
 
 
@@ -781,11 +785,8 @@ def test_the_operator_identity_cannot_read_the_ca_secrets(
 ) -> None:
     admin_core = k8s.CoreV1Api(kube_admin)
     for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
-        try:
-            admin_core.create_namespaced_secret(NS, _secret(name))
-        except k8s.ApiException as e:
-            assert e.status == 409
-        forbidden(lambda name=name: k8s.CoreV1Api(operator).read_namespaced_secret(name, NS))
+        _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
+        forbidden(partial(k8s.CoreV1Api(operator).read_namespaced_secret, name, NS))
 
 
 def test_the_approver_pod_meets_the_restricted_pod_security_standard(
@@ -796,7 +797,9 @@ def test_the_approver_pod_meets_the_restricted_pod_security_standard(
         namespace,
         {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
     )
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": names.CSR_APPROVER_NAME}})
+    core.create_namespaced_service_account(
+        namespace, {"metadata": {"name": names.CSR_APPROVER_NAME}}
+    )
     deployment = next(
         o
         for o in render.render(operator_image=OPERATOR_IMAGE)
@@ -810,7 +813,9 @@ def test_the_approver_pod_meets_the_restricted_pod_security_standard(
 def test_the_approver_deployment_runs_its_pex_with_a_trust_domain() -> None:
     objs = render.render(operator_image=OPERATOR_IMAGE)
     deployment = next(
-        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == names.CSR_APPROVER_NAME
+        o
+        for o in objs
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == names.CSR_APPROVER_NAME
     )
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == names.CSR_APPROVER_NAME

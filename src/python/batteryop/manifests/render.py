@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources

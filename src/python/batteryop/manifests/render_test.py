@@ -64,7 +64,9 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def pod(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = one(objs, "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]["template"]["spec"]
+    spec: dict[str, Any] = one(objs, "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]["template"][
+        "spec"
+    ]
     return spec
 
 

@@ -36,14 +36,12 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from batteryop.api import names
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.csr_approver.controller import Approver
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
-from batteryop.manifests import csr_approver as csr_approver_manifests
 from batteryop.kube.resources import (
     CERTIFICATE_SIGNING_REQUESTS,
     NODES,
@@ -52,6 +50,7 @@ from batteryop.kube.resources import (
     SERVICEACCOUNTS,
     Resource,
 )
+from batteryop.manifests import csr_approver as csr_approver_manifests
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.processes import module_command

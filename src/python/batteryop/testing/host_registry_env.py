@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,7 @@ from batteryop.api import names
 from batteryop.battery import configfile
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS, NODES
-from batteryop.kube.resources import EVENTS
+from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES
 from batteryop.manifests import rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
@@ -95,7 +94,9 @@ async def create_host_node(
 
 
 async def set_report(kube: KubeClient, name: str, address: str, *, ready: bool = True) -> Object:
-    return await kube.patch(NODES, name, {"metadata": {"annotations": report(address, ready=ready)}})
+    return await kube.patch(
+        NODES, name, {"metadata": {"annotations": report(address, ready=ready)}}
+    )
 
 
 async def set_cordoned(kube: KubeClient, name: str, cordoned: bool) -> Object:
@@ -167,9 +168,7 @@ async def until_configmap(
         raise AssertionError(f"{what} never matched in {timeout}s; last seen: {last}") from None
 
 
-async def until_event(
-    kube: KubeClient, node: str, reason: str, *, timeout: float = 30.0
-) -> Object:
+async def until_event(kube: KubeClient, node: str, reason: str, *, timeout: float = 30.0) -> Object:
     """Wait (list, then watch) for an Event with `reason` regarding Node `node`."""
 
     def matches(ev: Object) -> bool:
@@ -256,7 +255,9 @@ class BatteryPod:
         """battery's client certificate and key, and the serving CA, in `tls_dir`."""
         self.tls_dir.mkdir(parents=True, exist_ok=True)
         pair = self.client_ca.issue(
-            "battery", hosts=[names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)], client=True
+            "battery",
+            hosts=[names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)],
+            client=True,
         )
         _replace(self.tls_dir / configfile.TLS_KEY_FILE, pair.key_pem)
         _replace(self.tls_dir / configfile.TLS_CERT_FILE, pair.cert_pem)
@@ -270,7 +271,9 @@ class BatteryPod:
         """Serving certificate, key and client CA for a fake flintlockd at `address` (an IP)."""
         directory = self.workdir / "hosts" / name
         pair = self.serving_ca.issue(
-            name, hosts=[address, names.spiffe_host_id(names.DEFAULT_TRUST_DOMAIN, name)], server=True
+            name,
+            hosts=[address, names.spiffe_host_id(names.DEFAULT_TRUST_DOMAIN, name)],
+            server=True,
         )
         cert, key = pair.write(directory, "tls")
         ca = directory / "client-ca.crt"
@@ -450,22 +453,15 @@ class RegistryProcess:
     metrics_port: int
 
     @classmethod
-    @contextlib.contextmanager
-    def run(cls, args: Sequence[str]) -> Iterator[RegistryProcess]:
-        """Start the registry with `args` (no health/metrics flags: chosen here)."""
-        health, metrics = free_port(), free_port()
+    def spawn(cls, args: Sequence[str], health_port: int, metrics_port: int) -> RegistryProcess:
+        """Start the registry with `args`, its output in a log file; do not wait for it."""
         command, env = registry_command()
         fd, log_name = tempfile.mkstemp(prefix="host-registry-", suffix=".log")
         with os.fdopen(fd, "wb") as log:
             popen = subprocess.Popen(
                 [*command, *args], stdout=log, stderr=subprocess.STDOUT, env=env
             )
-        proc = cls(popen, Path(log_name), health, metrics)
-        try:
-            yield proc
-        finally:
-            proc.stop()
-            proc.log_path.unlink(missing_ok=True)
+        return cls(popen, Path(log_name), health_port, metrics_port)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -482,13 +478,7 @@ class RegistryProcess:
         args = registry_args(
             pod, kubeconfig=kubeconfig, health_port=health, metrics_port=metrics, **flags
         )
-        command, env = registry_command()
-        fd, log_name = tempfile.mkstemp(prefix="host-registry-", suffix=".log")
-        with os.fdopen(fd, "wb") as log:
-            popen = subprocess.Popen(
-                [*command, *args], stdout=log, stderr=subprocess.STDOUT, env=env
-            )
-        proc = cls(popen, Path(log_name), health, metrics)
+        proc = cls.spawn(args, health, metrics)
         try:
             await proc.wait_ready(ready_timeout)
             yield proc
