@@ -13,7 +13,7 @@ refuses to start without a trust domain (CT-020).
 Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (CAs and
 certificates), `pins`, `publish`, `controller` (the watch-driven loop), `config`, `main`.
 
-Planned, not here: the Deployment, ServiceAccount and least-privilege RBAC in the Manifests
-(`batteryop.manifests`), including the cert-manager CA resources: planned(CT-021..CT-023). Until then the
-approver runs from its pex (`:csr-approver`) with whatever credentials it is given.
+Its Deployment, ServiceAccount and least-privilege RBAC are in the Manifests
+(`batteryop.manifests.csr_approver`); the cert-manager CA resources are not yet:
+planned(CT-021), planned(CT-023).
 """

@@ -18,6 +18,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -300,7 +301,11 @@ def test_the_pod_meets_the_restricted_pod_security_standard(
     )
     core.create_namespaced_service_account(namespace, {"metadata": {"name": SA}})
     rendered = render.render(operator_image=OPERATOR_IMAGE)
-    template = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]
+    template = next(
+        o
+        for o in rendered
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == names.OPERATOR_DEPLOYMENT
+    )["spec"]["template"]
     spec: dict[str, Any] = template["spec"]
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator"}, "spec": spec}
     core.create_namespaced_pod(namespace, body, dry_run="All")
@@ -671,9 +676,12 @@ def test_only_the_operator_identity_is_granted_status_and_none_secrets_elsewhere
     status_writers = []
     for key, role in roles.items():
         for rule in role["rules"]:
-            if any(r.endswith("/status") or r == "*" for r in rule["resources"]) and (
-                rbac.WRITE_VERBS & set(rule["verbs"])
-            ):
+            ours = names.GROUP in rule["apiGroups"] or "*" in rule["apiGroups"]
+            if (
+                ours
+                and any(r.endswith("/status") or r == "*" for r in rule["resources"])
+                and rbac.WRITE_VERBS & set(rule["verbs"])
+            ):  # DP-020: Pools' and claims' status (the approver writes CSRs' status)
                 status_writers.append(key)
             if "secrets" in rule["resources"] or "*" in rule["resources"]:
                 assert key[0] == "Role" and rule.get("resourceNames"), f"{key} grants Secrets"
@@ -682,3 +690,139 @@ def test_only_the_operator_identity_is_granted_status_and_none_secrets_elsewhere
     # The user roles are bound by nobody here: only aggregation reaches them.
     assert ("ClusterRole", rbac.CLAIM_EDITOR_ROLE) not in bound
     assert ("ClusterRole", rbac.VIEWER_ROLE) not in bound
+
+
+# --- the CSR approver's identity -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def approver(
+    controlplane: ControlPlane, installed: list[dict[str, Any]]
+) -> Iterator[k8s.ApiClient]:
+    """A client with a real token for the approver's ServiceAccount install.yaml made."""
+    api = service_account_client(controlplane, NS, names.CSR_APPROVER_NAME, create=False)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _secret(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "type": "Opaque", "data": {}}
+
+
+def _create_if_missing(create: Callable[[], Any]) -> None:
+    """Create an object another test may have made already (409 is fine, nothing else)."""
+    try:
+        create()
+    except k8s.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+@pytest.mark.req("CT-022", "DP-021")
+def test_the_approver_reads_requests_nodes_and_its_two_ca_secrets_only(
+    approver: k8s.ApiClient, kube_admin: k8s.ApiClient, namespace: str
+) -> None:
+    admin_core = k8s.CoreV1Api(kube_admin)
+    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+        _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    admin_core.create_namespaced_secret(NS, _secret(other))
+    admin_core.create_namespaced_secret(namespace, _secret("elsewhere"))
+    node = f"host-{uuid.uuid4().hex[:8]}"
+    admin_core.create_node({"metadata": {"name": node}})
+
+    core = k8s.CoreV1Api(approver)
+    certs = k8s.CertificatesV1Api(approver)
+    # What it needs works: requests listed and watched, a Node read, its CA Secrets read.
+    certs.list_certificate_signing_request()
+    assert watch_opens(certs.list_certificate_signing_request) == 200
+    assert core.read_node(node).metadata.name == node
+    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+        assert core.read_namespaced_secret(name, NS).metadata.name == name
+        by_name = f"metadata.name={name}"
+        assert watch_opens(core.list_namespaced_secret, NS, field_selector=by_name) == 200
+    for verb in ("approve", "sign"):
+        for signer in names.SIGNERS:
+            assert can(
+                approver, verb, "signers", group="certificates.k8s.io", name=signer
+            ), f"{verb} {signer}"
+        assert not can(
+            approver,
+            verb,
+            "signers",
+            group="certificates.k8s.io",
+            name="kubernetes.io/kube-apiserver-client",
+        )
+    # What it must not: any other Secret, here or elsewhere; any write to a Node.
+    forbidden(lambda: core.read_namespaced_secret(other, NS))
+    forbidden(lambda: core.list_namespaced_secret(NS))
+    forbidden(lambda: core.read_namespaced_secret("elsewhere", namespace))
+    forbidden(lambda: core.list_secret_for_all_namespaces())
+    forbidden(lambda: core.patch_node(node, {"metadata": {"annotations": {"x": "y"}}}))
+    forbidden(lambda: core.patch_node(node, {"spec": {"unschedulable": True}}))
+    forbidden(lambda: core.delete_node(node))
+    forbidden(lambda: core.list_node())
+    forbidden(lambda: certs.delete_certificate_signing_request("anything"))
+
+
+def test_the_approver_writes_its_two_config_maps_and_no_other(
+    approver: k8s.ApiClient, kube_admin: k8s.ApiClient
+) -> None:
+    core = k8s.CoreV1Api(approver)
+    for name in (names.CA_BUNDLE_CONFIG_MAP, names.ADDRESS_PINS_CONFIG_MAP):
+        _create_if_missing(
+            partial(core.create_namespaced_config_map, NS, {"metadata": {"name": name}})
+        )
+        patched = core.patch_namespaced_config_map(name, NS, {"data": {"k": "v"}})
+        assert patched.data["k"] == "v"
+    forbidden(lambda: core.read_namespaced_config_map(names.BATTERY_CONFIG_MAP, NS))
+    forbidden(lambda: core.patch_namespaced_config_map(names.BATTERY_CONFIG_MAP, NS, {"data": {}}))
+    forbidden(lambda: core.delete_namespaced_config_map(names.CA_BUNDLE_CONFIG_MAP, NS))
+
+
+@pytest.mark.req("CT-022")
+def test_the_operator_identity_cannot_read_the_ca_secrets(
+    operator: k8s.ApiClient, kube_admin: k8s.ApiClient
+) -> None:
+    admin_core = k8s.CoreV1Api(kube_admin)
+    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+        _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
+        forbidden(partial(k8s.CoreV1Api(operator).read_namespaced_secret, name, NS))
+
+
+def test_the_approver_pod_meets_the_restricted_pod_security_standard(
+    kube_admin: k8s.ApiClient, namespace: str, installed: list[dict[str, Any]]
+) -> None:
+    core = k8s.CoreV1Api(kube_admin)
+    core.patch_namespace(
+        namespace,
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    core.create_namespaced_service_account(
+        namespace, {"metadata": {"name": names.CSR_APPROVER_NAME}}
+    )
+    deployment = next(
+        o
+        for o in render.render(operator_image=OPERATOR_IMAGE)
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == names.CSR_APPROVER_NAME
+    )
+    spec = deployment["spec"]["template"]["spec"]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "approver"}, "spec": spec}
+    core.create_namespaced_pod(namespace, body, dry_run="All")
+
+
+def test_the_approver_deployment_runs_its_pex_with_a_trust_domain() -> None:
+    objs = render.render(operator_image=OPERATOR_IMAGE)
+    deployment = next(
+        o
+        for o in objs
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == names.CSR_APPROVER_NAME
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == names.CSR_APPROVER_NAME
+    (container,) = pod["containers"]
+    assert container["command"] == ["/bin/csr-approver"]
+    assert f"--trust-domain={names.DEFAULT_TRUST_DOMAIN}" in container["args"]
+    assert container["image"] == "registry.example/battery-operator/csr-approver:v0.0.0-test"

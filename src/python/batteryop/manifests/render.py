@@ -5,7 +5,7 @@ Namespace, both CRDs, the MutatingAdmissionPolicy storing our finalizers at crea
 binding (`admission`), the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
 its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim, the
 Operator Deployment, then the Exec Agent's ServiceAccount, RBAC, admission policy and DaemonSet
-(`exec_agent`). `to_yaml()` writes them as one multi-document stream; `main()` writes the
+(`exec_agent`), then the CSR approver's ServiceAccount, RBAC and Deployment (`csr_approver`). `to_yaml()` writes them as one multi-document stream; `main()` writes the
 file.
 
 The Operator Pod (DP-001..DP-006, reference layout of §1.5):
@@ -19,8 +19,11 @@ The Operator Pod (DP-001..DP-006, reference layout of §1.5):
   API. battery, a third-party binary, gets no token.
 - `operator`: our flags; readiness `/readyz` (which includes battery, DP-012) and liveness
   `/healthz` on the health port.
-- `host-registry`: writes battery's ConfigMap and restarts battery (DP-006, DP-007); it mounts
-  the ConfigMap and battery's TLS files read-only to see when the kubelet has synced them.
+- `host-registry`: the host registry's pex (`batteryop.host_registry`): admits Nodes as Hosts,
+  writes battery's ConfigMap and restarts battery by signalling `poolmgrd` through the shared
+  process namespace (DP-006, DP-007), or adds and removes Hosts with battery's host RPCs where
+  it has them; it mounts the ConfigMap and battery's TLS files read-only to see when the kubelet
+  has synced them. Health and metrics on their own ports (8082, 8083).
 - `battery`: poolmgrd 0.4.0 on 127.0.0.1:50051 only (DP-001), its database on the PVC
   (DP-003), its config from the ConfigMap (DP-004) and its flintlockd client certificate and
   the Hosts' serving CA from a projected volume (DP-005). It has no probes: it listens on
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -46,7 +48,8 @@ from typing import Any, Final
 import yaml
 
 from batteryop.api import crds, names
-from batteryop.manifests import admission, exec_agent, rbac
+from batteryop.battery import configfile
+from batteryop.manifests import admission, csr_approver, exec_agent, rbac
 
 Obj = dict[str, Any]
 
@@ -76,27 +79,35 @@ HOST_REGISTRY_CONTAINER: Final = "host-registry"
 BATTERY_CONTAINER: Final = "battery"
 HOST_REGISTRY_IMAGE_NAME: Final = "host-registry"
 """The host registry's image sits beside the operator's (`<operator repo>/host-registry`)."""
+HOST_REGISTRY_COMMAND: Final = ("/bin/host-registry",)
+"""The host registry's pex (`src/python/batteryop/host_registry:host-registry`) in its image."""
+BATTERY_PROCESS_NAME: Final = "poolmgrd"
+"""battery's process, which the host registry signals through the shared process namespace."""
 
 # --- Ports, addresses and paths --------------------------------------------------------------
 
-BATTERY_ADDRESS: Final = "127.0.0.1:50051"
+BATTERY_ADDRESS: Final = configfile.DEFAULT_API_ADDRESS
 """battery's gRPC API: loopback only (DP-001, DP-010)."""
-BATTERY_METRICS_ADDRESS: Final = "127.0.0.1:9090"
+BATTERY_METRICS_ADDRESS: Final = configfile.DEFAULT_METRICS_ADDRESS
 """battery's metrics, on loopback too."""
 HEALTH_PORT: Final = 8081
 METRICS_PORT: Final = 8080
 HEALTH_PORT_NAME: Final = "health"
 METRICS_PORT_NAME: Final = "metrics"
+HOST_REGISTRY_HEALTH_PORT: Final = 8082
+HOST_REGISTRY_METRICS_PORT: Final = 8083
+HOST_REGISTRY_HEALTH_PORT_NAME: Final = "registry-health"
+HOST_REGISTRY_METRICS_PORT_NAME: Final = "registry-metric"
 READYZ_PATH: Final = "/readyz"
 HEALTHZ_PATH: Final = "/healthz"
 
 CONFIG_DIR: Final = "/etc/battery/config"
 CONFIG_KEY: Final = "config.json"
 CONFIG_FILE: Final = f"{CONFIG_DIR}/{CONFIG_KEY}"
-TLS_DIR: Final = "/etc/battery/tls"
-TLS_CERT_KEY: Final = "tls.crt"
-TLS_KEY_KEY: Final = "tls.key"
-SERVING_CA_FILE_NAME: Final = "serving-ca.crt"
+TLS_DIR: Final = configfile.DEFAULT_TLS_DIR
+TLS_CERT_KEY: Final = configfile.TLS_CERT_FILE
+TLS_KEY_KEY: Final = configfile.TLS_KEY_FILE
+SERVING_CA_FILE_NAME: Final = configfile.SERVING_CA_FILE
 DATA_DIR: Final = "/data"
 DB_FILE: Final = f"{DATA_DIR}/poolmgr.db"
 TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -106,9 +117,9 @@ TOKEN_EXPIRATION_SECONDS: Final = 3607
 KUBE_ROOT_CA_CONFIG_MAP: Final = "kube-root-ca.crt"
 """The API server's CA bundle, which kube-controller-manager publishes in every namespace."""
 
-NO_HOSTS_NAME: Final = "_no-hosts"
+NO_HOSTS_NAME: Final = configfile.NO_HOSTS_NAME
 """Placeholder Host in battery's config while there is none (poolmgrd refuses an empty list)."""
-NO_HOSTS_ADDRESS: Final = "no-hosts.invalid:9090"
+NO_HOSTS_ADDRESS: Final = configfile.NO_HOSTS_ADDRESS
 """Address of the placeholder Host; `.invalid` never resolves (RFC 2606)."""
 
 BATTERY_DATA_SIZE: Final = "1Gi"
@@ -173,27 +184,18 @@ def battery_config() -> Obj:
 
     The API is plaintext on loopback: privacy comes from the binding (DP-001). The placeholder
     Host names the TLS files every real Host uses, so the file passes battery's Host checks.
+    The host registry renders the same file (`batteryop.battery.configfile`) with its Hosts.
     """
-    return {
-        "api_server": {"addr": BATTERY_ADDRESS, "tls": {"insecure": True}},
-        "metrics_addr": BATTERY_METRICS_ADDRESS,
-        "hosts": [
-            {
-                "name": NO_HOSTS_NAME,
-                "address": NO_HOSTS_ADDRESS,
-                "tls": {
-                    "cert_file": f"{TLS_DIR}/{TLS_CERT_KEY}",
-                    "key_file": f"{TLS_DIR}/{TLS_KEY_KEY}",
-                    "ca_file": f"{TLS_DIR}/{SERVING_CA_FILE_NAME}",
-                },
-            }
-        ],
-    }
+    return configfile.render(
+        {}, api_address=BATTERY_ADDRESS, metrics_address=BATTERY_METRICS_ADDRESS, tls_dir=TLS_DIR
+    )
 
 
 def battery_config_text() -> str:
     """battery's config as the ConfigMap holds it: stable bytes for the same content."""
-    return json.dumps(battery_config(), indent=2, sort_keys=True) + "\n"
+    return configfile.render_text(
+        {}, api_address=BATTERY_ADDRESS, metrics_address=BATTERY_METRICS_ADDRESS, tls_dir=TLS_DIR
+    )
 
 
 # --- Objects ---------------------------------------------------------------------------------
@@ -300,15 +302,47 @@ def operator_container(image: str) -> Obj:
 
 
 def host_registry_container(image: str) -> Obj:
+    """The host registry's pex with the names of this Pod (IN-*, DP-004, DP-006..DP-008)."""
     return {
         "name": HOST_REGISTRY_CONTAINER,
         "image": image,
+        "command": list(HOST_REGISTRY_COMMAND),
         "args": [
             f"--battery-address={BATTERY_ADDRESS}",
+            f"--battery-metrics-address={BATTERY_METRICS_ADDRESS}",
             f"--battery-config-map={names.BATTERY_CONFIG_MAP}",
             f"--battery-config-file={CONFIG_FILE}",
+            f"--battery-tls-dir={TLS_DIR}",
+            f"--battery-process-name={BATTERY_PROCESS_NAME}",
+            "--settle-time=30s",  # IN-011
+            "--restart-window=1m",  # IN-012
+            "--drain-timeout=30s",  # IN-013
+            f"--health-probe-bind-address=:{HOST_REGISTRY_HEALTH_PORT}",
+            f"--metrics-bind-address=:{HOST_REGISTRY_METRICS_PORT}",
         ],
         "env": [_pod_namespace_env()],
+        "ports": [
+            {
+                "name": HOST_REGISTRY_HEALTH_PORT_NAME,
+                "containerPort": HOST_REGISTRY_HEALTH_PORT,
+                "protocol": "TCP",
+            },
+            {
+                "name": HOST_REGISTRY_METRICS_PORT_NAME,
+                "containerPort": HOST_REGISTRY_METRICS_PORT,
+                "protocol": "TCP",
+            },
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": READYZ_PATH, "port": HOST_REGISTRY_HEALTH_PORT_NAME},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 10,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": HEALTHZ_PATH, "port": HOST_REGISTRY_HEALTH_PORT_NAME},
+            "initialDelaySeconds": 15,
+            "periodSeconds": 20,
+        },
         "resources": _resources("20m", "64Mi", "500m", "256Mi"),
         "securityContext": _container_security(),
         "volumeMounts": [
@@ -477,6 +511,7 @@ def render(
     namespace: str = names.OPERATOR_NAMESPACE,
     host_registry_image: str | None = None,
     exec_agent_image: str | None = None,
+    csr_approver_image: str | None = None,
 ) -> list[Obj]:
     """Every object of install.yaml, in apply order, as fresh dicts the caller may change.
 
@@ -487,6 +522,7 @@ def render(
         raise ValueError("operator_image must name an image")
     registry_image = host_registry_image or host_registry_image_for(operator_image)
     agent_image = exec_agent_image or exec_agent.exec_agent_image_for(operator_image)
+    approver_image = csr_approver_image or csr_approver.approver_image_for(operator_image)
     objects: list[Obj] = [namespace_object(namespace), *crd_objects()]
     objects += admission.finalizer_policy_objects(labels(COMPONENT_OPERATOR))
     objects += rbac.objects(namespace=namespace, labels=labels(COMPONENT_OPERATOR))
@@ -501,6 +537,7 @@ def render(
         ),
     ]
     objects += exec_agent.objects(namespace, labels(names.COMPONENT_EXEC_AGENT), agent_image)
+    objects += csr_approver.objects(namespace, labels(csr_approver.COMPONENT), approver_image)
     return copy.deepcopy(objects)
 
 
@@ -567,6 +604,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--exec-agent-image",
         help="the Exec Agent image (default: <operator repo>/exec-agent:<operator tag>)",
     )
+    parser.add_argument(
+        "--csr-approver-image",
+        help="the CSR approver image (default: <operator repo>/csr-approver:<operator tag>)",
+    )
     parser.add_argument("--battery-image", default=BATTERY_IMAGE, help="the poolmgrd image")
     parser.add_argument("--namespace", default=names.OPERATOR_NAMESPACE)
     parser.add_argument("-o", "--output", default="install.yaml", help="file to write, or -")
@@ -579,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 namespace=args.namespace,
                 host_registry_image=args.host_registry_image,
                 exec_agent_image=args.exec_agent_image,
+                csr_approver_image=args.csr_approver_image,
             )
         )
     except ValueError as err:

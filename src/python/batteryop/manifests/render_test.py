@@ -43,6 +43,13 @@ APPLY_ORDER = [
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
     "DaemonSet",
+    # The CSR approver (csr_approver.py).
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "Deployment",
 ]
 
 
@@ -59,7 +66,9 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def pod(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = one(objs, "Deployment")["spec"]["template"]["spec"]
+    spec: dict[str, Any] = one(objs, "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]["template"][
+        "spec"
+    ]
     return spec
 
 
@@ -98,7 +107,7 @@ def test_every_object_has_the_common_labels() -> None:
 
 
 def test_the_pod_template_and_selector_carry_the_component() -> None:
-    dep = one(objects(), "Deployment")
+    dep = one(objects(), "Deployment", names.OPERATOR_DEPLOYMENT)
     selector = dep["spec"]["selector"]["matchLabels"]
     template = dep["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= template.items()
@@ -128,14 +137,14 @@ def test_every_namespaced_object_is_in_the_namespace_given() -> None:
 def test_render_returns_fresh_objects() -> None:
     first = objects()
     first[0]["metadata"]["name"] = "changed"
-    one(first, "Deployment")["spec"]["replicas"] = 7
+    one(first, "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]["replicas"] = 7
     assert objects()[0]["metadata"]["name"] == names.OPERATOR_NAMESPACE
-    assert one(objects(), "Deployment")["spec"]["replicas"] == 1
+    assert one(objects(), "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]["replicas"] == 1
 
 
 @pytest.mark.req("DP-002")
 def test_one_replica_replaced_with_recreate() -> None:
-    spec = one(objects(), "Deployment")["spec"]
+    spec = one(objects(), "Deployment", names.OPERATOR_DEPLOYMENT)["spec"]
     assert spec["replicas"] == 1
     assert spec["strategy"] == {"type": "Recreate"}
 
@@ -156,6 +165,23 @@ def test_the_pod_holds_operator_host_registry_and_battery_sharing_processes() ->
     assert container(objs, "host-registry")["image"] == (
         "registry.example/battery-operator/host-registry:v9.9.9"
     )
+
+
+@pytest.mark.req("DP-006")
+def test_the_host_registry_runs_its_pex_beside_battery_with_its_own_ports() -> None:
+    objs = objects()
+    registry = container(objs, "host-registry")
+    assert registry["command"] == ["/bin/host-registry"]
+    args = registry["args"]
+    assert f"--battery-config-file={render.CONFIG_FILE}" in args
+    assert f"--battery-tls-dir={render.TLS_DIR}" in args
+    assert "--battery-process-name=poolmgrd" in args
+    # battery is the poolmgrd process whose -config names the file the registry watches.
+    assert f"-config={render.CONFIG_FILE}" in container(objs, "battery")["args"]
+    ports = {p["containerPort"] for p in registry["ports"]}
+    operator_ports = {p["containerPort"] for p in container(objs, "operator")["ports"]}
+    assert ports == {8082, 8083} and not ports & operator_ports
+    assert registry["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 @pytest.mark.req("DP-010")
@@ -271,8 +297,13 @@ def test_host_registry_image_sits_beside_the_operator_image() -> None:
         operator_image="ghcr.io/o/op:v1@sha256:" + "0" * 64,
         host_registry_image="ghcr.io/o/hr:v1@sha256:" + "1" * 64,
         exec_agent_image="ghcr.io/o/ea:v1@sha256:" + "2" * 64,
+        csr_approver_image="ghcr.io/o/ca:v1@sha256:" + "3" * 64,
     )
     assert container(pinned, "host-registry")["image"].startswith("ghcr.io/o/hr:v1@")
+    approver = one(pinned, "Deployment", names.CSR_APPROVER_NAME)
+    assert approver["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
+        "ghcr.io/o/ca:v1@"
+    )
     with pytest.raises(ValueError, match="operator_image"):
         render.render(operator_image=" ")
 

@@ -36,7 +36,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from batteryop.api import names
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
@@ -52,6 +51,7 @@ from batteryop.kube.resources import (
     Resource,
 )
 from batteryop.manifests import rbac
+from batteryop.manifests import csr_approver as csr_approver_manifests
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.processes import module_command
@@ -66,49 +66,19 @@ ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
 
 APPROVER_SA = "csr-approver"
 
-APPROVER_CLUSTER_RULES: list[dict[str, list[str]]] = [
-    {
-        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
-        "resources": [CERTIFICATE_SIGNING_REQUESTS.plural],
-        "verbs": ["get", "list", "watch"],
-    },
-    {
-        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
-        "resources": [
-            f"{CERTIFICATE_SIGNING_REQUESTS.plural}/approval",
-            f"{CERTIFICATE_SIGNING_REQUESTS.plural}/status",
-        ],
-        "verbs": ["update"],
-    },
-    {
-        "apiGroups": [CERTIFICATE_SIGNING_REQUESTS.group],
-        "resources": ["signers"],
-        "resourceNames": list(names.SIGNERS),
-        "verbs": ["approve", "sign"],
-    },
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-]
-"""What the approver needs cluster-wide, found by running it with no more (a draft for the
-Manifests' RBAC, which are planned)."""
+APPROVER_CLUSTER_RULES: list[dict[str, Any]] = csr_approver_manifests.cluster_rules()
+"""What the approver needs cluster-wide: install.yaml's rules (`batteryop.manifests.csr_approver`),
+found by running it with no more."""
 
 
-def approver_namespace_rules(config: ApproverConfig) -> list[dict[str, list[str]]]:
-    """What the approver needs in its namespace: its two CA Secrets by name, the two ConfigMaps."""
-    return [
-        {
-            "apiGroups": [""],
-            "resources": ["secrets"],
-            "resourceNames": [config.serving_ca_secret, config.client_ca_secret],
-            "verbs": ["get", "list", "watch"],
-        },
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "resourceNames": [config.ca_bundle_config_map, config.address_pins_config_map],
-            "verbs": ["get", "list", "watch", "patch"],
-        },
-    ]
+def approver_namespace_rules(config: ApproverConfig) -> list[dict[str, Any]]:
+    """What the approver needs in its namespace: install.yaml's rules, for `config`'s names."""
+    return csr_approver_manifests.namespace_rules(
+        serving_ca_secret=config.serving_ca_secret,
+        client_ca_secret=config.client_ca_secret,
+        ca_bundle_config_map=config.ca_bundle_config_map,
+        address_pins_config_map=config.address_pins_config_map,
+    )
 
 
 TRUST_DOMAIN = "example.test"
@@ -310,7 +280,7 @@ class Cluster:
         )
 
     async def approver_credentials(
-        self, cluster_rules: list[dict[str, list[str]]] | None = None
+        self, cluster_rules: list[dict[str, Any]] | None = None
     ) -> KubeConfig:
         """A token of the approver's own ServiceAccount, granted `APPROVER_CLUSTER_RULES`
         (or `cluster_rules`) and `approver_namespace_rules`, and nothing else."""

@@ -7,7 +7,8 @@ job and the end-to-end tests run `batteryop.devstack` instead, every component a
   ServiceAccount and the least-privilege RBAC exactly as `install.yaml` has them
   (`prepare_cluster`);
 - one Node per simulated Host, labelled as a Host, and the Host set published on the battery
-  config ConfigMap as the host registry will publish it;
+  config ConfigMap by hand, as the host registry publishes it (`publish_hosts_by_hand`: this
+  stack's battery runs in process, where the registry's restart cannot reach it);
 - a fake flintlockd process per Host, each on its own loopback address;
 - the fake battery (poolmgrd v0.4.0 semantics) over those Hosts;
 - the operator as a real process, authenticated as its ServiceAccount (`LocalStack.start`).
@@ -95,8 +96,32 @@ def install_finalizer_policy(api: k8s.ApiClient) -> None:
     wait_finalizer_policy(api, active=True)
 
 
-def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
-    """CRDs, finalizer policy, namespace, RBAC, Nodes and the published Host set; idempotent."""
+def publish_hosts_by_hand(core: k8s.CoreV1Api, hosts: Mapping[str, str]) -> None:
+    """The battery config ConfigMap with `hosts` published on it, as the host registry
+    publishes them, for stacks that run no host registry (their fake battery is in process,
+    where the registry's restart cannot reach it). The registry's own tests and the end to
+    end test (`tests/integration/host_registry_test.py`) publish through the registry."""
+    with contextlib.suppress(k8s.ApiException):
+        core.create_namespaced_config_map(
+            names.OPERATOR_NAMESPACE,
+            k8s.V1ConfigMap(
+                metadata=k8s.V1ObjectMeta(
+                    name=names.BATTERY_CONFIG_MAP,
+                    annotations={
+                        names.HOSTS_ANNOTATION: json.dumps(
+                            [{"name": n, "address": hosts[n]} for n in sorted(hosts)]
+                        )
+                    },
+                )
+            ),
+        )
+
+
+def prepare_cluster(
+    cp: ControlPlane, hosts: Mapping[str, str] = HOSTS, *, publish_hosts: bool = True
+) -> None:
+    """CRDs, finalizer policy, namespace, RBAC, Nodes and (unless `publish_hosts` is False: a
+    host registry will) the Host set published by hand; idempotent."""
     api = admin_client(cp)
     try:
         for crd in crds.all_crds():
@@ -112,17 +137,8 @@ def prepare_cluster(cp: ControlPlane, hosts: Mapping[str, str] = HOSTS) -> None:
                 core.create_node(
                     k8s.V1Node(metadata=k8s.V1ObjectMeta(name=host, labels=dict(HOST_NODE_LABELS)))
                 )
-        # Until the host registry exists, the Host set is published here as it will publish it.
-        with contextlib.suppress(k8s.ApiException):
-            core.create_namespaced_config_map(
-                names.OPERATOR_NAMESPACE,
-                k8s.V1ConfigMap(
-                    metadata=k8s.V1ObjectMeta(
-                        name=names.BATTERY_CONFIG_MAP,
-                        annotations={names.HOSTS_ANNOTATION: json.dumps(sorted(hosts))},
-                    )
-                ),
-            )
+        if publish_hosts:
+            publish_hosts_by_hand(core, hosts)
         # The operator's identity and RBAC as install.yaml has them: the stack fails if the
         # operator needs a permission the Manifests do not grant.
         for obj in rbac.objects(namespace=names.OPERATOR_NAMESPACE, labels=COMMON_LABELS):

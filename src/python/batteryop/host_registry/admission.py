@@ -1,0 +1,108 @@
+"""Which Nodes are Hosts, at which flintlockd address, and which are cordoned: pure functions.
+
+A Node is a Host (IN-001) while all of these hold:
+
+- it is labelled as a Host (`names.HOST_LABEL` = `names.HOST_LABEL_VALUE`, the label the Exec
+  Agent's DaemonSet selects on, so a Node without it has no agent to vouch for it);
+- it is not being deleted;
+- its Exec Agent report says ready (`names.EXEC_AGENT_READY_ANNOTATION` = `"true"`);
+- the report names a valid flintlockd address (`names.FLINTLOCKD_ADDRESS_ANNOTATION`): an IP
+  address (IPv6 in brackets) and a port, `host:port`. Anything else is refused with a reason
+  and never reaches battery's config (IN-103: an address battery cannot dial would only make
+  it log errors, and a name would let DNS pick the Host).
+
+battery reaches the Host under the Node's name at that address (IN-003). A cordoned Node
+(`spec.unschedulable`) stays a Host battery knows but is cordoned in battery (IN-100, instead
+of removing it with a restart as IN-002 would); it is left out of the Host set the Pool controller
+places Pools on, which is what IN-001 asks of an unschedulable Node.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from batteryop.api import names
+
+
+class Refusal(StrEnum):
+    """Why a Node is not a Host (also the Event reason for an invalid address)."""
+
+    NOT_LABELLED = "NotLabelledAsHost"
+    DELETING = "NodeDeleting"
+    NOT_READY = "ReportNotReady"
+    NO_ADDRESS = "NoFlintlockdAddress"
+    INVALID_ADDRESS = "InvalidFlintlockdAddress"
+
+
+INVALID_ADDRESS_EVENT_REASON: Final = str(Refusal.INVALID_ADDRESS)
+"""The reason of the Warning Event recorded on a Node whose report names a bad address."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The verdict on one Node: a Host at `address`, or refused with `refusal` and `detail`."""
+
+    name: str
+    address: str | None = None
+    cordoned: bool = False
+    refusal: Refusal | None = None
+    detail: str = ""
+
+    @property
+    def is_host(self) -> bool:
+        return self.address is not None
+
+
+class AddressError(ValueError):
+    """A flintlockd address that is not `IP:port`; the message says which rule it breaks."""
+
+
+def check_address(value: str) -> str:
+    """`value` as battery is given it, if it is `IPv4:port` or `[IPv6]:port`; else AddressError.
+
+    The port is 1..65535; the IP may not be unspecified (0.0.0.0, ::) or multicast.
+    """
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise AddressError(f"{value!r} is not host:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise AddressError(f"{value!r} has no port between 1 and 65535")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        raise AddressError(f"{value!r} does not name an IP address") from None
+    if ip.version == 6 and not bracketed:
+        raise AddressError(f"{value!r}: write an IPv6 address as [address]:port")
+    if ip.version == 4 and bracketed:
+        raise AddressError(f"{value!r}: only IPv6 addresses go in brackets")
+    if ip.is_unspecified or ip.is_multicast:
+        raise AddressError(f"{value!r} is not the address of one Host")
+    return value
+
+
+def admit(node: Mapping[str, Any]) -> Admission:
+    """The verdict on `node` (a Node object as the API returns it). IN-001, IN-002, IN-003."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    if labels.get(names.HOST_LABEL) != names.HOST_LABEL_VALUE:
+        return Admission(name, refusal=Refusal.NOT_LABELLED)
+    if meta.get("deletionTimestamp"):
+        return Admission(name, refusal=Refusal.DELETING)  # IN-002
+    if annotations.get(names.EXEC_AGENT_READY_ANNOTATION) != names.EXEC_AGENT_READY_TRUE:
+        return Admission(name, refusal=Refusal.NOT_READY)  # IN-001, IN-002
+    raw = annotations.get(names.FLINTLOCKD_ADDRESS_ANNOTATION)
+    if not raw:
+        return Admission(name, refusal=Refusal.NO_ADDRESS)
+    try:
+        address = check_address(str(raw))
+    except AddressError as e:
+        return Admission(name, refusal=Refusal.INVALID_ADDRESS, detail=str(e))
+    return Admission(name, address=address, cordoned=cordoned)  # IN-003

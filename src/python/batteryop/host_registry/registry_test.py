@@ -1,0 +1,314 @@
+"""The registry as a process, against the real API server, acting as the operator's
+ServiceAccount with install.yaml's RBAC, beside a fake battery process that it restarts for
+real (the `BatteryPod` stands in for the kubelet: it keeps the config file equal to the
+ConfigMap and starts battery again whenever it exits)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from batteryop.api import names
+from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
+from batteryop.battery.models import (
+    HookFailurePolicy,
+    Kernel,
+    MicroVMTemplate,
+    PoolSpec,
+    Replenishment,
+    ReplenishmentType,
+    Volume,
+)
+from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON
+from batteryop.kube.client import KubeClient
+from batteryop.kube.resources import CONFIGMAPS
+from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
+from batteryop.testing.host_registry_env import (
+    BatteryPod,
+    RegistryProcess,
+    create_host_node,
+    published,
+    set_cordoned,
+    set_labelled,
+    set_report,
+    until_configmap,
+    until_event,
+)
+
+
+def has(*hosts: str) -> object:
+    """A ConfigMap check: the published Host set is exactly `hosts`."""
+    return lambda cm: set(published(cm) or {}) == set(hosts) and published(cm) is not None
+
+
+@contextlib.asynccontextmanager
+async def battery_client(pod: BatteryPod) -> AsyncIterator[BatteryClient]:
+    config = BatteryConfig(
+        target=pod.battery_address,
+        call_timeout=timedelta(seconds=5),
+        reconnect=ReconnectPolicy(
+            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
+        ),
+        keepalive_time=None,
+    )
+    async with BatteryClient.connect(config) as client:
+        yield client
+
+
+async def battery_hosts(pod: BatteryPod) -> dict[str, tuple[str, bool]]:
+    async with battery_client(pod) as client:
+        await client.wait_connected(timedelta(seconds=10))
+        return {
+            s.host.name: (s.host.address, s.host.cordoned)
+            for s in await client.list_hosts()
+            if s.host.name != configfile.NO_HOSTS_NAME
+        }
+
+
+async def battery_becomes(pod: BatteryPod, expected: set[str], timeout: float = 30) -> None:
+    """Wait until battery has exactly `expected`, looking again after each restart."""
+    async with asyncio.timeout(timeout):
+        while True:
+            seen = len(pod.starts)
+            if set(await battery_hosts(pod)) == expected:
+                return
+            await pod.wait_starts(seen + 1, timeout)
+
+
+def unique(stem: str, namespace: str) -> str:
+    return f"{stem}-{namespace[-6:]}"
+
+
+@pytest.mark.req("IN-001", "IN-002", "IN-003", "IN-010", "IN-102", "DP-004", "DP-006")
+async def test_membership_follows_labels_readiness_and_deletion(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a, b = unique("a", namespace), unique("b", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig),
+    ):
+        await until_configmap(kube, namespace, has())  # published at once, empty
+        await create_host_node(kube, a, address="127.0.0.41:9090")
+        await create_host_node(kube, b, address="127.0.0.42:9090", ready=False)
+        await create_host_node(
+            kube, unique("plain", namespace), address="127.0.0.43:9090", labelled=False
+        )
+        cm = await until_configmap(kube, namespace, has(a))
+        assert published(cm) == {a: "127.0.0.41:9090"}
+        assert await battery_hosts(pod) == {a: ("127.0.0.41:9090", False)}
+        assert configfile.hosts_of(pod.config_file.read_text()) == {a: "127.0.0.41:9090"}
+        assert len(pod.starts) == 2  # battery was restarted once, with a
+
+        await set_report(kube, b, "127.0.0.42:9090", ready=True)
+        await until_configmap(kube, namespace, has(a, b))
+        await set_report(kube, a, "127.0.0.41:9090", ready=False)
+        await until_configmap(kube, namespace, has(b))
+        await battery_becomes(pod, {b})
+        await set_labelled(kube, b, False)
+        # IN-013: the Host set loses b first; battery is restarted without it after the drain.
+        cm = await until_configmap(kube, namespace, has())
+        await battery_becomes(pod, set())
+        assert names.RESTART_PENDING_ANNOTATION not in (cm["metadata"].get("annotations") or {})
+
+
+@pytest.mark.req("IN-011", "IN-012")
+async def test_several_changes_in_one_window_make_one_restart(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    nodes = [unique(f"w{i}", namespace) for i in range(3)]
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(
+            pod, kubeconfig=registry_kubeconfig, settle_time="200ms", restart_window="3s"
+        ) as registry,
+    ):
+        await until_configmap(kube, namespace, has())
+        first = time.monotonic()
+        for i, name in enumerate(nodes):
+            await create_host_node(kube, name, address=f"127.0.0.{51 + i}:9090")
+        await until_configmap(kube, namespace, has(*nodes))
+        took = time.monotonic() - first
+        assert len(pod.starts) == 2, "three Hosts joined in one restart"
+        assert took >= 3.0, f"applied after {took:.1f}s, before the window closed"
+        assert "battery_host_registry_battery_restarts_total 1.0" in registry.metrics()
+
+
+@pytest.mark.req("IN-011")
+async def test_a_flap_shorter_than_the_settle_time_never_restarts_battery(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a, marker = unique("flap", namespace), unique("marker", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig, settle_time="2s"),
+    ):
+        await until_configmap(kube, namespace, has())
+        await create_host_node(kube, a, address="127.0.0.44:9090")
+        await set_report(kube, a, "127.0.0.44:9090", ready=False)  # back before it settles
+        await create_host_node(kube, marker, address="127.0.0.45:9090")
+        await until_configmap(kube, namespace, has(marker))
+        assert len(pod.starts) == 2 and set(await battery_hosts(pod)) == {marker}
+
+
+def pool_spec(hosts: tuple[str, ...]) -> PoolSpec:
+    return PoolSpec(
+        namespace="drain",
+        name="p",
+        template=MicroVMTemplate(
+            vcpu=1,
+            memory_in_mb=256,
+            kernel=Kernel(image="example/kernel:1", filename="boot/vmlinux"),
+            root_volume=Volume(id="root", container_source="example/rootfs:1"),
+        ),
+        size=0,
+        replenishment=Replenishment(ReplenishmentType.MIN_SIZE_THRESHOLD, min_size=1),
+        hook_failure_policy=HookFailurePolicy.DELETE_AND_REPLACE,
+        heartbeat_interval=timedelta(seconds=10),
+        heartbeat_expiry_threshold=timedelta(seconds=30),
+        flintlock_hosts=hosts,
+    )
+
+
+@pytest.mark.req("IN-013")
+async def test_a_leaving_host_is_drained_before_battery_is_restarted(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a, b = unique("stay", namespace), unique("leave", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig, drain_timeout="20s"),
+    ):
+        await create_host_node(kube, a, address="127.0.0.46:9090")
+        await create_host_node(kube, b, address="127.0.0.47:9090")
+        await until_configmap(kube, namespace, has(a, b))
+        starts = len(pod.starts)
+        async with battery_client(pod) as client:
+            await client.wait_connected(timedelta(seconds=10))
+            await client.create_pool(pool_spec((a, b)))  # as the Pool controller would
+            await set_report(kube, b, "127.0.0.47:9090", ready=False)
+            # The Hosts that stay are published first; battery keeps b while a Pool names it.
+            await until_configmap(kube, namespace, has(a))
+            assert len(pod.starts) == starts
+            assert b in await battery_hosts(pod)
+            released = time.monotonic()
+            await client.update_pool(pool_spec((a,)))  # the Pool controller follows
+        start = await pod.wait_starts(starts + 1)
+        assert start.at >= released
+        assert set(await battery_hosts(pod)) == {a}
+
+
+@pytest.mark.req("IN-001", "IN-100")
+async def test_a_cordon_is_applied_in_battery_without_a_restart(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("cordon", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig),
+    ):
+        await create_host_node(kube, a, address="127.0.0.48:9090")
+        await until_configmap(kube, namespace, has(a))
+        starts = len(pod.starts)
+        await set_cordoned(kube, a, True)
+        await until_configmap(kube, namespace, has())
+        assert await battery_hosts(pod) == {a: ("127.0.0.48:9090", True)}
+        await set_cordoned(kube, a, False)
+        await until_configmap(kube, namespace, has(a))
+        assert await battery_hosts(pod) == {a: ("127.0.0.48:9090", False)}
+        assert len(pod.starts) == starts
+
+
+@pytest.mark.req("IN-003", "IN-004", "IN-101")
+async def test_with_host_rpcs_hosts_join_and_leave_over_mtls_without_a_restart(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("api", namespace)
+    async with BatteryPod.start(kube, namespace, host_api=True) as pod:
+        cert, key, ca = pod.host_tls(a, "127.0.0.49")
+        async with (
+            FakeFlintlockd.start(address="127.0.0.49", tls=TLSFiles(cert, key, ca)) as host,
+            RegistryProcess.start(pod, kubeconfig=registry_kubeconfig) as registry,
+        ):
+            await create_host_node(kube, a, address=host.target)
+            await until_configmap(kube, namespace, has(a))
+            async with battery_client(pod) as client:
+                status = await client.get_host(a)
+            # AddHost validated the Host: battery reached flintlockd over mutual TLS.
+            assert status.flintlock_version
+            await set_report(kube, a, host.target, ready=False)
+            await until_configmap(kube, namespace, has())
+            assert await battery_hosts(pod) == {}
+            assert len(pod.starts) == 1
+            metrics = registry.metrics()
+            assert 'host_calls_total{result="ok",rpc="AddHost"} 1.0' in metrics
+            assert 'host_calls_total{result="ok",rpc="RemoveHost"} 1.0' in metrics
+
+
+@pytest.mark.req("IN-103")
+async def test_an_invalid_address_is_refused_with_an_event_and_never_reaches_battery(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    bad, good = unique("bad", namespace), unique("good", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig),
+    ):
+        await create_host_node(kube, bad, address="flintlock.example:9090")
+        event = await until_event(kube, bad, INVALID_ADDRESS_EVENT_REASON)
+        assert event["type"] == "Warning" and "flintlock.example:9090" in event["note"]
+        await create_host_node(kube, good, address="127.0.0.50:9090")
+        await until_configmap(kube, namespace, has(good))
+        assert "flintlock.example" not in pod.config_file.read_text()
+        await set_report(kube, bad, "127.0.0.60:9090")  # put right: it joins
+        await until_configmap(kube, namespace, has(good, bad))
+
+
+@pytest.mark.req("IN-014")
+async def test_a_reverted_config_is_written_back_without_a_restart(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("revert", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig),
+    ):
+        await create_host_node(kube, a, address="127.0.0.61:9090")
+        cm = await until_configmap(kube, namespace, has(a))
+        written = cm["data"]["config.json"]
+        starts = len(pod.starts)
+        await kube.patch(  # as re-applying install.yaml does
+            CONFIGMAPS,
+            names.BATTERY_CONFIG_MAP,
+            {"data": {"config.json": pod.initial_config()}},
+            namespace,
+        )
+        await until_configmap(kube, namespace, lambda c: c["data"]["config.json"] == written)
+        assert len(pod.starts) == starts
+
+
+@pytest.mark.req("DP-007", "DP-008")
+async def test_a_renewed_client_certificate_restarts_battery_once_in_the_window(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("renew", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig, restart_window="3s"),
+    ):
+        await until_configmap(kube, namespace, has())
+        starts = len(pod.starts)
+        pod.renew_client_certificate()
+        await create_host_node(kube, a, address="127.0.0.62:9090")
+        digest = hashlib.sha256((pod.tls_dir / "tls.crt").read_bytes()).hexdigest()
+        cm = await until_configmap(kube, namespace, has(a))
+        annotations = cm["metadata"]["annotations"]
+        assert annotations[names.CLIENT_CERTIFICATE_SHA256_ANNOTATION] == digest
+        assert len(pod.starts) == starts + 1, "the renewal and the new Host: one restart"
