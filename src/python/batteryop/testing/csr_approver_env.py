@@ -50,8 +50,8 @@ from batteryop.kube.resources import (
     SERVICEACCOUNTS,
     Resource,
 )
-from batteryop.manifests import rbac
 from batteryop.manifests import csr_approver as csr_approver_manifests
+from batteryop.manifests import rbac
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.processes import module_command
