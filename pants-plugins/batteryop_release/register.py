@@ -6,6 +6,8 @@
   multi-architecture image, an OCI layout in `dist/images/<repository>/`, built by the release
   tool (`src/python/batteryop/release:release-tool`, `batteryop.release.images`) from the
   per-architecture PEX files, with buildah and no emulation.
+- the client distribution (`src:battery-operator-client`) gets its version from git: the
+  release tool's `version` (a tag's version, or a development version after it).
 - `release_manifests(images=[...])`: `dist/release/install.yaml` with every image pinned by
   tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`) and
   `dist/release/digests.txt`.
@@ -25,6 +27,7 @@ import logging
 from dataclasses import dataclass
 
 from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
+from pants.backend.python.util_rules.package_dists import SetupKwargs, SetupKwargsRequest
 from pants.backend.python.util_rules.pex_environment import PythonExecutable
 from pants.base.build_root import BuildRoot
 from pants.core.goals.package import (
@@ -33,10 +36,10 @@ from pants.core.goals.package import (
     EnvironmentAwarePackageRequest,
     PackageFieldSet,
 )
+from pants.core.util_rules.system_binaries import BinaryPathRequest, BinaryPaths
 from pants.engine.addresses import UnparsedAddressInputs
 from pants.engine.env_vars import EnvironmentVars, EnvironmentVarsRequest
 from pants.engine.fs import AddPrefix, Digest, MergeDigests, RemovePrefix
-from pants.core.util_rules.system_binaries import BinaryPathRequest, BinaryPaths
 from pants.engine.process import Process, ProcessCacheScope, ProcessResult
 from pants.engine.rules import Get, MultiGet, collect_rules, rule
 from pants.engine.target import (
@@ -56,6 +59,7 @@ from pants.util.logging import LogLevel
 logger = logging.getLogger(__name__)
 
 RELEASE_TOOL = "src/python/batteryop/release:release-tool"
+VERSIONED_DISTRIBUTIONS = ("src:battery-operator-client",)
 PYTHON = ("CPython==3.11.*",)
 MISSING_BUILDAH = (
     "buildah not found: images and the release manifests are skipped "
@@ -208,7 +212,7 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
         ).field_sets
     )
     pex_args = []
-    for (arch, _), package in zip(binaries, built):
+    for (arch, _), package in zip(binaries, built, strict=False):
         (artifact,) = package.artifacts
         pex_args += ["--pex", f"{arch}={artifact.relpath}"]
     out = "out"
@@ -219,9 +223,7 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
                 *tool.argv, "image", "--name", repository, *pex_args,
                 "--version-json", version.json, "--out", out, "--work", ".",
             ),  # fmt: skip
-            input_digest=await Get(
-                Digest, MergeDigests((tool.digest, *(p.digest for p in built)))
-            ),
+            input_digest=await Get(Digest, MergeDigests((tool.digest, *(p.digest for p in built)))),
             env=tool.env,
             output_directories=(out,),
             description=f"Build the {repository} image ({', '.join(a for a, _ in binaries)})",
@@ -230,7 +232,9 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
     )
     summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
     relpath = f"images/{repository}"
-    digest = await Get(Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath))
+    digest = await Get(
+        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
+    )
     sizes = ", ".join(f"{a} {s / 1e6:.1f} MB" for a, s in sorted(summary["sizes"].items()))
     return BuiltPackage(
         digest,
@@ -265,17 +269,23 @@ async def package_release_manifests(
         for t in images
     )
     image_args = []
-    for target, package in zip(images, built):
+    for target, package in zip(images, built, strict=False):
         (artifact,) = package.artifacts
         image_args += ["--image", f"{target[ImageRepositoryField].value}={artifact.relpath}"]
     out = "release"
     result = await Get(
         ProcessResult,
         Process(
-            argv=(*tool.argv, "manifests", *image_args, "--version-json", version.json, "--out", out),
-            input_digest=await Get(
-                Digest, MergeDigests((tool.digest, *(p.digest for p in built)))
+            argv=(
+                *tool.argv,
+                "manifests",
+                *image_args,
+                "--version-json",
+                version.json,
+                "--out",
+                out,
             ),
+            input_digest=await Get(Digest, MergeDigests((tool.digest, *(p.digest for p in built)))),
             env=tool.env,
             output_directories=(out,),
             description="Render install.yaml and the Manifests artifact",
@@ -288,6 +298,21 @@ async def package_release_manifests(
     return BuiltPackage(result.output_digest, (BuiltPackageArtifact(out, tuple(lines)),))
 
 
+class VersionFromGitRequest(SetupKwargsRequest):
+    """The client distribution's version comes from git (DP-106), not from its BUILD file."""
+
+    @classmethod
+    def is_applicable(cls, target: Target) -> bool:
+        return target.address.spec in VERSIONED_DISTRIBUTIONS
+
+
+@rule(desc="Version a distribution from git")
+async def version_from_git(request: VersionFromGitRequest, tool: ReleaseTool) -> SetupKwargs:
+    version = await Get(ReleaseVersion, ReleaseTool, tool)
+    kwargs = {**request.explicit_kwargs, "version": json.loads(version.json)["python"]}
+    return SetupKwargs(kwargs, address=request.target.address)
+
+
 def target_types():
     return [OciImageTarget, ReleaseManifestsTarget]
 
@@ -297,4 +322,5 @@ def rules():
         *collect_rules(),
         UnionRule(PackageFieldSet, OciImageFieldSet),
         UnionRule(PackageFieldSet, ReleaseManifestsFieldSet),
+        UnionRule(SetupKwargsRequest, VersionFromGitRequest),
     ]

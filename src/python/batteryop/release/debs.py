@@ -231,11 +231,16 @@ def refresh(packages: Sequence[str], architectures: Sequence[str] = ARCHITECTURE
 
 
 def fetch(debs: Iterable[Deb], cache: Path | None = None) -> list[Path]:
-    """Each deb's verified file in the cache, downloading what is missing (one apt update)."""
+    """Each deb's verified file in the cache, downloading what is missing (one apt update).
+
+    DP-105: a file whose sha256 is not the pinned one is refused, from the network or the cache.
+    """
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     wanted = list(debs)
-    missing = list({d.sha256: d for d in wanted if not (cache / f"{d.sha256}.deb").is_file()}.values())
+    missing = list(
+        {d.sha256: d for d in wanted if not (cache / f"{d.sha256}.deb").is_file()}.values()
+    )
     if missing:
         archs = sorted({d.architecture for d in missing if d.architecture != "all"} or {"amd64"})
         with tempfile.TemporaryDirectory(prefix="batteryop-apt-", dir=cache) as tmp:

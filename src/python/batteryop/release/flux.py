@@ -52,7 +52,14 @@ def layer(install_yaml: bytes, mtime: int) -> bytes:
 
 
 def write_layout(
-    out: Path, install_yaml: bytes, *, tag: str, source: str, revision: str, created: str, mtime: int
+    out: Path,
+    install_yaml: bytes,
+    *,
+    tag: str,
+    source: str,
+    revision: str,
+    created: str,
+    mtime: int,
 ) -> str:
     """Write the artifact as an OCI layout in `out` under `tag`; returns the manifest digest.
 

@@ -45,6 +45,7 @@ def labels(name: str, version: Version) -> dict[str, str]:
 
 
 def config(name: str, version: Version) -> oci.ImageConfig:
+    # DP-103: non-root, and the entrypoint needs no shell.
     return oci.ImageConfig(
         entrypoint=[PYTHON, f"{APP_DIR}/{name}.pex"],
         user=f"{rootfs.NONROOT}:{rootfs.NONROOT}",

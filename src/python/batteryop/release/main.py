@@ -110,10 +110,19 @@ def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
         created=images.created_rfc3339(version.created),
         mtime=version.created,
     )
-    lines = [f"{pinned(n, version.image_tag, d, args.registry)}" for n, d in sorted(digests.items())]
-    lines.append(f"{image_repository(MANIFESTS_NAME, args.registry)}:{version.image_tag}@{artifact}")
+    lines = [
+        f"{pinned(n, version.image_tag, d, args.registry)}" for n, d in sorted(digests.items())
+    ]
+    lines.append(
+        f"{image_repository(MANIFESTS_NAME, args.registry)}:{version.image_tag}@{artifact}"
+    )
     (args.out / "digests.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"tag": version.image_tag, "images": digests, "manifests": artifact, "unpinned": unpinned}
+    return {
+        "tag": version.image_tag,
+        "images": digests,
+        "manifests": artifact,
+        "unpinned": unpinned,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

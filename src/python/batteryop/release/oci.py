@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 GOARCH: Final = {"amd64": "amd64", "arm64": "arm64"}
 """Debian architecture → OCI platform architecture (they agree for the two we build)."""
@@ -104,11 +104,25 @@ def build_platform_image(
                 # Each layer is a commit, and the next container starts from it: the lower
                 # layers of images sharing them keep equal digests.
                 lower = f"{name}-layer{i}"
-                buildah("commit", "--timestamp", str(created), "--format", "oci", "--rm", container, lower)
+                buildah(
+                    "commit",
+                    "--timestamp",
+                    str(created),
+                    "--format",
+                    "oci",
+                    "--rm",
+                    container,
+                    lower,
+                )
                 container = buildah("from", "--arch", arch, "--os", "linux", "--name", name, lower)
             buildah("copy", container, f"{layer}/", "/")
         args = ["config", "--arch", arch, "--os", "linux", "--user", config.user]
-        args += ["--workingdir", config.workdir, "--entrypoint", json.dumps(list(config.entrypoint))]
+        args += [
+            "--workingdir",
+            config.workdir,
+            "--entrypoint",
+            json.dumps(list(config.entrypoint)),
+        ]
         args += ["--cmd", "", "--created-by", "batteryop.release"]
         for key, value in sorted(config.env.items()):
             args += ["--env", f"{key}={value}"]
@@ -124,6 +138,8 @@ def build_platform_image(
         raise
 
 
+# DP-103: one index of every architecture, built with no RUN step (no emulation).
+# DP-104: file times and the created time are `created`; no build path enters the image.
 def build_index(
     platforms: Sequence[Platform],
     config: ImageConfig,
@@ -182,7 +198,7 @@ def blob(layout: Path, digest: str) -> bytes:
     return (layout / "blobs" / algorithm / hexdigest).read_bytes()
 
 
-def platform_manifests(layout: Path, tag: str | None = None) -> dict[str, dict[str, object]]:
+def platform_manifests(layout: Path, tag: str | None = None) -> dict[str, dict[str, Any]]:
     """Per architecture, the image manifest the layout's index points at."""
     index = json.loads(blob(layout, index_digest(layout, tag)))
     out = {}

@@ -51,6 +51,7 @@ class Version:
         return "dev" not in self.python and "dirty" not in self.python
 
 
+# DP-106: the distributions' version; DP-030: the tag form.
 def from_describe(describe: str, revision: str, created: int, commits: int) -> Version:
     """The version for `git describe --tags --long --dirty` output (empty when no tag)."""
     dirty = describe.endswith("-dirty")
