@@ -38,8 +38,10 @@ from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names
 from batteryop.manifests import render
-from batteryop.release import flux, images, main, oci
+from batteryop.release import flux as artifact
+from batteryop.release import images, main, oci
 from batteryop.release.version import Version
+from batteryop.testing import fluxcli
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver")
@@ -276,18 +278,18 @@ def test_the_manifests_artifact_round_trips_through_a_real_registry(
     served, pulled = push_and_pull(layout, tag, ref, tmp_path / "back")
     assert served == digest == pulled
     manifest = json.loads(oci.blob(tmp_path / "back", pulled))
-    assert manifest["config"]["mediaType"] == flux.CONFIG_MEDIA_TYPE
+    assert manifest["config"]["mediaType"] == artifact.CONFIG_MEDIA_TYPE
     (layer,) = manifest["layers"]
-    assert layer["mediaType"] == flux.LAYER_MEDIA_TYPE
-    revision = manifest["annotations"][flux.REVISION_ANNOTATION]
+    assert layer["mediaType"] == artifact.LAYER_MEDIA_TYPE
+    revision = manifest["annotations"][artifact.REVISION_ANNOTATION]
     assert revision.startswith(f"{tag}@sha1:") and len(revision.split(":")[-1]) == 40
-    assert manifest["annotations"][flux.SOURCE_ANNOTATION] == images.SOURCE_URL
+    assert manifest["annotations"][artifact.SOURCE_ANNOTATION] == images.SOURCE_URL
     content = gzip.decompress(oci.blob(tmp_path / "back", layer["digest"]))
     with tarfile.open(fileobj=io.BytesIO(content)) as tar:
-        assert tar.getnames() == [flux.FILE_NAME]
-        member = tar.extractfile(flux.FILE_NAME)
+        assert tar.getnames() == [artifact.FILE_NAME]
+        member = tar.extractfile(artifact.FILE_NAME)
         assert member is not None
-        assert member.read() == (RELEASE_DIR / flux.FILE_NAME).read_bytes()
+        assert member.read() == (RELEASE_DIR / artifact.FILE_NAME).read_bytes()
 
 
 # --- install.yaml ----------------------------------------------------------------------------
@@ -352,3 +354,37 @@ def test_the_control_plane_accepts_the_release_install_yaml(
         )
     finally:
         api.close()
+
+
+@pytest.fixture(scope="module")
+def flux_cli() -> Path:
+    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
+        pytest.skip("Go is not installed: Flux's CLI cannot be built")
+    started = time.monotonic()
+    binary = fluxcli.flux_binary()
+    print(f"\nflux CLI ready in {time.monotonic() - started:.0f} s: {binary}")
+    return binary
+
+
+@pytest.mark.req("DP-031", "DP-033")
+def test_flux_pull_artifact_accepts_the_manifests_artifact(
+    layouts: dict[str, Path], tag: str, registry: str, flux_cli: Path, tmp_path: Path
+) -> None:
+    layout = RELEASE_DIR / main.MANIFESTS_NAME
+    ref = f"{registry}/manifests-flux:{tag}"
+    skopeo(
+        "copy", "--preserve-digests", "--dest-tls-verify=false",
+        f"oci:{layout}:{tag}", f"docker://{ref}",
+    )  # fmt: skip
+    out = tmp_path / "pulled"
+    proc = subprocess.run(
+        [str(flux_cli), "pull", "artifact", f"oci://{ref}", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    print(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [artifact.FILE_NAME]
+    assert (out / artifact.FILE_NAME).read_bytes() == (RELEASE_DIR / artifact.FILE_NAME).read_bytes()
