@@ -271,7 +271,7 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
         ).field_sets
     )
     pex_args = []
-    for (arch, _), package in zip(binaries, built, strict=False):
+    for (arch, _), package in zip(binaries, built):  # noqa: B905 (Pants runs Python 3.9)
         (artifact,) = package.artifacts
         pex_args += ["--pex", f"{arch}={artifact.relpath}"]
     out = "out"
@@ -328,7 +328,7 @@ async def package_release_manifests(
         for t in images
     )
     image_args = []
-    for target, package in zip(images, built, strict=False):
+    for target, package in zip(images, built):  # noqa: B905 (Pants runs Python 3.9)
         (artifact,) = package.artifacts
         image_args += ["--image", f"{target[ImageRepositoryField].value}={artifact.relpath}"]
     out = "release"
