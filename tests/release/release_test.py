@@ -358,8 +358,16 @@ def test_the_control_plane_accepts_the_release_install_yaml(
 
 @pytest.fixture(scope="module")
 def flux_cli() -> Path:
-    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
-        pytest.skip("Go is not installed: Flux's CLI cannot be built")
+    """Flux's CLI: BATTERYOP_FLUX_CLI names a binary, or is `build` to build it from the pin.
+
+    Not built by default: its cold Go build took far more than the release tests' CI budget
+    on the shared 2-core machine (see docs/releasing.md).
+    """
+    choice = os.environ.get("BATTERYOP_FLUX_CLI", "")
+    if not choice:
+        pytest.skip("BATTERYOP_FLUX_CLI is unset: set it to a flux binary, or to `build`")
+    if choice != "build":
+        return Path(choice)
     started = time.monotonic()
     binary = fluxcli.flux_binary()
     print(f"\nflux CLI ready in {time.monotonic() - started:.0f} s: {binary}")
