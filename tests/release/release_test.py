@@ -395,4 +395,6 @@ def test_flux_pull_artifact_accepts_the_manifests_artifact(
     print(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == [artifact.FILE_NAME]
-    assert (out / artifact.FILE_NAME).read_bytes() == (RELEASE_DIR / artifact.FILE_NAME).read_bytes()
+    assert (out / artifact.FILE_NAME).read_bytes() == (
+        RELEASE_DIR / artifact.FILE_NAME
+    ).read_bytes()
