@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -229,6 +230,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 line = proc.stderr.readline()
                 assert line, f"docker-registry exited: {seen[-500:]!r}"
                 seen += line
+        # It logs every request: keep reading, or a full pipe stops it mid-push.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         yield address
     finally:
         proc.terminate()
