@@ -1,0 +1,385 @@
+"""Pants targets for the release: `oci_image` and `release_manifests` (DP-030..DP-034).
+
+`./pants package ::` builds them with the other packages:
+
+- `oci_image(repository=..., binaries={"amd64": ":x", "arm64": ":y"})`: the deployable's
+  multi-architecture image, an OCI layout in `dist/images/<repository>/`, built by the release
+  tool (`src/python/batteryop/release:release-tool`, `batteryop.release.images`) from the
+  per-architecture PEX files, with buildah and no emulation.
+- the client distribution (`src:battery-operator-client`) gets its version from git: the
+  release tool's `version` (a tag's version, or a development version after it).
+- `release_manifests(images=[...])`: `dist/release/install.yaml` with every image pinned by
+  tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`) and
+  `dist/release/digests.txt`.
+
+The version comes from git (`release-tool version`, run once per Pants session, never cached
+across sessions); the image builds are cached by Pants like any process, keyed on the PEX
+files, the release tool (which carries the Debian package lock) and the version. Where
+buildah is missing, both targets print one line saying so and build nothing.
+
+This file runs inside Pants (Python 3.9); everything it runs is the release tool's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
+from pants.backend.python.util_rules.package_dists import SetupKwargs, SetupKwargsRequest
+from pants.backend.python.util_rules.pex_cli import PexPEX
+from pants.backend.python.util_rules.pex_environment import PythonExecutable
+from pants.base.build_root import BuildRoot
+from pants.core.goals.package import (
+    BuiltPackage,
+    BuiltPackageArtifact,
+    EnvironmentAwarePackageRequest,
+    PackageFieldSet,
+)
+from pants.core.util_rules.system_binaries import BinaryPathRequest, BinaryPaths
+from pants.engine.addresses import UnparsedAddressInputs
+from pants.engine.env_vars import EnvironmentVars, EnvironmentVarsRequest
+from pants.engine.fs import (
+    AddPrefix,
+    CreateDigest,
+    Digest,
+    DigestContents,
+    FileContent,
+    MergeDigests,
+    PathGlobs,
+    RemovePrefix,
+)
+from pants.engine.process import Process, ProcessCacheScope, ProcessResult
+from pants.engine.rules import Get, MultiGet, collect_rules, rule
+from pants.engine.target import (
+    COMMON_TARGET_FIELDS,
+    DictStringToStringField,
+    FieldSetsPerTarget,
+    FieldSetsPerTargetRequest,
+    SpecialCasedDependencies,
+    StringField,
+    Target,
+    Targets,
+)
+from pants.engine.unions import UnionRule
+from pants.util.frozendict import FrozenDict
+from pants.util.logging import LogLevel
+
+logger = logging.getLogger(__name__)
+
+RELEASE_TOOL = "src/python/batteryop/release:release-tool"
+VERSIONED_DISTRIBUTIONS = ("src:battery-operator-client",)
+LOCKFILE = "3rdparty/python/default.lock"
+FOREIGN_PLATFORMS = ("manylinux2014_aarch64-cp-311-cp311", "manylinux2014_x86_64-cp-311-cp311")
+"""As the per-platform pex_binary targets name them (src/python/batteryop/release/BUILD)."""
+DEPLOYABLE_REQUIREMENTS = (
+    "grpcio", "grpcio-health-checking", "protobuf", "kopf", "kubernetes", "aiohttp",
+    "cryptography", "prometheus-client", "PyYAML", "types-PyYAML",
+)  # fmt: skip
+"""The deployables' third-party requirements (3rdparty/python/requirements.txt)."""
+PYTHON = ("CPython==3.11.*",)
+MISSING_BUILDAH = (
+    "buildah not found: images and the release manifests are skipped "
+    "(install Debian's buildah: apt-get install buildah)"
+)
+PASSED_ENV = ("HOME", "PATH", "BATTERYOP_CACHE", "SOURCE_DATE_EPOCH")
+
+
+class ImageRepositoryField(StringField):
+    alias = "repository"
+    required = True
+    help = "The image's name: `battery-operator` is the registry root, others sit beside it."
+
+
+class ImageBinariesField(DictStringToStringField):
+    alias = "binaries"
+    required = True
+    help = "Debian architecture (amd64, arm64) → the address of that architecture's pex_binary."
+
+
+class OciImageTarget(Target):
+    alias = "oci_image"
+    core_fields = (*COMMON_TARGET_FIELDS, ImageRepositoryField, ImageBinariesField)
+    help = "A deployable's multi-architecture OCI image (an OCI layout in dist/images/)."
+
+
+class ReleaseImagesField(SpecialCasedDependencies):
+    alias = "images"
+    help = "The oci_image targets whose digests install.yaml pins."
+
+
+class ReleaseManifestsTarget(Target):
+    alias = "release_manifests"
+    core_fields = (*COMMON_TARGET_FIELDS, ReleaseImagesField)
+    help = "install.yaml pinned by digest and the Flux artifact (dist/release/)."
+
+
+@dataclass(frozen=True)
+class OciImageFieldSet(PackageFieldSet):
+    required_fields = (ImageRepositoryField, ImageBinariesField)
+    repository: ImageRepositoryField
+    binaries: ImageBinariesField
+
+
+@dataclass(frozen=True)
+class ReleaseManifestsFieldSet(PackageFieldSet):
+    required_fields = (ReleaseImagesField,)
+    images: ReleaseImagesField
+
+
+@dataclass(frozen=True)
+class ReleaseTool:
+    """The release tool's PEX, the interpreter that runs it, and the process environment."""
+
+    digest: Digest
+    argv: tuple[str, ...]
+    env: FrozenDict[str, str]
+    buildah: bool
+
+
+@dataclass(frozen=True)
+class ReleaseVersion:
+    json: str
+    image_tag: str
+
+
+async def _package(address_specs: tuple[str, ...], owner, origin: str) -> tuple[BuiltPackage, ...]:
+    targets = await Get(
+        Targets,
+        UnparsedAddressInputs(address_specs, owning_address=owner, description_of_origin=origin),
+    )
+    field_sets = await Get(FieldSetsPerTarget, FieldSetsPerTargetRequest(PackageFieldSet, targets))
+    return await MultiGet(
+        Get(BuiltPackage, EnvironmentAwarePackageRequest(fs)) for fs in field_sets.field_sets
+    )
+
+
+@rule(desc="Prepare the release tool")
+async def release_tool() -> ReleaseTool:
+    (built,) = await _package((RELEASE_TOOL,), None, "the release plugin")
+    python, buildah, env = await MultiGet(
+        Get(PythonExecutable, InterpreterConstraints(PYTHON)),
+        Get(
+            BinaryPaths,
+            BinaryPathRequest(
+                binary_name="buildah", search_path=("/usr/bin", "/usr/local/bin", "/bin")
+            ),
+        ),
+        Get(EnvironmentVars, EnvironmentVarsRequest(PASSED_ENV)),
+    )
+    (artifact,) = built.artifacts
+    assert artifact.relpath is not None
+    process_env = {k: v for k, v in env.items() if v}
+    process_env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    if "HOME" in process_env:
+        process_env.setdefault("PEX_ROOT", process_env["HOME"] + "/.cache/batteryop/pex_root")
+    return ReleaseTool(
+        digest=built.digest,
+        argv=(python.path, artifact.relpath),
+        env=FrozenDict(process_env),
+        buildah=buildah.first_path is not None,
+    )
+
+
+@rule(desc="Read the release version from git")
+async def release_version(tool: ReleaseTool, build_root: BuildRoot) -> ReleaseVersion:
+    result = await Get(
+        ProcessResult,
+        Process(
+            argv=(*tool.argv, "version", "--repo", build_root.path),
+            input_digest=tool.digest,
+            env=tool.env,
+            description="git: the release version",
+            # Never reuse an answer from an earlier session: HEAD moves.
+            cache_scope=ProcessCacheScope.PER_SESSION,
+        ),
+    )
+    text = result.stdout.decode().strip()
+    return ReleaseVersion(json=text, image_tag=json.loads(text)["image_tag"])
+
+
+@dataclass(frozen=True)
+class ForeignWheels:
+    """The deployables' wheels for both machines are in Pants' pex download cache."""
+
+
+@rule(desc="Fetch the locked wheels for both machines")
+async def fetch_foreign_wheels(tool: ReleaseTool, pex_pex: PexPEX) -> ForeignWheels:
+    """Download, under CPython 3.11, every locked wheel the per-platform PEX files need.
+
+    For a foreign platform Pants 2.17 runs pex (and pip) under its own Python 3.9, and pex
+    2.1.163 then checks each downloaded wheel's Requires-Python against 3.9, refusing aiohttp,
+    PyYAML, cffi and others (>=3.10). A wheel already in the pex download cache is not
+    downloaded again, so fetching them first, once per lock, with a 3.11 pex, lets Pants build.
+    """
+    lock = await Get(DigestContents, PathGlobs([LOCKFILE]))
+    (content,) = lock
+    body = b"\n".join(line for line in content.content.split(b"\n") if not line.startswith(b"//"))
+    lock_digest = await Get(Digest, CreateDigest([FileContent("lock.json", body)]))
+    platforms = []
+    for platform in FOREIGN_PLATFORMS:
+        platforms += ["--platform", platform]
+    await Get(
+        ProcessResult,
+        Process(
+            argv=(
+                tool.argv[0], pex_pex.exe, "--pex-root", ".cache/pex_root",
+                "--pip-version", "latest", "--lock", "lock.json", *platforms,
+                *DEPLOYABLE_REQUIREMENTS, "-o", "warm.pex",
+            ),  # fmt: skip
+            input_digest=await Get(Digest, MergeDigests((pex_pex.digest, lock_digest))),
+            append_only_caches=FrozenDict({"pex_root": ".cache/pex_root"}),
+            env=tool.env,
+            description="Fetch the locked wheels for linux x86_64 and aarch64",
+            level=LogLevel.INFO,
+        ),
+    )
+    return ForeignWheels()
+
+
+@rule(desc="Build a multi-architecture OCI image", level=LogLevel.DEBUG)
+async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> BuiltPackage:
+    repository = field_set.repository.value
+    if not tool.buildah:
+        logger.warning(MISSING_BUILDAH)
+        return BuiltPackage(await Get(Digest, MergeDigests(())), ())
+    version, _ = await MultiGet(
+        Get(ReleaseVersion, ReleaseTool, tool), Get(ForeignWheels, ReleaseTool, tool)
+    )
+    binaries = sorted((field_set.binaries.value or {}).items())
+    built = await MultiGet(
+        Get(
+            BuiltPackage,
+            EnvironmentAwarePackageRequest(fs),
+        )
+        for fs in (
+            await Get(
+                FieldSetsPerTarget,
+                FieldSetsPerTargetRequest(
+                    PackageFieldSet,
+                    await Get(
+                        Targets,
+                        UnparsedAddressInputs(
+                            [address for _, address in binaries],
+                            owning_address=field_set.address,
+                            description_of_origin=f"the `binaries` of {field_set.address}",
+                        ),
+                    ),
+                ),
+            )
+        ).field_sets
+    )
+    pex_args = []
+    for (arch, _), package in zip(binaries, built):  # noqa: B905 (Pants runs Python 3.9)
+        (artifact,) = package.artifacts
+        pex_args += ["--pex", f"{arch}={artifact.relpath}"]
+    out = "out"
+    result = await Get(
+        ProcessResult,
+        Process(
+            argv=(
+                *tool.argv, "image", "--name", repository, *pex_args,
+                "--version-json", version.json, "--out", out, "--work", ".",
+            ),  # fmt: skip
+            input_digest=await Get(Digest, MergeDigests((tool.digest, *(p.digest for p in built)))),
+            env=tool.env,
+            output_directories=(out,),
+            description=f"Build the {repository} image ({', '.join(a for a, _ in binaries)})",
+            level=LogLevel.INFO,
+        ),
+    )
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    relpath = f"images/{repository}"
+    digest = await Get(
+        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
+    )
+    sizes = ", ".join(f"{a} {s / 1e6:.1f} MB" for a, s in sorted(summary["sizes"].items()))
+    return BuiltPackage(
+        digest,
+        (
+            BuiltPackageArtifact(
+                relpath,
+                (f"{repository}:{summary['tag']}@{summary['digest']} (compressed: {sizes})",),
+            ),
+        ),
+    )
+
+
+@rule(desc="Render install.yaml pinned by digest and the Manifests artifact", level=LogLevel.DEBUG)
+async def package_release_manifests(
+    field_set: ReleaseManifestsFieldSet, tool: ReleaseTool
+) -> BuiltPackage:
+    if not tool.buildah:
+        logger.warning(MISSING_BUILDAH)
+        return BuiltPackage(await Get(Digest, MergeDigests(())), ())
+    version = await Get(ReleaseVersion, ReleaseTool, tool)
+    targets = await Get(
+        Targets,
+        UnparsedAddressInputs(
+            field_set.images.value or (),
+            owning_address=field_set.address,
+            description_of_origin=f"the `images` of {field_set.address}",
+        ),
+    )
+    images = [t for t in targets if t.has_field(ImageRepositoryField)]
+    built = await MultiGet(
+        Get(BuiltPackage, EnvironmentAwarePackageRequest(OciImageFieldSet.create(t)))
+        for t in images
+    )
+    image_args = []
+    for target, package in zip(images, built):  # noqa: B905 (Pants runs Python 3.9)
+        (artifact,) = package.artifacts
+        image_args += ["--image", f"{target[ImageRepositoryField].value}={artifact.relpath}"]
+    out = "release"
+    result = await Get(
+        ProcessResult,
+        Process(
+            argv=(
+                *tool.argv,
+                "manifests",
+                *image_args,
+                "--version-json",
+                version.json,
+                "--out",
+                out,
+            ),
+            input_digest=await Get(Digest, MergeDigests((tool.digest, *(p.digest for p in built)))),
+            env=tool.env,
+            output_directories=(out,),
+            description="Render install.yaml and the Manifests artifact",
+        ),
+    )
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    lines = [f"manifests:{summary['tag']}@{summary['manifests']}"]
+    if summary["unpinned"]:
+        lines.append(f"not built, named by tag only: {', '.join(summary['unpinned'])}")
+    return BuiltPackage(result.output_digest, (BuiltPackageArtifact(out, tuple(lines)),))
+
+
+class VersionFromGitRequest(SetupKwargsRequest):
+    """The client distribution's version comes from git (DP-106), not from its BUILD file."""
+
+    @classmethod
+    def is_applicable(cls, target: Target) -> bool:
+        return target.address.spec in VERSIONED_DISTRIBUTIONS
+
+
+@rule(desc="Version a distribution from git")
+async def version_from_git(request: VersionFromGitRequest, tool: ReleaseTool) -> SetupKwargs:
+    version = await Get(ReleaseVersion, ReleaseTool, tool)
+    kwargs = {**request.explicit_kwargs, "version": json.loads(version.json)["python"]}
+    return SetupKwargs(kwargs, address=request.target.address)
+
+
+def target_types():
+    return [OciImageTarget, ReleaseManifestsTarget]
+
+
+def rules():
+    return [
+        *collect_rules(),
+        UnionRule(PackageFieldSet, OciImageFieldSet),
+        UnionRule(PackageFieldSet, ReleaseManifestsFieldSet),
+        UnionRule(SetupKwargsRequest, VersionFromGitRequest),
+    ]

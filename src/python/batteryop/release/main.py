@@ -1,0 +1,160 @@
+"""The release tool, run by the Pants plugin `pants-plugins/batteryop_release` (and by hand):
+
+    release-tool version --repo .                     # the version as JSON
+    release-tool image --name battery-operator --pex amd64=a.pex --pex arm64=b.pex \\
+        --version-json '<json>' --out dist/images/battery-operator
+    release-tool manifests --image battery-operator=<layout> ... --version-json '<json>' \\
+        --out dist/release
+
+`manifests` renders install.yaml with each image of ours pinned by tag and digest (DP-032)
+and writes the Manifests artifact (DP-030..DP-034) as an OCI layout. Every command prints
+one JSON line on success; on failure one line naming the cause, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Final
+
+from batteryop.manifests import render
+from batteryop.release import debs, flux, images, oci
+from batteryop.release.version import Version, VersionError, from_git
+
+REGISTRY: Final = "ghcr.io/phoban01/battery-operator"
+"""Where a release's images live: the operator at REGISTRY, every other image beside it."""
+OPERATOR: Final = "battery-operator"
+INSTALL_YAML_IMAGES: Final = {
+    OPERATOR: "operator_image",
+    "host-registry": "host_registry_image",
+    "exec-agent": "exec_agent_image",
+}
+"""Image name → the `render()` argument that places it in install.yaml."""
+MANIFESTS_NAME: Final = "manifests"
+
+
+def image_repository(name: str, registry: str = REGISTRY) -> str:
+    return registry if name == OPERATOR else f"{registry}/{name}"
+
+
+def pinned(name: str, tag: str, digest: str, registry: str = REGISTRY) -> str:
+    """`<repository>:<tag>@<digest>` (DP-032)."""
+    return f"{image_repository(name, registry)}:{tag}@{digest}"
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(**json.loads(text))
+    except (TypeError, ValueError) as err:
+        raise VersionError(f"--version-json: {err}") from None
+
+
+def _pairs(values: Sequence[str], flag: str) -> dict[str, Path]:
+    out = {}
+    for value in values:
+        key, sep, path = value.partition("=")
+        if not sep or not key or not path:
+            raise ValueError(f"{flag} must be <name>=<path>, not {value!r}")
+        out[key] = Path(path)
+    return out
+
+
+def cmd_image(args: argparse.Namespace) -> dict[str, object]:
+    version = _version(args.version_json)
+    pexes = _pairs(args.pex, "--pex")
+    unknown = sorted(set(pexes) - set(oci.GOARCH))
+    if unknown:
+        raise ValueError(f"--pex: architecture must be one of {sorted(oci.GOARCH)}: {unknown}")
+    digest = images.build(args.name, pexes, version, args.out, work=args.work)
+    sizes = {
+        arch: oci.compressed_size(manifest)
+        for arch, manifest in oci.platform_manifests(args.out, version.image_tag).items()
+    }
+    return {"name": args.name, "tag": version.image_tag, "digest": digest, "sizes": sizes}
+
+
+def render_install_yaml(
+    digests: dict[str, str], tag: str, registry: str = REGISTRY
+) -> tuple[str, list[str]]:
+    """install.yaml with every built image pinned; returns it and the images left unpinned."""
+    kwargs: dict[str, str] = {}
+    unpinned = []
+    for name, argument in INSTALL_YAML_IMAGES.items():
+        if name in digests:
+            kwargs[argument] = pinned(name, tag, digests[name], registry)
+        else:
+            kwargs[argument] = f"{image_repository(name, registry)}:{tag}"
+            unpinned.append(name)
+    if OPERATOR in unpinned:
+        raise ValueError(f"the {OPERATOR} image was not built: install.yaml needs its digest")
+    return render.to_yaml(render.render(**kwargs)), unpinned
+
+
+def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
+    version = _version(args.version_json)
+    layouts = _pairs(args.image, "--image")
+    digests = {name: oci.index_digest(path, version.image_tag) for name, path in layouts.items()}
+    text, unpinned = render_install_yaml(digests, version.image_tag, args.registry)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / flux.FILE_NAME).write_text(text, encoding="utf-8")
+    artifact = flux.write_layout(
+        args.out / MANIFESTS_NAME,
+        text.encode(),
+        tag=version.image_tag,
+        source=images.SOURCE_URL,
+        revision=f"{version.image_tag}@sha1:{version.revision}",  # DP-034
+        created=images.created_rfc3339(version.created),
+        mtime=version.created,
+    )
+    lines = [
+        f"{pinned(n, version.image_tag, d, args.registry)}" for n, d in sorted(digests.items())
+    ]
+    lines.append(
+        f"{image_repository(MANIFESTS_NAME, args.registry)}:{version.image_tag}@{artifact}"
+    )
+    (args.out / "digests.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {
+        "tag": version.image_tag,
+        "images": digests,
+        "manifests": artifact,
+        "unpinned": unpinned,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="release-tool", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ver = sub.add_parser("version", help="the release version of a git checkout, as JSON")
+    ver.add_argument("--repo", type=Path, default=Path("."))
+    img = sub.add_parser("image", help="build one deployable's multi-architecture image")
+    img.add_argument("--name", required=True)
+    img.add_argument("--pex", action="append", required=True, help="<arch>=<pex file>")
+    img.add_argument("--version-json", required=True)
+    img.add_argument("--out", type=Path, required=True)
+    img.add_argument("--work", type=Path, help="scratch folder (default: the system's)")
+    man = sub.add_parser("manifests", help="install.yaml pinned by digest, and the artifact")
+    man.add_argument("--image", action="append", default=[], help="<name>=<OCI layout>")
+    man.add_argument("--version-json", required=True)
+    man.add_argument("--registry", default=REGISTRY)
+    man.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "version":
+            result: dict[str, object] = asdict(from_git(args.repo))
+        elif args.command == "image":
+            result = cmd_image(args)
+        else:
+            result = cmd_manifests(args)
+    except (VersionError, debs.DebError, oci.OciError, ValueError, OSError) as err:
+        print(f"release-tool {args.command}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
