@@ -45,7 +45,7 @@ from batteryop.release.version import Version
 from batteryop.testing import fluxcli
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 
-IMAGES = ("battery-operator", "exec-agent", "csr-approver")
+IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry")
 IMAGE_DIR = Path("images")
 RELEASE_DIR = Path("release")
 OPERATOR_LIMIT = 60_000_000

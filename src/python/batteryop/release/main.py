@@ -32,6 +32,7 @@ INSTALL_YAML_IMAGES: Final = {
     OPERATOR: "operator_image",
     "host-registry": "host_registry_image",
     "exec-agent": "exec_agent_image",
+    "csr-approver": "csr_approver_image",
 }
 """Image name → the `render()` argument that places it in install.yaml."""
 MANIFESTS_NAME: Final = "manifests"

@@ -20,6 +20,7 @@ NATIVE = {
     "battery-operator": ("grpcio", "aiohttp"),
     "exec-agent": ("grpcio", "cryptography"),
     "csr-approver": ("cryptography", "aiohttp"),
+    "host-registry": ("grpcio", "aiohttp"),
 }
 """Native wheels each deployable must carry (what its code imports)."""
 
