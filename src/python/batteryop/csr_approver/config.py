@@ -18,31 +18,19 @@ from typing import Final
 
 from batteryop.api import names
 from batteryop.csr_approver.checks import service_account_username
+from batteryop.obs.flags import FlagError
+from batteryop.obs.flags import duration as flag_duration
 
 PROG: Final = "csr-approver"
 
 _TRUST_DOMAIN = re.compile(names.TRUST_DOMAIN_PATTERN)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class ConfigError(ValueError):
-    """A flag has a value the approver cannot run with; `flag` names it."""
-
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(f"{flag}: {message}")
-        self.flag = flag
+ConfigError = FlagError
+"""A flag has a value the approver cannot run with; `flag` names it."""
 
 
 def duration(flag: str, value: str) -> timedelta:
     """`168h`, `30m`, `90s`, `500ms` or a number of seconds; greater than zero."""
-    match = _DURATION.fullmatch(value.strip())
-    if match is None:
-        raise ConfigError(flag, f"{value!r} is not a duration such as 168h, 30m or 90s")
-    seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if seconds <= 0:
-        raise ConfigError(flag, f"{value!r} must be greater than zero")
-    return timedelta(seconds=seconds)
+    return flag_duration(flag, value, positive=True)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ from batteryop.csr_approver.controller import Approver
 from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.obs.addresses import parse_bind_address
-from batteryop.obs.health import HealthServer, MetricsServer
+from batteryop.obs.health import serving_probes
 from batteryop.obs.logging import configure_logging
 from batteryop.obs.process import run_until_signalled
 
@@ -38,29 +37,14 @@ async def run(config: ApproverConfig, stop: asyncio.Event) -> None:
     )
     async with KubeClient(kube_config, user_agent=PROG) as kube:
         approver = Approver(config, kube, metrics=ApproverMetrics(registry))
-        servers: list[HealthServer | MetricsServer] = []
-        health_at = parse_bind_address(
-            config.health_probe_bind_address, flag="--health-probe-bind-address"
-        )
-        if health_at is not None:
-            servers.append(
-                HealthServer(
-                    *health_at,
-                    checks={"approver": lambda: approver.ready},
-                    liveness_checks={"loop": lambda: True},
-                )
-            )
-        metrics_at = parse_bind_address(config.metrics_bind_address, flag="--metrics-bind-address")
-        if metrics_at is not None:
-            servers.append(MetricsServer(*metrics_at, registry))
-        for server in servers:
-            await server.start()
-        log.info("Started", extra={"trust_domain": config.trust_domain})
-        try:
+        async with serving_probes(
+            health_bind_address=config.health_probe_bind_address,
+            metrics_bind_address=config.metrics_bind_address,
+            checks={"approver": lambda: approver.ready},
+            registry=registry,
+        ):
+            log.info("Started", extra={"trust_domain": config.trust_domain})
             await approver.run(stop)
-        finally:
-            for server in servers:
-                await server.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

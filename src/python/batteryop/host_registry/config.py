@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,30 +16,20 @@ from typing import Final
 from batteryop.api import names
 from batteryop.battery import configfile
 from batteryop.battery.config import is_loopback_host
+from batteryop.obs.flags import FlagError, duration
 
 PROG: Final = "host-registry"
 
 DEFAULT_CONFIG_FILE: Final = "/etc/battery/config/config.json"
 DEFAULT_PROCESS_NAME: Final = "poolmgrd"
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class ConfigError(ValueError):
-    """A flag has a value the registry cannot run with; `flag` names it."""
-
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(f"{flag}: {message}")
-        self.flag = flag
+ConfigError = FlagError
+"""A flag has a value the registry cannot run with; `flag` names it."""
 
 
 def seconds(flag: str, value: str) -> float:
     """`30s`, `1m`, `500ms`, `0` or a number of seconds; not negative."""
-    match = _DURATION.fullmatch(value.strip())
-    if match is None:
-        raise ConfigError(flag, f"{value!r} is not a duration such as 30s, 1m or 500ms")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    return duration(flag, value).total_seconds()
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ from batteryop.host_registry.metrics import RegistryMetrics
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
-from batteryop.obs.addresses import parse_bind_address
-from batteryop.obs.health import HealthServer, MetricsServer
+from batteryop.obs.health import serving_probes
 from batteryop.obs.logging import configure_logging
 from batteryop.obs.process import run_until_signalled
 
@@ -74,23 +73,6 @@ async def run(config: RegistryConfig, stop: asyncio.Event) -> None:
             events=EventRecorder(kube, controller=EVENT_CONTROLLER, instance=instance),
             metrics=RegistryMetrics(metrics_registry),
         )
-        servers: list[HealthServer | MetricsServer] = []
-        health_at = parse_bind_address(
-            config.health_probe_bind_address, flag="--health-probe-bind-address"
-        )
-        if health_at is not None:
-            servers.append(
-                HealthServer(
-                    *health_at,
-                    checks={"registry": lambda: registry.ready},
-                    liveness_checks={"loop": lambda: True},
-                )
-            )
-        metrics_at = parse_bind_address(config.metrics_bind_address, flag="--metrics-bind-address")
-        if metrics_at is not None:
-            servers.append(MetricsServer(*metrics_at, metrics_registry))
-        for server in servers:
-            await server.start()
         log.info(
             "Started",
             extra={
@@ -101,10 +83,14 @@ async def run(config: RegistryConfig, stop: asyncio.Event) -> None:
             },
         )
         try:
-            await registry.run(stop)
+            async with serving_probes(
+                health_bind_address=config.health_probe_bind_address,
+                metrics_bind_address=config.metrics_bind_address,
+                checks={"registry": lambda: registry.ready},
+                registry=metrics_registry,
+            ):
+                await registry.run(stop)
         finally:
-            for server in servers:
-                await server.stop()
             await battery.aclose()
 
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from batteryop.api import names
+from batteryop.manifests import rbac
 
 Obj = dict[str, Any]
 
@@ -50,39 +51,23 @@ RUN_AS: Final = 65532
 TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_EXPIRATION_SECONDS: Final = 3607
 
-CERTIFICATES_GROUP: Final = "certificates.k8s.io"
 CSRS: Final = "certificatesigningrequests"
 
 
 def approver_image_for(operator_image: str) -> str:
     """`<repo>/csr-approver:<tag>` beside `<repo>:<tag>`."""
-    if "@" in operator_image:
-        raise ValueError(
-            f"operator image {operator_image!r} is pinned by digest: name the CSR approver's "
-            "image too (csr_approver_image / --csr-approver-image)"
-        )
-    slash = operator_image.rfind("/")
-    colon = operator_image.rfind(":")
-    repo, tag = (
-        (operator_image[:colon], operator_image[colon:]) if colon > slash else (operator_image, "")
+    return rbac.image_beside(
+        operator_image, APPROVER_IMAGE_NAME, "csr_approver_image / --csr-approver-image"
     )
-    return f"{repo}/{APPROVER_IMAGE_NAME}{tag}"
-
-
-def _rule(group: str, resources: list[str], verbs: list[str], names_: tuple[str, ...] = ()) -> Obj:
-    out: Obj = {"apiGroups": [group], "resources": resources, "verbs": verbs}
-    if names_:
-        out["resourceNames"] = list(names_)
-    return out
 
 
 def cluster_rules() -> list[Obj]:
     """The approver's cluster-wide rules (module docstring: why each)."""
     return [
-        _rule(CERTIFICATES_GROUP, [CSRS], ["get", "list", "watch"]),
-        _rule(CERTIFICATES_GROUP, [f"{CSRS}/approval", f"{CSRS}/status"], ["update"]),
-        _rule(CERTIFICATES_GROUP, ["signers"], ["approve", "sign"], names.SIGNERS),
-        _rule("", ["nodes"], ["get"]),
+        rbac.rule(rbac.CERTIFICATES_GROUP, [CSRS], ["get", "list", "watch"]),
+        rbac.rule(rbac.CERTIFICATES_GROUP, [f"{CSRS}/approval", f"{CSRS}/status"], ["update"]),
+        rbac.rule(rbac.CERTIFICATES_GROUP, ["signers"], ["approve", "sign"], names.SIGNERS),
+        rbac.rule("", ["nodes"], ["get"]),
     ]
 
 
@@ -95,23 +80,15 @@ def namespace_rules(
 ) -> list[Obj]:
     """The approver's rules in its namespace: its two CA Secrets, its two ConfigMaps (CT-022)."""
     return [
-        _rule("", ["secrets"], ["get", "list", "watch"], (serving_ca_secret, client_ca_secret)),
-        _rule("", ["configmaps"], ["create"]),
-        _rule(
+        rbac.rule("", ["secrets"], ["get", "list", "watch"], (serving_ca_secret, client_ca_secret)),
+        rbac.rule("", ["configmaps"], ["create"]),
+        rbac.rule(
             "",
             ["configmaps"],
             ["get", "list", "watch", "patch"],
             (ca_bundle_config_map, address_pins_config_map),
         ),
     ]
-
-
-def _meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> Obj:
-    meta: Obj = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    meta["labels"] = dict(labels)
-    return meta
 
 
 def _token_volume() -> Obj:
@@ -197,7 +174,7 @@ def deployment_object(namespace: str, labels: Mapping[str, str], image: str) -> 
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(names.CSR_APPROVER_NAME, labels, namespace),
+        "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels, namespace),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},  # never two approvers racing on one request
@@ -231,19 +208,19 @@ def objects(namespace: str, labels: Mapping[str, str], image: str) -> list[Obj]:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(names.CSR_APPROVER_NAME, labels, namespace),
+            "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels, namespace),
             "automountServiceAccountToken": False,
         },
         {
             "apiVersion": f"{rbac_group}/v1",
             "kind": "ClusterRole",
-            "metadata": _meta(names.CSR_APPROVER_NAME, labels),
+            "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels),
             "rules": cluster_rules(),
         },
         {
             "apiVersion": f"{rbac_group}/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": _meta(names.CSR_APPROVER_NAME, labels),
+            "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels),
             "roleRef": {
                 "apiGroup": rbac_group,
                 "kind": "ClusterRole",
@@ -254,13 +231,13 @@ def objects(namespace: str, labels: Mapping[str, str], image: str) -> list[Obj]:
         {
             "apiVersion": f"{rbac_group}/v1",
             "kind": "Role",
-            "metadata": _meta(names.CSR_APPROVER_NAME, labels, namespace),
+            "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels, namespace),
             "rules": namespace_rules(),
         },
         {
             "apiVersion": f"{rbac_group}/v1",
             "kind": "RoleBinding",
-            "metadata": _meta(names.CSR_APPROVER_NAME, labels, namespace),
+            "metadata": rbac.meta(names.CSR_APPROVER_NAME, labels, namespace),
             "roleRef": {"apiGroup": rbac_group, "kind": "Role", "name": names.CSR_APPROVER_NAME},
             "subjects": subjects,
         },

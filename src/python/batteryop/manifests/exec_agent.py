@@ -67,17 +67,7 @@ NODE_NAME_EXTRA: Final = names.NODE_NAME_EXTRA
 
 def exec_agent_image_for(operator_image: str) -> str:
     """`<repo>/exec-agent:<tag>` beside `<repo>:<tag>`; a digest cannot be carried over."""
-    if "@" in operator_image:
-        raise ValueError(
-            f"operator image {operator_image!r} is pinned by digest: name the exec agent's "
-            "image too (exec_agent_image)"
-        )
-    slash = operator_image.rfind("/")
-    colon = operator_image.rfind(":")
-    repo, tag = (
-        (operator_image[:colon], operator_image[colon:]) if colon > slash else (operator_image, "")
-    )
-    return f"{repo}/{EXEC_AGENT_IMAGE_NAME}{tag}"
+    return rbac.image_beside(operator_image, EXEC_AGENT_IMAGE_NAME, "exec_agent_image")
 
 
 def agent_user(namespace: str) -> str:

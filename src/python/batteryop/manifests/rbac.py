@@ -150,7 +150,8 @@ def viewer_rules() -> list[Obj]:
     return [rule(names.GROUP, KINDS, READ)]
 
 
-def _meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> Obj:
+def meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> Obj:
+    """An object's `metadata`: its name, namespace (if namespaced) and labels."""
     meta: Obj = {"name": name}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -168,46 +169,62 @@ def objects(*, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(OPERATOR_SERVICE_ACCOUNT, labels, namespace),
+            "metadata": meta(OPERATOR_SERVICE_ACCOUNT, labels, namespace),
             # The Pod mounts a projected token into the containers that use the API only.
             "automountServiceAccountToken": False,
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "ClusterRole",
-            "metadata": _meta(MANAGER_ROLE, labels),
+            "metadata": meta(MANAGER_ROLE, labels),
             "rules": manager_cluster_rules(),
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "ClusterRole",
-            "metadata": _meta(CLAIM_EDITOR_ROLE, {**labels, AGGREGATE_TO_EDIT_LABEL: "true"}),
+            "metadata": meta(CLAIM_EDITOR_ROLE, {**labels, AGGREGATE_TO_EDIT_LABEL: "true"}),
             "rules": claim_editor_rules(),
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "ClusterRole",
-            "metadata": _meta(VIEWER_ROLE, {**labels, AGGREGATE_TO_VIEW_LABEL: "true"}),
+            "metadata": meta(VIEWER_ROLE, {**labels, AGGREGATE_TO_VIEW_LABEL: "true"}),
             "rules": viewer_rules(),
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "ClusterRoleBinding",
-            "metadata": _meta(MANAGER_ROLE, labels),
+            "metadata": meta(MANAGER_ROLE, labels),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": MANAGER_ROLE},
             "subjects": [_subject(namespace)],
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "Role",
-            "metadata": _meta(MANAGER_ROLE, labels, namespace),
+            "metadata": meta(MANAGER_ROLE, labels, namespace),
             "rules": manager_namespace_rules(),
         },
         {
             "apiVersion": RBAC_VERSION,
             "kind": "RoleBinding",
-            "metadata": _meta(MANAGER_ROLE, labels, namespace),
+            "metadata": meta(MANAGER_ROLE, labels, namespace),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": MANAGER_ROLE},
             "subjects": [_subject(namespace)],
         },
     ]
+
+
+def image_beside(operator_image: str, name: str, argument: str) -> str:
+    """`<repo>/<name>:<tag>` beside the operator's `<repo>:<tag>`; a digest cannot be carried
+    over, so an operator image pinned by digest needs `argument` given too."""
+    if "@" in operator_image:
+        raise ValueError(
+            f"operator image {operator_image!r} is pinned by digest: name the {name} image "
+            f"too ({argument})"
+        )
+    slash = operator_image.rfind("/")
+    colon = operator_image.rfind(":")
+    repo, tag = (
+        (operator_image[:colon], operator_image[colon:]) if colon > slash else (operator_image, "")
+    )
+    return f"{repo}/{name}{tag}"

@@ -21,10 +21,11 @@ Neither server uses `prometheus_client`'s global registry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -32,6 +33,8 @@ from typing import Self
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+
+from batteryop.obs.addresses import parse_bind_address
 
 log = logging.getLogger(__name__)
 
@@ -248,3 +251,32 @@ class MetricsServer(_Server):
     ) -> None:
         super().__init__(host, port, ssl_context=ssl_context)
         self._app.router.add_get("/metrics", metrics_handler(registry))
+
+
+@contextlib.asynccontextmanager
+async def serving_probes(
+    *,
+    health_bind_address: str,
+    metrics_bind_address: str,
+    checks: Mapping[str, Callable[[], bool]],
+    registry: CollectorRegistry,
+) -> AsyncIterator[None]:
+    """`/healthz` and `/readyz` (`checks`) on `--health-probe-bind-address`, `/metrics` of
+    `registry` on `--metrics-bind-address`, each left out when its address is `0`; running for
+    the block. Shared by the deployables whose probes and metrics listen apart."""
+    servers: list[HealthServer | MetricsServer] = []
+    health_at = parse_bind_address(health_bind_address, flag="--health-probe-bind-address")
+    if health_at is not None:
+        servers.append(
+            HealthServer(*health_at, checks=dict(checks), liveness_checks={"loop": lambda: True})
+        )
+    metrics_at = parse_bind_address(metrics_bind_address, flag="--metrics-bind-address")
+    if metrics_at is not None:
+        servers.append(MetricsServer(*metrics_at, registry))
+    try:
+        for server in servers:
+            await server.start()
+        yield
+    finally:
+        for server in servers:
+            await server.stop()

@@ -1,0 +1,37 @@
+"""Flag values every deployable's `config` reads the same way: durations, and the error that
+names the flag.
+
+    duration("--settle-time", "30s")          # timedelta(seconds=30)
+    duration("--max", "0", positive=True)     # FlagError: --max: '0' must be greater than zero
+
+A duration is a number with an optional unit, `ms`, `s`, `m` or `h` (a bare number is
+seconds): `500ms`, `30s`, `1.5m`, `168h`, `0`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Final
+
+_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class FlagError(ValueError):
+    """A flag has a value the program cannot run with; `flag` names it."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag
+
+
+def duration(flag: str, value: str, *, positive: bool = False) -> timedelta:
+    """`value` as a timedelta; never negative, and greater than zero when `positive`."""
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise FlagError(flag, f"{value!r} is not a duration such as 500ms, 30s, 1m or 168h")
+    seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if positive and seconds <= 0:
+        raise FlagError(flag, f"{value!r} must be greater than zero")
+    return timedelta(seconds=seconds)

@@ -1,0 +1,27 @@
+from datetime import timedelta
+
+import pytest
+
+from batteryop.obs.flags import FlagError, duration
+
+
+def test_durations_read_with_or_without_a_unit() -> None:
+    assert duration("--x", "500ms") == timedelta(milliseconds=500)
+    assert duration("--x", " 30s ") == timedelta(seconds=30)
+    assert duration("--x", "1.5m") == timedelta(seconds=90)
+    assert duration("--x", "168h") == timedelta(hours=168)
+    assert duration("--x", "2") == timedelta(seconds=2)
+    assert duration("--x", "0") == timedelta(0)
+
+
+@pytest.mark.parametrize("value", ["", "-1s", "1d", "s", "1 s", "1e3"])
+def test_a_bad_duration_names_the_flag(value: str) -> None:
+    with pytest.raises(FlagError) as caught:
+        duration("--settle-time", value)
+    assert caught.value.flag == "--settle-time"
+    assert str(caught.value).startswith("--settle-time: ")
+
+
+def test_positive_refuses_zero() -> None:
+    with pytest.raises(FlagError, match="greater than zero"):
+        duration("--max", "0", positive=True)
