@@ -20,7 +20,6 @@ import hashlib
 import io
 import json
 import os
-import selectors
 import shutil
 import socket
 import subprocess
@@ -220,18 +219,21 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     assert proc.stderr is not None
     try:
-        # Ready when it says it listens (its own log line), not after a guessed delay.
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stderr, selectors.EVENT_READ)
-            deadline = time.monotonic() + 30
-            seen = b""
-            while b"listening on" not in seen:
-                assert sel.select(max(0.0, deadline - time.monotonic())), "registry not ready"
-                line = proc.stderr.readline()
-                assert line, f"docker-registry exited: {seen[-500:]!r}"
-                seen += line
-        # It logs every request: keep reading, or a full pipe stops it mid-push.
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        # Ready when it says it listens (its own log line), not after a guessed delay. One
+        # thread reads its log for as long as it runs: select() on the pipe would miss lines
+        # already in the reader's buffer, and a full pipe would stop it mid-push.
+        listening = threading.Event()
+        seen: list[bytes] = []
+
+        def read_log() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                seen.append(line)
+                if b"listening on" in line:
+                    listening.set()
+
+        threading.Thread(target=read_log, daemon=True).start()
+        assert listening.wait(30), f"registry not ready: {b''.join(seen)[-500:]!r}"
         yield address
     finally:
         proc.terminate()
