@@ -48,8 +48,7 @@ COMPONENT: Final = "csr-approver"
 HEALTH_PORT: Final = 8081
 METRICS_PORT: Final = 8080
 RUN_AS: Final = 65532
-TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
-TOKEN_EXPIRATION_SECONDS: Final = 3607
+TOKEN_DIR: Final = rbac.TOKEN_DIR
 
 CSRS: Final = "certificatesigningrequests"
 
@@ -89,39 +88,6 @@ def namespace_rules(
             (ca_bundle_config_map, address_pins_config_map),
         ),
     ]
-
-
-def _token_volume() -> Obj:
-    return {
-        "name": "kube-api-access",
-        "projected": {
-            "defaultMode": 0o444,
-            "sources": [
-                {
-                    "serviceAccountToken": {
-                        "path": "token",
-                        "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
-                    }
-                },
-                {
-                    "configMap": {
-                        "name": "kube-root-ca.crt",
-                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                    }
-                },
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {
-                                "path": "namespace",
-                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                            }
-                        ]
-                    }
-                },
-            ],
-        },
-    }
 
 
 def container(image: str) -> Obj:
@@ -165,7 +131,7 @@ def container(image: str) -> Obj:
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "kube-api-access", "mountPath": TOKEN_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": rbac.VOLUME_TOKEN, "mountPath": TOKEN_DIR, "readOnly": True}],
     }
 
 
@@ -193,7 +159,7 @@ def deployment_object(namespace: str, labels: Mapping[str, str], image: str) -> 
                     },
                     "nodeSelector": {"kubernetes.io/os": "linux"},
                     "containers": [container(image)],
-                    "volumes": [_token_volume()],
+                    "volumes": [rbac.token_volume()],
                 },
             },
         },

@@ -53,13 +53,12 @@ HOST_SYS: Final = "/host/sys"
 NOT_READY_DIR: Final = "/run/battery/not-ready.d"
 """Where the Host Image's units name their not-ready reasons (EA-033)."""
 
-VOLUME_TOKEN: Final = "kube-api-access"
+VOLUME_TOKEN: Final = rbac.VOLUME_TOKEN
 VOLUME_FLINTLOCKD_CERTS: Final = "flintlockd-certs"
 VOLUME_DEV: Final = "host-dev"
 VOLUME_SYS: Final = "host-sys"
 VOLUME_NOT_READY: Final = "not-ready"
-TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
-TOKEN_EXPIRATION_SECONDS: Final = 3607
+TOKEN_DIR: Final = rbac.TOKEN_DIR
 RUN_AS: Final = 65532
 
 NODE_NAME_EXTRA: Final = names.NODE_NAME_EXTRA
@@ -349,26 +348,7 @@ def daemon_set_object(namespace: str, labels: Mapping[str, str], image: str) -> 
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container(image)],
                     "volumes": [
-                        {
-                            "name": VOLUME_TOKEN,
-                            "projected": {
-                                "defaultMode": 0o444,
-                                "sources": [
-                                    {
-                                        "serviceAccountToken": {
-                                            "path": "token",
-                                            "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
-                                        }
-                                    },
-                                    {
-                                        "configMap": {
-                                            "name": "kube-root-ca.crt",
-                                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                                        }
-                                    },
-                                ],
-                            },
-                        },
+                        rbac.token_volume(namespace_file=False),
                         _host_path(VOLUME_FLINTLOCKD_CERTS, FLINTLOCKD_CERT_DIR, "Directory"),
                         _host_path(VOLUME_DEV, "/dev", "Directory"),
                         _host_path(VOLUME_SYS, "/sys", "Directory"),

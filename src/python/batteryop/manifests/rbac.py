@@ -228,3 +228,30 @@ def image_beside(operator_image: str, name: str, argument: str) -> str:
         (operator_image[:colon], operator_image[colon:]) if colon > slash else (operator_image, "")
     )
     return f"{repo}/{name}{tag}"
+
+
+TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Kubernetes clients look for the ServiceAccount token, CA and namespace."""
+TOKEN_EXPIRATION_SECONDS: Final = 3607
+"""The kubelet's own choice for projected tokens: rotated well before the hour."""
+KUBE_ROOT_CA_CONFIG_MAP: Final = "kube-root-ca.crt"
+"""The API server's CA bundle, which kube-controller-manager publishes in every namespace."""
+VOLUME_TOKEN: Final = "kube-api-access"
+
+
+def token_volume(*, namespace_file: bool = True) -> Obj:
+    """The projected ServiceAccount token volume (what automounting would give, but only where
+    it is mounted): the token, the API server's CA and, with `namespace_file`, the namespace."""
+    sources: list[Obj] = [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_SECONDS}},
+        {
+            "configMap": {
+                "name": KUBE_ROOT_CA_CONFIG_MAP,
+                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+            }
+        },
+    ]
+    if namespace_file:
+        field = {"apiVersion": "v1", "fieldPath": "metadata.namespace"}
+        sources.append({"downwardAPI": {"items": [{"path": "namespace", "fieldRef": field}]}})
+    return {"name": VOLUME_TOKEN, "projected": {"defaultMode": 0o444, "sources": sources}}

@@ -110,12 +110,9 @@ TLS_KEY_KEY: Final = configfile.TLS_KEY_FILE
 SERVING_CA_FILE_NAME: Final = configfile.SERVING_CA_FILE
 DATA_DIR: Final = "/data"
 DB_FILE: Final = f"{DATA_DIR}/poolmgr.db"
-TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
-"""Where Kubernetes clients look for the ServiceAccount token, CA and namespace."""
-TOKEN_EXPIRATION_SECONDS: Final = 3607
-"""The kubelet's own choice for projected tokens: rotated well before the hour."""
-KUBE_ROOT_CA_CONFIG_MAP: Final = "kube-root-ca.crt"
-"""The API server's CA bundle, which kube-controller-manager publishes in every namespace."""
+TOKEN_DIR: Final = rbac.TOKEN_DIR
+TOKEN_EXPIRATION_SECONDS: Final = rbac.TOKEN_EXPIRATION_SECONDS
+KUBE_ROOT_CA_CONFIG_MAP: Final = rbac.KUBE_ROOT_CA_CONFIG_MAP
 
 NO_HOSTS_NAME: Final = configfile.NO_HOSTS_NAME
 """Placeholder Host in battery's config while there is none (poolmgrd refuses an empty list)."""
@@ -129,7 +126,7 @@ RUN_AS: Final = 65532
 VOLUME_CONFIG: Final = "battery-config"
 VOLUME_TLS: Final = "battery-tls"
 VOLUME_DATA: Final = "battery-data"
-VOLUME_TOKEN: Final = "kube-api-access"
+VOLUME_TOKEN: Final = rbac.VOLUME_TOKEN
 VOLUME_TMP_OPERATOR: Final = "operator-tmp"
 VOLUME_TMP_HOST_REGISTRY: Final = "host-registry-tmp"
 VOLUME_TMP_BATTERY: Final = "battery-tmp"
@@ -373,40 +370,7 @@ def battery_container(image: str) -> Obj:
 
 def _volumes() -> list[Obj]:
     return [
-        {
-            # What automounting would give, but only where it is mounted.
-            "name": VOLUME_TOKEN,
-            "projected": {
-                "defaultMode": 0o444,
-                "sources": [
-                    {
-                        "serviceAccountToken": {
-                            "path": "token",
-                            "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
-                        }
-                    },
-                    {
-                        "configMap": {
-                            "name": KUBE_ROOT_CA_CONFIG_MAP,
-                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                        }
-                    },
-                    {
-                        "downwardAPI": {
-                            "items": [
-                                {
-                                    "path": "namespace",
-                                    "fieldRef": {
-                                        "apiVersion": "v1",
-                                        "fieldPath": "metadata.namespace",
-                                    },
-                                }
-                            ]
-                        }
-                    },
-                ],
-            },
-        },
+        rbac.token_volume(),
         {
             "name": VOLUME_CONFIG,
             "configMap": {"name": names.BATTERY_CONFIG_MAP, "defaultMode": 0o444},
