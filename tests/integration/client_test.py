@@ -210,10 +210,13 @@ async def test_a_claim_deleted_by_someone_else_is_reported_lost(
 async def test_an_expired_lease_is_reported_lost(
     stack: Stack, namespace: str, client: AsyncClient
 ) -> None:
-    await ready_pool(stack, namespace, heartbeat="1s", expiry="1s")
-    # battery's sweeper (every 10 s of real time here) expires the unrenewed lease.
-    stack.battery.refuse_heartbeats()  # renewals stop reaching battery
+    # Renewals stop reaching battery only once the claim is held: refused from the start, a
+    # slow bind on a loaded machine let the sweeper expire the lease before the client saw
+    # Bound (claim() itself raised LeaseLostError, a different path).
+    await ready_pool(stack, namespace, heartbeat="1s", expiry="3s")
     claim: AsyncClaim = await client.claim("demo", HOLDER, timeout=60)
+    # battery's sweeper (every 10 s of real time here) expires the unrenewed lease.
+    stack.battery.refuse_heartbeats()
     try:
         lost = await asyncio.wait_for(claim.wait_lost(), 60)
         assert "Expired" in str(lost)
