@@ -41,7 +41,7 @@ from batteryop.manifests import render
 from batteryop.release import flux as artifact
 from batteryop.release import images, main, oci
 from batteryop.release.version import Version
-from batteryop.testing import fluxcli
+from batteryop.testing import certmanager, fluxcli
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry")
@@ -337,6 +337,7 @@ def test_the_control_plane_accepts_the_release_install_yaml(
 ) -> None:
     api = admin_client(controlplane)
     try:
+        certmanager.install_crds(api)  # cert-manager first, as docs/install.md asks
         dyn = DynamicClient(api)
         for obj in install_objects:
             resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
