@@ -171,7 +171,8 @@ async def bind(scope: ClaimScope) -> None:
         observed_renew_time=scope.claim.spec.renew_time,
     )
     scope.set_condition(ClaimConditionType.BOUND, True, ClaimReason.BOUND, message)
-    scope.event(EventType.NORMAL, ClaimReason.BOUND, message)
+    if scope.deps.bind_events:
+        scope.event(EventType.NORMAL, ClaimReason.BOUND, message)
     scope.logger.info(
         "Bound MicroVMClaim",
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
