@@ -139,12 +139,12 @@ def report(node: Body | None) -> tuple[str | None, str | None]:
 
 
 def metric(text: str, name: str) -> float:
-    """One unlabelled sample of a Prometheus text exposition; 0 when absent."""
+    """One unlabelled sample of a Prometheus text exposition."""
     for line in text.splitlines():
         sample, _, value = line.partition(" ")
         if sample == name:
             return float(value)
-    return 0.0
+    raise AssertionError(f"no sample {name} in:\n{text}")
 
 
 async def fetch(url: str) -> str:

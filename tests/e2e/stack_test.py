@@ -11,7 +11,6 @@ but the host registry.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 
@@ -32,6 +31,7 @@ from e2e.driver import (
 )
 
 from batteryop.api import names, samples
+from batteryop.api.conditions import CSRReason
 from batteryop.client._exceptions import ExecPermissionError
 from batteryop.client._transport import ExecRequest, GrpcExecTransport
 from batteryop.devstack import demo
@@ -472,7 +472,9 @@ async def test_a_host_joins_battery_only_once_its_exec_agent_is_ready_and_approv
             what="reported not ready",
         )
         csr = await denied_csr(kube, unapproved)
-        assert "node-address" in json.dumps(csr["status"]), csr["status"]
+        denial = next(c for c in csr["status"]["conditions"] if c["type"] == "Denied")
+        assert denial["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH, denial
+        assert "not an internal address" in denial["message"], denial
         node = await kube.get(NODES, unapproved)
         assert report(node) == (None, None), node["metadata"].get("annotations")
 
