@@ -42,7 +42,7 @@ from batteryop.kube.resources import (
     SERVICEACCOUNTS,
     Resource,
 )
-from batteryop.manifests import rbac, render
+from batteryop.manifests import cert_manager, rbac, render
 from batteryop.testing.controlplane.server import ControlPlane
 from batteryop.testing.csr_approver_env import APPROVER_CLUSTER_RULES, approver_namespace_rules
 from batteryop.tls import CertificateAuthority
@@ -110,11 +110,13 @@ async def apply(kube: KubeClient, obj: Mapping[str, Any]) -> Obj:
 
 
 def install_objects() -> list[Obj]:
-    """install.yaml's objects in apply order, without its workloads."""
+    """install.yaml's objects in apply order, without its workloads and without the
+    cert-manager Issuers and Certificates: no cert-manager runs in the stack, which writes the
+    CA Secrets and battery's client certificate itself (`tls_secret`)."""
     return [
         o
         for o in render.render(operator_image=LOCAL_IMAGE, namespace=NAMESPACE)
-        if o["kind"] not in WORKLOAD_KINDS
+        if o["kind"] not in WORKLOAD_KINDS and o["apiVersion"] != cert_manager.API_VERSION
     ]
 
 
