@@ -3,7 +3,7 @@
 A hypothesis `RuleBasedStateMachine` models the Operator at the reconcile level:
 
 - the API server is the in-memory `FakeKube` (`ApiServer`): opaque resourceVersions, the
-  status subresource written without a lock, finalizers written with one, deletion (a
+  status subresource and finalizers written locked to the version read, deletion (a
   deletionTimestamp; the body goes once its finalizers are empty), and a watch event per
   change;
 - the runtime is `reconcile_claim` plus the runtime's own `Controller` (its `ObjectCache` and

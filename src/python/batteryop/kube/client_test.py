@@ -240,6 +240,42 @@ async def test_a_status_merge_patch_carrying_a_stale_resource_version_is_a_confl
     assert landed["status"]["leaseID"] == "l-1"
 
 
+@pytest.mark.usefixtures("crds")
+@pytest.mark.req("CL-002")
+async def test_a_uid_in_a_status_merge_patch_guards_nothing_the_resource_version_does(
+    kube: KubeClient, namespace: str
+) -> None:
+    # A claim deleted and made again under its name (someone removed the finalizer by force).
+    # The status subresource keeps the stored metadata, so a uid in a status merge-patch is
+    # ignored and the old claim's status would land on the new claim; the resourceVersion the
+    # write was decided on refuses it. This is why every status write of the operator carries
+    # the resourceVersion it read (`operator.outcome`).
+    old = await kube.create(CLAIMS, samples.sample_claim("c", pool="p"), namespace)
+    await kube.delete(CLAIMS, "c", namespace)
+    await kube.create(CLAIMS, samples.sample_claim("c", pool="p"), namespace)
+    landed = await kube.patch(
+        CLAIMS,
+        "c",
+        {"metadata": {"uid": old["metadata"]["uid"]}, "status": {"leaseID": "l-uid"}},
+        namespace,
+        subresource="status",
+    )
+    assert landed["metadata"]["uid"] != old["metadata"]["uid"]
+    assert landed["status"]["leaseID"] == "l-uid", "the uid did not stop it"
+    with pytest.raises(ConflictError):
+        await kube.patch(
+            CLAIMS,
+            "c",
+            {
+                "metadata": {"resourceVersion": old["metadata"]["resourceVersion"]},
+                "status": {"leaseID": "l-old"},
+            },
+            namespace,
+            subresource="status",
+        )
+    assert (await kube.get(CLAIMS, "c", namespace))["status"]["leaseID"] == "l-uid"
+
+
 # -- delete ------------------------------------------------------------------------------------
 
 

@@ -8,10 +8,15 @@ a fixed order, which is what makes each step's guarantees hold:
    optimistic lock): it fails on a conflict rather than resurrect an old finalizer list. A
    reconcile that adds a finalizer does nothing else (CL-001, PO-001: the finalizer is stored
    before battery is called).
-2. `status` — a merge-patch of the status subresource. Without a lock, so a status a step
-   decided is not lost to somebody else's unrelated change; except when `lock_status` is set
-   (the bind's write, which records a new Lease): that one carries the resourceVersion the
-   reconcile read and lands only on that version (CL-002, CL-008; see `claims.bind`).
+2. `status` — a merge-patch of the status subresource carrying the resourceVersion the
+   reconcile read: it lands only on exactly that version (CL-002, CL-008; see
+   `claims.bind`). A status is decided from one version of the object and written to that
+   version or not at all; a conflict ends the writes and the object is reconciled again from
+   the newer version. This is also the only guard against writing a status decided about one
+   object onto another of the same name (deleted and made again after someone removed the
+   finalizer by force): a `metadata.uid` in a status merge-patch is ignored, because the
+   status subresource keeps the stored metadata (`kube/client_test.py` shows both against
+   the real API server).
 3. `events` — Kubernetes Events, best effort.
 4. `remove_finalizer` — a metadata merge-patch with the resourceVersion lock, last, so it only
    goes once everything before it is written (CL-020, PO-044).
@@ -43,8 +48,6 @@ class Outcome:
     remove_finalizer: str | None = None
     events: list[EventRecord] = field(default_factory=list)
     requeue_after: float | None = None
-    lock_status: bool = False
-    """Write `status` locked to the resourceVersion read (the bind's write, CL-002)."""
 
     def requeue(self, seconds: float) -> None:
         """Ask for another reconcile after `seconds`; the earliest request wins."""

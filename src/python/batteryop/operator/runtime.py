@@ -67,23 +67,9 @@ def is_gone(body: Mapping[str, Any]) -> bool:
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
-_NOT_CONTENT = ("resourceVersion", "managedFields")
-"""Metadata a status write changes by itself."""
-
-
-def changed_besides_status(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
-    """Whether `after` differs from `before` in anything but status and write bookkeeping."""
-
-    def content(body: Mapping[str, Any]) -> dict[str, Any]:
-        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in _NOT_CONTENT}
-        return {**{k: v for k, v in body.items() if k not in ("status", "metadata")}, "meta": meta}
-
-    return content(before) != content(after)
-
-
 LOCKED_STATUS_CONFLICT_RETRY_SECONDS = 1.0
-"""A locked status write refused on a conflict is reconciled again this much later even if
-no watch event comes (the event of the change that refused it queues it sooner)."""
+"""A status write refused on a conflict is reconciled again this much later even if no watch
+event comes (the event of the change that refused it queues it sooner)."""
 
 ECHO_TIMEOUT_SECONDS = 60.0
 """How long the cache waits for the watch to echo one of our writes before it takes the
@@ -399,10 +385,10 @@ class Controller:
         """Write `outcome` for the object `key`, read as `body`; the requeue it asks for.
 
         The order is `outcome`'s (the module docstring): the finalizer add alone, with the
-        resourceVersion lock (CL-001, PO-001); else status, without the lock unless the
-        Outcome asks for it (the bind's, CL-002), Events, and the finalizer removal last,
-        locked to the version the status write answered (CL-020, PO-044). A conflict or a 404
-        ends the writes: the watch brings what changed.
+        resourceVersion lock (CL-001, PO-001); else status, locked to the version read
+        (CL-002), Events, and the finalizer removal last, locked to the version the status
+        write answered (CL-020, PO-044). A conflict or a 404 ends the writes: the watch brings
+        what changed.
         """
         current: Mapping[str, Any] = body
         locked = False
@@ -415,20 +401,15 @@ class Controller:
                 # the next one sees it stored.
                 return 0.0
             if outcome.status is not None:
-                patch: dict[str, Any] = {"status": outcome.status}
-                if outcome.lock_status:
-                    # A merge-patch carrying resourceVersion is refused with 409 unless the
-                    # stored object is still the version this reconcile read.
-                    patch["metadata"] = {"resourceVersion": _rv(body)}
-                    locked = True
+                # Locked: a merge-patch carrying resourceVersion is refused with 409 unless
+                # the stored object is still the version this reconcile read (Outcome, 2).
+                patch = {"status": outcome.status, "metadata": {"resourceVersion": _rv(body)}}
+                locked = True
                 current, _ = await self._write(key, patch, "status")
                 locked = False
-                if outcome.requeue_after is None or changed_besides_status(body, current):
+                if outcome.requeue_after is None:
                     # The echo of this write queues nothing (ObjectCache): reconcile again,
-                    # as the echo would have, when the chain may have stopped at the write, or
-                    # when the answer holds somebody else's change made meanwhile (the status
-                    # write has no lock, and that change's own event comes before this
-                    # write's echo, so it queues nothing either).
+                    # as the echo would have, when the chain may have stopped at the write.
                     outcome.requeue(0.0)
             for ev in outcome.events:
                 # Events are best effort and never delay the object's own writes.

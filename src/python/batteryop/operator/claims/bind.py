@@ -11,15 +11,16 @@ second one (CL-061). The guard:
    carries the stored finalizer (CL-001; `finalizer` adds it first otherwise, and a claim
    being deleted never gets here, `release` ends its chain). The decision rests on that
    version, so the status write that records the Lease is locked to its resourceVersion
-   (`Outcome.lock_status`): it lands only if the API server still holds exactly what was
-   read. Whatever the cache missed (a deletion, a claim deleted and made again under the
-   name, a binding written by an earlier Operator process that landed after this one
+   (as every status write is, `Outcome`): it lands only if the API server still holds
+   exactly what was read. Whatever the cache missed (a deletion, a claim deleted and made
+   again under the name, a binding written by an earlier Operator process that landed after this one
    listed) refuses the write with a conflict instead of being overwritten, and the next
    reconcile decides again on the newer body (ClaimVM for the same uid answers the same
    Lease, CL-061). What the lock cannot undo is a ClaimVM made on a stale read of a claim
    being deleted: that Lease stays unrecorded and battery lets it expire (CL-031). The
    fresh GET this replaces left the same window open between its read and ClaimVM, and
-   its unlocked write could land on a claim deleted and made again meanwhile.
+   its unlocked write could land on a claim deleted and made again meanwhile (a uid in a
+   status merge-patch guards nothing: `kube/client_test.py`).
 2. The Pool, from the cache (`deps.pool`): absent -> Pending `PoolNotFound`; being deleted ->
    Pending `PoolDeleting`, without calling ClaimVM (CL-063; a Bound claim is not affected, it
    never gets here). Known race, accepted: a Pool deleted between this read and ClaimVM can
@@ -178,7 +179,6 @@ async def bind(scope: ClaimScope) -> None:
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
     )
     scope.just_bound = True
-    scope.outcome.lock_status = True  # lands only on the version this decision read
     # CL-016: the expiry is read from battery next, once this write landed; claims binding
     # at once share the ListLeases calls (`LeaseReads`).
     scope.outcome.requeue(EXPIRY_READ_DELAY_SECONDS)

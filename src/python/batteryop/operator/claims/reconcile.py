@@ -22,7 +22,7 @@ The chain, in order (each step's module says what it owns and why it sits where 
 A step may stop the chain; `synced` runs anyway. The result is one Outcome: a status
 merge-patch (None when nothing changed), Events, a finalizer to add or remove, a requeue. The
 runtime applies it in a fixed order (`batteryop.operator.outcome`): the finalizer add alone,
-with the resourceVersion lock; status, without a lock but for the bind's write (CL-002);
+with the resourceVersion lock; status, locked to the version read (CL-002);
 Events; the finalizer removal with the lock, last (CL-020).
 
 battery failures never raise out of here; they end the reconcile with Synced=False and a

@@ -339,7 +339,7 @@ async def test_the_binds_status_write_lands_only_on_the_version_the_bind_read(en
     body["metadata"]["resourceVersion"] = "41"
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["ClaimVM"]
-    assert outcome.lock_status and outcome.status is not None
+    assert outcome.status is not None
     newer = copy.deepcopy(body)
     newer["metadata"].update(resourceVersion="42", labels={"team": "a"})
     requeue, stored = await apply_over(newer, body, outcome)
