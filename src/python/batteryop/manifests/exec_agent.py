@@ -230,13 +230,13 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
                     {
                         "apiGroups": [""],
                         "apiVersions": ["v1"],
-                        "operations": operations,
+                        "operations": list(operations),
                         "resources": ["nodes", "nodes/status", *GUARD_POD_RESOURCES],
                     },
                     {
                         "apiGroups": [rbac.POLICY_GROUP],
                         "apiVersions": ["v1"],
-                        "operations": operations,
+                        "operations": list(operations),
                         "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"],
                     },
                 ]
