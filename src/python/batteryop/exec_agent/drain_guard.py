@@ -188,6 +188,8 @@ class DrainGuard:
         """Whether the guard is in place; None until the agent has looked."""
         self.drain_started: datetime | None = None
         """When the current drain started (the Node's annotation), while it is cordoned."""
+        self._cleared: str | None = None
+        """The drain start last removed from the Node."""
         self.reconciles = 0
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -339,12 +341,16 @@ class DrainGuard:
         if not cordoned:
             self.drain_started = None
             if recorded is not None:
+                # A quick cordon again may be seen before this removal is: that value is old.
+                self._cleared = str(recorded)
                 await self._annotate(None)
                 log.info(
                     "Cleared the drain start: the Node is schedulable again",
                     extra={"node": self.node_name},
                 )
             return
+        if recorded is not None and str(recorded) == self._cleared:
+            recorded = None  # the last drain's start, removed: this is a new drain
         if recorded is not None:
             try:
                 self.drain_started = parse_time(str(recorded))
@@ -355,7 +361,7 @@ class DrainGuard:
                     extra={"node": self.node_name, "value": recorded},
                 )
                 self.drain_started = None
-        if self.drain_started is None:  # set already: our write's event has not come yet
+        if self.drain_started is None:  # else: we wrote it, and its event has not come yet
             await self._annotate(format_rfc3339_nano(now))
             self.drain_started = now
             log.info(

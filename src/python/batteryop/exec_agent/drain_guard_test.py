@@ -381,6 +381,13 @@ async def test_cordon_records_the_drain_start_and_the_timeout_releases_the_guard
         budget, pod = await host.guard_objects()
         assert budget is not None and pod is not None
 
+        # The next cordon is a new drain, with its own start and its own timeout.
+        clock.advance(timedelta(minutes=5))
+        await host.cordon(True)
+        await until(guard, lambda g: g.drain_started == clock.now())
+        assert await host.drain_started() == format_rfc3339_nano(clock.now())
+        assert guard.held
+
 
 @pytest.mark.controlplane
 @pytest.mark.req("EA-040", "EA-041")
