@@ -9,6 +9,7 @@
   and the two CA Secrets it signs with.
 - One Node per simulated Host, labelled as a Host, with its InternalIP; the Host set published
   on battery's ConfigMap as the host registry will publish it (until it exists).
+- The install namespace's `default` ServiceAccount (the Exec Agents' drain guard Pods run as it).
 - The demo namespace and its Holder ServiceAccount.
 
 Identities: TokenRequest tokens of each ServiceAccount, written into kubeconfigs. An Exec
@@ -215,6 +216,13 @@ async def install(
         *approver_objects(approver),
         tls_secret(names.SERVING_CA_SECRET, serving_ca),
         tls_secret(names.CLIENT_CA_SECRET, client_ca),
+        # kube-controller-manager's work, and none runs here: the Exec Agents' drain guard
+        # Pods run as the install namespace's `default` ServiceAccount.
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": NAMESPACE},
+        },
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NAMESPACE}},
         {
             "apiVersion": "v1",
