@@ -18,8 +18,8 @@ this Node, the agent keeps the pair; when none is left it deletes the Pod, then 
 the drain goes on (EA-040).
 
 The Eviction API ignores budgets for a Pod that is still Pending: the guard holds a drain once
-the kubelet runs it, which it does within seconds of a claim binding (the pause image is the
-one every Node already has for its sandboxes).
+the kubelet runs it, which it does within seconds of a claim binding (the pause image is
+usually on the Node already: containerd runs every Pod sandbox from it).
 
 The drain timeout: when the Node becomes unschedulable (the cordon every drain starts with), the
 agent records the time on the Node, once, in the annotation `names.DRAIN_STARTED_ANNOTATION`
@@ -58,7 +58,7 @@ from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
 from batteryop.exec_agent.clock import Clock, SystemClock
 from batteryop.kube.client import KubeClient, Objects
-from batteryop.kube.errors import ConflictError, NotFoundError
+from batteryop.kube.errors import ConflictError, KubeError, NotFoundError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CLAIMS, NODES, POD_DISRUPTION_BUDGETS, PODS
 
@@ -191,6 +191,8 @@ class DrainGuard:
         self._cleared: str | None = None
         """The drain start last removed from the Node."""
         self.reconciles = 0
+        self.failures = 0
+        """Passes that failed (each is tried again; see the module docstring)."""
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
 
@@ -268,7 +270,8 @@ class DrainGuard:
                 except Exception as e:  # an API error or a bug: log, and try again
                     log.warning(
                         "Could not bring the drain guard up to date; trying again",
-                        exc_info=not isinstance(e, ConflictError | NotFoundError | GuardBusyError),
+                        # An API error is expected now and then; anything else is a bug.
+                        exc_info=not isinstance(e, KubeError | GuardBusyError),
                         extra={"node": self.node_name, "error": str(e), "retry_in": backoff},
                     )
                     retry, backoff = backoff, min(MAX_BACKOFF_SECONDS, backoff * 2)
@@ -306,6 +309,9 @@ class DrainGuard:
         """One pass; returns the drain deadline to look again at (None: on events only)."""
         try:
             return await self._reconcile()
+        except Exception:
+            self.failures += 1
+            raise
         finally:
             self.reconciles += 1
             async with self._changed:

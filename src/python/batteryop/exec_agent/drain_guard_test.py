@@ -30,8 +30,14 @@ from batteryop.api.times import format_rfc3339_nano, parse_time
 from batteryop.exec_agent.drain_guard import DrainGuard, bound_on, guard_objects
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
-from batteryop.kube.errors import NotFoundError, TooManyRequestsError
-from batteryop.kube.resources import CLAIMS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from batteryop.kube.errors import ConflictError, NotFoundError, TooManyRequestsError
+from batteryop.kube.resources import (
+    CLAIMS,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    SERVICEACCOUNTS,
+)
 from batteryop.manifests import exec_agent, rbac, render
 from batteryop.testing.controlplane import (
     ControlPlane,
@@ -435,3 +441,32 @@ async def test_the_guard_is_left_as_it_is_while_claims_cannot_be_listed(host: Ho
         assert guard.claims_known is False
         budget, pod = await host.guard_objects()
         assert budget is not None and pod is not None
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-040", "EA-041")
+async def test_a_refused_guard_is_tried_again_until_it_is_made(
+    host: Host, guard_log: pytest.LogCaptureFixture
+) -> None:
+    # Without the namespace's `default` ServiceAccount the API server refuses the Pod.
+    default_sa = await host.admin.get(SERVICEACCOUNTS, "default", NS)
+    await host.admin.delete(SERVICEACCOUNTS, "default", NS)
+    try:
+        async with host.running(FakeClock()) as guard:
+            await host.claim("held", host.node)
+            await until(guard, lambda g: g.failures > 0)
+            assert guard.held is False
+            budget, pod = await host.guard_objects()
+            assert budget is not None and pod is None  # the budget first, and only it so far
+            await host.admin.create(SERVICEACCOUNTS, {"metadata": {"name": "default"}}, NS)
+            await until(guard, lambda g: bool(g.held))
+            budget, pod = await host.guard_objects()
+            assert budget is not None and pod is not None
+        assert "Could not bring the drain guard up to date; trying again" in messages(
+            guard_log, logging.WARNING
+        )
+    finally:
+        with contextlib.suppress(ConflictError):
+            await host.admin.create(
+                SERVICEACCOUNTS, {"metadata": {"name": default_sa["metadata"]["name"]}}, NS
+            )
