@@ -22,12 +22,14 @@ import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
+from prometheus_client import CollectorRegistry
 
 from batteryop.api import names, samples
 from batteryop.api.claim import ClaimStatus
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
 from batteryop.exec_agent.drain_guard import DrainGuard, bound_on, guard_objects
+from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import ConflictError, NotFoundError, TooManyRequestsError
@@ -302,6 +304,11 @@ async def test_a_claim_bound_here_holds_a_drain_until_the_last_one_goes(host: Ho
         await host.set_phase("mine", host.node, ClaimPhase.BOUND)
         await until(guard, lambda g: bool(g.held))
         assert guard.bound_claims == [f"{host.claims_namespace}/mine"]
+        metrics = AgentMetrics(CollectorRegistry())
+        metrics.follow_drain_guard(guard)
+        sample = metrics.registry.get_sample_value
+        assert sample("battery_operator_exec_agent_drain_guard_held") == 1.0
+        assert sample("battery_operator_exec_agent_bound_claims") == 1.0
         budget, pod = await host.guard_objects()
         assert budget is not None and pod is not None
         node = await host.admin.get(NODES, host.node)
@@ -345,6 +352,7 @@ async def test_a_claim_bound_here_holds_a_drain_until_the_last_one_goes(host: Ho
         await until(guard, lambda g: g.held is False)
         assert await host.guard_objects() == (None, None)
         assert guard.bound_claims == []  # "elsewhere" is still Bound, on its own Host
+        assert sample("battery_operator_exec_agent_drain_guard_held") == 0.0
 
 
 @pytest.mark.controlplane

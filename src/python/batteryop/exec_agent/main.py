@@ -142,6 +142,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             image=config.guard_image,
             timeout=config.drain_timeout,
         )
+        metrics.follow_drain_guard(guard)
         await server.start()
         stack.push_async_callback(server.stop)
         tasks["node-report"] = asyncio.create_task(reporter.run(stop), name="node-report")
