@@ -5,7 +5,8 @@ names the flag.
     duration("--max", "0", positive=True)     # FlagError: --max: '0' must be greater than zero
 
 A duration is a number with an optional unit, `ms`, `s`, `m` or `h` (a bare number is
-seconds): `500ms`, `30s`, `1.5m`, `168h`, `0`.
+seconds): `500ms`, `30s`, `1.5m`, `168h`, `0`. A boolean is `true` or `false` (also `1`/`0`,
+`yes`/`no`, any case).
 """
 
 from __future__ import annotations
@@ -35,3 +36,13 @@ def duration(flag: str, value: str, *, positive: bool = False) -> timedelta:
     if positive and seconds <= 0:
         raise FlagError(flag, f"{value!r} must be greater than zero")
     return timedelta(seconds=seconds)
+
+
+def boolean(flag: str, value: object) -> bool:
+    """`value` (a flag's text, or a default already a bool) as a bool."""
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise FlagError(flag, f"{value!r} must be true or false")

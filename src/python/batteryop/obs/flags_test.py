@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from batteryop.obs.flags import FlagError, duration
+from batteryop.obs.flags import FlagError, boolean, duration
 
 
 def test_durations_read_with_or_without_a_unit() -> None:
@@ -25,3 +25,17 @@ def test_a_bad_duration_names_the_flag(value: str) -> None:
 def test_positive_refuses_zero() -> None:
     with pytest.raises(FlagError, match="greater than zero"):
         duration("--max", "0", positive=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("true", True), ("False", False), (" 1 ", True), ("no", False), (True, True)],
+)
+def test_booleans(value: object, expected: bool) -> None:
+    assert boolean("--x", value) is expected
+
+
+@pytest.mark.parametrize("value", ["", "on", "2", "truth"])
+def test_a_bad_boolean_names_the_flag_and_the_rule(value: str) -> None:
+    with pytest.raises(FlagError, match="^--bind-events: .* must be true or false$"):
+        boolean("--bind-events", value)

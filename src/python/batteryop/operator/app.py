@@ -146,6 +146,7 @@ class Operator:
             clock=_now,
             lease_reads=self.lease_reads,
             lease_checks=self.lease_checks,
+            bind_events=config.bind_events,
         )
         self.claims = Controller(
             "claims",

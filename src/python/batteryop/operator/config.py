@@ -18,32 +18,14 @@ from pathlib import Path
 
 from batteryop.api import names
 from batteryop.battery.config import is_loopback_host
+from batteryop.obs.flags import FlagError, boolean, duration
 
-
-class ConfigError(ValueError):
-    """A flag has a value the operator cannot run with."""
-
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(f"{flag}: {message}")
-        self.flag = flag
+ConfigError = FlagError
+"""A flag has a value the operator cannot run with (the one error every deployable's flags use)."""
 
 
 def _seconds(flag: str, value: str) -> timedelta:
-    text = value.strip()
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            number = text[: -len(suffix)]
-            break
-    else:
-        suffix, number = "s", text
-    try:
-        seconds = float(number) * units[suffix]
-    except ValueError:
-        raise ConfigError(flag, f"{value!r} is not a duration such as 10s, 2m or 500ms") from None
-    if seconds <= 0:
-        raise ConfigError(flag, f"{value!r} must be greater than zero")
-    return timedelta(seconds=seconds)
+    return duration(flag, value, positive=True)
 
 
 @dataclass(frozen=True)
@@ -66,6 +48,7 @@ class OperatorConfig:
     kubeconfig: Path | None = None
     log_level: str = "info"
     log_format: str = "json"
+    bind_events: bool = True
 
     def __post_init__(self) -> None:
         host = self.battery_address.rsplit(":", 1)[0].strip("[]")
@@ -121,6 +104,12 @@ def parser() -> argparse.ArgumentParser:
     add("--kubeconfig", None, "kubeconfig file; default: in-cluster, else $KUBECONFIG")
     add("--log-level", d.log_level, "debug, info, warning or error")
     add("--log-format", d.log_format, "json or text")
+    add(
+        "--bind-events",
+        "true",
+        "record a Normal Bound Event on each claim as it binds (one API request per claim; "
+        "the Bound condition says the same); false for high-churn fleets",
+    )
     return p
 
 
@@ -161,4 +150,5 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         kubeconfig=_path(a.kubeconfig),
         log_level=str(a.log_level).lower(),
         log_format=str(a.log_format),
+        bind_events=boolean("--bind-events", a.bind_events),
     )

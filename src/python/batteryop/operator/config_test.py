@@ -14,6 +14,13 @@ def test_defaults_match_the_deployment() -> None:
         timedelta(minutes=2),
     )
     assert c.claim_concurrent_reconciles == 4
+    assert c.bind_events is True
+
+
+def test_bind_events_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse(["--bind-events=false"]).bind_events is False
+    monkeypatch.setenv("BATTERYOP_BIND_EVENTS", "false")
+    assert parse([]).bind_events is False
 
 
 @pytest.mark.req("DP-010")
@@ -45,6 +52,7 @@ def test_claim_timeout_is_separate_and_parsed() -> None:
         ("--claim-concurrent-reconciles=1", "must be at least 2"),
         ("--claim-concurrent-reconciles=two", "is not a whole number"),
         ("--log-format=xml", "must be json or text"),
+        ("--bind-events=maybe", "must be true or false"),
     ],
 )
 def test_a_bad_flag_is_named_with_its_rule(flag: str, rule: str) -> None:

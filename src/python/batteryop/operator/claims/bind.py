@@ -32,8 +32,10 @@ second one (CL-061). The guard:
    answer (CL-008), in the locked write; then stop the chain: no other battery call comes
    before the status write (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
    it lands, the Lease exists only in battery: that window is what CL-061 closes, and
-   stopping keeps it as short as a reconcile can. The claim comes back
-   `EXPIRY_READ_DELAY_SECONDS` later to read its expiry (CL-016).
+   stopping keeps it as short as a reconcile can. The claim comes back as soon as the write
+   landed (`EXPIRY_READ_DELAY_SECONDS`, zero) to read its expiry (CL-016): a client counts a
+   claim usable only once its expiry is recorded, so every second of delay here is a second
+   of every claim's latency.
 5. PoolExhausted, NotFound, in transit, ABORTED: handed to `pending` (CL-003, CL-004, CL-007,
    CL-062). Any other error: the phase stays, `synced` reports BatteryError and backs off.
 """
@@ -57,8 +59,14 @@ from batteryop.battery.errors import (
 )
 from batteryop.operator.claims.scope import ClaimScope, PendingCause
 
-EXPIRY_READ_DELAY_SECONDS = 1.0
-"""How long after binding a claim its Lease's expiry is read from battery (CL-016)."""
+EXPIRY_READ_DELAY_SECONDS = 0.0
+"""How long after the bind's write a claim's Lease expiry is read from battery (CL-016).
+
+Zero: at once. Claims that bind together still share ListLeases calls without waiting: the
+work queue serves the binds already due first, and `LeaseReads` lets one call serve every
+claim that asked while the call before it ran. (It was one second, which every client paid
+on every claim: the client and the Exec Agent count a claim usable only once its expiry is
+recorded.)"""
 
 
 def _refusal(scope: ClaimScope) -> str | None:
@@ -163,15 +171,16 @@ async def bind(scope: ClaimScope) -> None:
         observed_renew_time=scope.claim.spec.renew_time,
     )
     scope.set_condition(ClaimConditionType.BOUND, True, ClaimReason.BOUND, message)
-    scope.event(EventType.NORMAL, ClaimReason.BOUND, message)
+    if scope.deps.bind_events:
+        scope.event(EventType.NORMAL, ClaimReason.BOUND, message)
     scope.logger.info(
         "Bound MicroVMClaim",
         extra=scope.log_extra(lease=claimed.lease_id, microvm=claimed.vm_uid, node=node),
     )
     scope.just_bound = True
     scope.outcome.lock_status = True  # lands only on the version this decision read
-    # CL-016: the expiry is read from battery next, a moment later, so that when many claims
-    # bind at once their binds come first and their reads share ListLeases calls.
+    # CL-016: the expiry is read from battery next, once this write landed; claims binding
+    # at once share the ListLeases calls (`LeaseReads`).
     scope.outcome.requeue(EXPIRY_READ_DELAY_SECONDS)
     # No other battery call before the status write (CL-002); only the cache-only steps
     # (agent address, HostReady) may still add to that one write.

@@ -38,6 +38,8 @@ class ClaimDeps:
       None calls `battery` directly.
     - `lease_checks`: Bound claims to check against battery's Leases at once, whatever
       their recorded expiry (CL-030, `LeaseChecks`); None checks only expired ones.
+    - `bind_events`: record a Normal `Bound` Event as a claim binds (`--bind-events`); the
+      `Bound` condition records the bind either way.
     """
 
     battery: BatteryAPI
@@ -49,6 +51,7 @@ class ClaimDeps:
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
     lease_reads: LeaseReads | None = None
     lease_checks: LeaseChecks | None = None
+    bind_events: bool = True
 
     async def list_leases(self, pool: PoolRef) -> list[Lease]:
         """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""

@@ -92,6 +92,7 @@ class Env:
     pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     lease_checks: LeaseChecks = field(default_factory=LeaseChecks)
+    bind_events: bool = True
 
     def __post_init__(self) -> None:
         self.deleted = DeletedVMs(self.clock.now)
@@ -105,6 +106,7 @@ class Env:
             deleted_vms=self.deleted,
             clock=self.clock.now,
             lease_checks=self.lease_checks,
+            bind_events=self.bind_events,
         )
 
     async def reconcile(self, body: dict[str, Any]) -> Outcome:
@@ -395,6 +397,18 @@ async def test_bind_records_batterys_answer_and_stops_so_the_status_is_written_n
     assert status(body).lease_expires_at == listed.expires_at
     assert outcome.requeue_after == THRESHOLD
     assert status(body).agent_address == AGENT
+
+
+async def test_with_bind_events_off_the_bind_writes_the_same_and_records_no_event(
+    env: Env,
+) -> None:
+    await add_pool(env)
+    env.bind_events = False  # --bind-events=false
+    outcome, body = await env.step(claim_body(env))
+    assert env.calls.take() == ["ClaimVM"]
+    assert status(body).phase is ClaimPhase.BOUND
+    assert reason(body, ClaimConditionType.BOUND) == (ConditionStatus.TRUE, ClaimReason.BOUND)
+    assert events(outcome) == []
 
 
 def _renewal_pending(body: Mapping[str, Any]) -> bool:
