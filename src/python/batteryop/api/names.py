@@ -268,3 +268,7 @@ DRAIN_GUARD_PREFIX: Final = "exec-agent-drain-guard-"
 def drain_guard_name(node: str) -> str:
     """Name of the guard Pod and PodDisruptionBudget holding a drain of `node` open."""
     return f"{DRAIN_GUARD_PREFIX}{node}"
+
+
+DRAIN_GUARD_IMAGE: Final = "registry.k8s.io/pause:3.10"
+"""Default image of the drain guard Pod (`--guard-image`): it only has to stay running."""

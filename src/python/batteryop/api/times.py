@@ -4,6 +4,8 @@
   leaseExpiresAt) is RFC 3339 in UTC with whole seconds: `format_time`.
 - `metav1.MicroTime` (a claim's renewTime and observedRenewTime) keeps microseconds:
   `format_micro_time`.
+- Go's `time.RFC3339Nano` (the Exec Agent's drain-started Node annotation) trims trailing zeros
+  of the fraction: `format_rfc3339_nano`.
 - `metav1.Duration` (a Pool's lease durations) is Go's duration syntax, e.g. `10s`, `1m30s`,
   `1.5h`: `parse_duration` and `format_duration`, which writes what Go's `Duration.String`
   writes, so `parse_duration(format_duration(d)) == d` for every `timedelta` we can hold.
@@ -65,6 +67,14 @@ def format_time(value: datetime) -> str:
 def format_micro_time(value: datetime) -> str:
     """`metav1.MicroTime`: UTC with six fractional digits."""
     return _utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_rfc3339_nano(value: datetime) -> str:
+    """Go's `time.RFC3339Nano` in UTC: the fraction without trailing zeros, none when whole
+    (a `datetime` holds microseconds, so at most six digits)."""
+    utc = _utc(value)
+    fraction = f"{utc.microsecond:06d}".rstrip("0")
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
 
 
 def truncate_to_seconds(value: datetime) -> datetime:

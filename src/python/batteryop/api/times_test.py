@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from batteryop.api.times import (
     format_duration,
     format_micro_time,
+    format_rfc3339_nano,
     format_time,
     parse_duration,
     parse_time,
@@ -55,6 +56,18 @@ def test_parse_time_refuses_what_is_not_rfc3339(text: str) -> None:
 @given(AWARE)
 def test_micro_time_round_trips(t: datetime) -> None:
     assert parse_time(format_micro_time(t)) == t
+
+
+def test_rfc3339_nano_trims_the_fraction_as_go_does() -> None:
+    t = datetime(2026, 3, 4, 5, 6, 7, 891000, tzinfo=timezone(timedelta(hours=2)))
+    assert format_rfc3339_nano(t) == "2026-03-04T03:06:07.891Z"
+    assert format_rfc3339_nano(t.replace(microsecond=0)) == "2026-03-04T03:06:07Z"
+    assert format_rfc3339_nano(t.replace(microsecond=5)) == "2026-03-04T03:06:07.000005Z"
+
+
+@given(AWARE)
+def test_rfc3339_nano_round_trips(t: datetime) -> None:
+    assert parse_time(format_rfc3339_nano(t)) == t
 
 
 @given(AWARE)

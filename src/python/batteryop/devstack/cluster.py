@@ -11,6 +11,7 @@
   placeholder), its API on the stack's loopback port, its TLS files in the stack's folder.
 - One Node per simulated Host, labelled as a Host, with its InternalIP. Nothing here publishes
   the Host set: the host registry does, from the Nodes' Exec Agent reports (IN-001).
+- The install namespace's `default` ServiceAccount (the Exec Agents' drain guard Pods run as it).
 - The demo namespace and its Holder ServiceAccount.
 
 Identities: TokenRequest tokens of each ServiceAccount, written into kubeconfigs. An Exec
@@ -222,6 +223,13 @@ async def install(
         *approver_objects(approver),
         tls_secret(names.SERVING_CA_SECRET, serving_ca),
         tls_secret(names.CLIENT_CA_SECRET, client_ca),
+        # kube-controller-manager's work, and none runs here: the Exec Agents' drain guard
+        # Pods run as the install namespace's `default` ServiceAccount.
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": NAMESPACE},
+        },
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NAMESPACE}},
         {
             "apiVersion": "v1",

@@ -13,11 +13,12 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
   turns into `HostReady` (EA-030..EA-035).
 - `identity`: at start, the agent's own identity must name its Host (EA-050).
 - `certs`: keys made on the Host, certificates by CSR, renewal (EA-060..EA-068).
+- `drain_guard`: while claims are Bound on the Host, a guard Pod and PodDisruptionBudget hold a
+  drain of its Node open, for at most the drain timeout (EA-040, EA-041).
+- `clock`: the wall clock, injected where the agent waits for a time (certificates, drains).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 
-Its DaemonSet, identity, RBAC and the admission policy confining its Node writes (EA-004,
-EA-051) are in `batteryop.manifests.exec_agent`.
-
-Not built yet (issue 9), and so not claimed here: the drain guard, planned(EA-040).
+Its DaemonSet, identity, RBAC and the admission policy confining its Node writes and its drain
+guard (EA-004, EA-051) are in `batteryop.manifests.exec_agent`.
 """

@@ -46,9 +46,9 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import grpc
 from cryptography import x509
@@ -57,6 +57,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from batteryop.api import names
+from batteryop.exec_agent.clock import Clock, SystemClock
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
@@ -82,24 +83,6 @@ FLINTLOCKD_SERVING: Final = "flintlockd-serving"
 CLIENT: Final = "client"
 EXEC_SERVING: Final = "exec-serving"
 KINDS: Final = (FLINTLOCKD_SERVING, CLIENT, EXEC_SERVING)
-
-
-class Clock(Protocol):
-    """Where the certificate manager gets the time and waits for it."""
-
-    def now(self) -> datetime.datetime: ...
-
-    async def sleep_until(self, when: datetime.datetime) -> None: ...
-
-
-class SystemClock:
-    def now(self) -> datetime.datetime:
-        return datetime.datetime.now(UTC)
-
-    async def sleep_until(self, when: datetime.datetime) -> None:
-        # Wake at least every minute: a suspended machine's monotonic clock may lag the wall.
-        while (left := (when - self.now()).total_seconds()) > 0:
-            await asyncio.sleep(min(left, 60.0))
 
 
 class CertificateError(Exception):

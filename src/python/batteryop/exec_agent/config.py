@@ -12,7 +12,8 @@ socket can be bound to it; every loopback address is, which is what tests use.
 Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certificate), EA-002
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
 on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 (the
-not-ready directory is configured).
+not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
+timeout).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class AgentConfig:
     - `host_paths`: where the Host checks look (EA-031..EA-033).
     - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
       is written even when it did not change (EA-034).
+    - `guard_namespace`, `guard_image`, `drain_timeout`: where the drain guard lives, what its
+      Pod runs, and how long a drain of the Node is held open at most (EA-040, EA-041).
     """
 
     node_name: str
@@ -102,6 +105,9 @@ class AgentConfig:
     host_paths: HostPaths = field(default_factory=HostPaths)
     sync_interval: timedelta = timedelta(seconds=2)
     report_resync: timedelta = timedelta(minutes=5)
+    guard_namespace: str = names.OPERATOR_NAMESPACE
+    guard_image: str = names.DRAIN_GUARD_IMAGE
+    drain_timeout: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS)
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -113,6 +119,15 @@ class AgentConfig:
         found: list[str] = []
         if not self.node_name or not _is_dns_subdomain(self.node_name):
             found.append(f"--host-node: {self.node_name!r} is not a Node name")
+        elif not _is_dns_subdomain(names.drain_guard_name(self.node_name)):
+            found.append(
+                f"--host-node: {self.node_name!r} is too long to name its drain guard "
+                f"({names.DRAIN_GUARD_PREFIX}<node>, at most 253 characters)"
+            )
+        if not self.guard_namespace or not _is_dns_label(self.guard_namespace):
+            found.append(f"--guard-namespace: {self.guard_namespace!r} is not a namespace name")
+        if not self.guard_image.strip() or any(c.isspace() for c in self.guard_image):
+            found.append(f"--guard-image: {self.guard_image!r} is not an image reference")
         if not _is_ip(self.address):
             found.append(f"--address: {self.address!r} is not an IP address")
         if not 0 <= self.port <= 65535:
@@ -160,6 +175,7 @@ class AgentConfig:
             ("--exec-open-timeout", self.exec_open_timeout),
             ("--sync-interval", self.sync_interval),
             ("--report-resync", self.report_resync),
+            ("--drain-timeout", self.drain_timeout),
         ):
             if value <= timedelta(0):
                 found.append(f"{flag}: must be greater than zero")
@@ -226,6 +242,10 @@ def _is_dns_subdomain(value: str) -> bool:
     )
 
 
+def _is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and "." not in value and _is_dns_subdomain(value)
+
+
 def is_address_of_this_host(address: str) -> bool:
     """Whether `address` (an IP) is assigned to this machine: a socket can be bound to it.
 
@@ -262,6 +282,7 @@ _FALLBACK_ENV: Mapping[str, str] = {
     "--host-node": "NODE_NAME",
     "--address": "HOST_IP",
     "--namespace": "POD_NAMESPACE",
+    "--guard-namespace": "POD_NAMESPACE",
 }
 
 
@@ -276,8 +297,8 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         prog="exec-agent",
         description="Runs claimed MicroVMs' commands on this Host, for their Holders only.",
         epilog="Every flag can also be set by BATTERYOP_<FLAG>, e.g. BATTERYOP_CALL_TIMEOUT; "
-        "--host-node, --address and --namespace fall back on NODE_NAME, HOST_IP and "
-        "POD_NAMESPACE.",
+        "--host-node, --address, --namespace and --guard-namespace fall back on NODE_NAME, "
+        "HOST_IP and POD_NAMESPACE.",
     )
 
     def add(flag: str, default: object, help: str) -> None:
@@ -319,6 +340,9 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--sys-block-dir", d.sys_block_dir, "where device-mapper devices are listed")
     add("--sync-interval", "2s", "how often the Host is checked")
     add("--report-resync", "5m", "how often the Node report is rewritten unchanged")
+    add("--guard-namespace", names.OPERATOR_NAMESPACE, "namespace of the drain guard")
+    add("--guard-image", names.DRAIN_GUARD_IMAGE, "image of the drain guard Pod")
+    add("--drain-timeout", "1h", "longest time a drain of the Node is held open for claims")
     add("--log-level", "info", "debug, info, warning or error")
     add("--log-format", "json", "json or text")
     return p
@@ -390,6 +414,9 @@ def parse(
         ),
         "sync_interval": duration("--sync-interval", a.sync_interval),
         "report_resync": duration("--report-resync", a.report_resync),
+        "guard_namespace": str(a.guard_namespace),
+        "guard_image": str(a.guard_image),
+        "drain_timeout": duration("--drain-timeout", a.drain_timeout),
         "log_level": str(a.log_level),
         "log_format": str(a.log_format),
     }

@@ -35,6 +35,31 @@ def test_defaults_come_from_the_names_and_the_downward_api() -> None:
     assert config.listen_target == f"127.0.0.5:{names.EXEC_AGENT_PORT}"
 
 
+@pytest.mark.req("EA-040", "EA-041")
+def test_the_drain_guard_lives_in_the_pods_namespace_and_holds_an_hour_by_default() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5", "POD_NAMESPACE": "agents"}
+    config = parse(FILES, env)
+    assert config.guard_namespace == "agents"
+    assert config.guard_image == names.DRAIN_GUARD_IMAGE == "registry.k8s.io/pause:3.10"
+    assert config.drain_timeout == timedelta(hours=1)
+    flags = ["--guard-namespace=other", "--guard-image=example.test/pause:1", "--drain-timeout=5m"]
+    config = parse([*FILES, *flags], env)
+    assert (config.guard_namespace, config.guard_image) == ("other", "example.test/pause:1")
+    assert config.drain_timeout == timedelta(minutes=5)
+
+
+def test_bad_drain_guard_settings_are_refused_naming_their_flags() -> None:
+    env = {"HOST_IP": "127.0.0.5"}
+    bad = ["--guard-namespace=Not_A_Namespace", "--guard-image= ", "--drain-timeout=0s"]
+    with pytest.raises(ConfigError) as caught:
+        parse([*FILES, f"--host-node={'.'.join(['a' * 60] * 4)}", *bad], env)
+    problems = "\n".join(caught.value.problems)
+    assert "--guard-namespace: 'Not_A_Namespace' is not a namespace name" in problems
+    assert "--guard-image: ' ' is not an image reference" in problems
+    assert "--drain-timeout: must be greater than zero" in problems
+    assert "too long to name its drain guard" in problems
+
+
 def test_flags_win_over_their_environment_twins() -> None:
     env = {
         env_name("--host-node"): "from-env",

@@ -8,13 +8,14 @@ With `--trust-domain=<td>` instead of the five certificate files, the agent make
 gets its three certificates by CSR before it serves, and renews them while it runs (`certs`,
 EA-060..EA-068).
 
-First checks that its own identity names its Host (`identity`, EA-050), then runs two things
-until SIGTERM or SIGINT: the exec API (`server`) and the Node report (`node_report`, every
-`--sync-interval`). Exits 2 with one line per problem on bad flags, including a flintlockd
+First checks that its own identity names its Host (`identity`, EA-050), then runs three things
+until SIGTERM or SIGINT: the exec API (`server`), the Node report (`node_report`, every
+`--sync-interval`) and the drain guard (`drain_guard`: while claims are Bound here, a drain of
+the Node waits, at most `--drain-timeout`; EA-040, EA-041). Exits 2 with one line per problem on bad flags, including a flintlockd
 endpoint or a serving address that is not this Host's (EA-001, EA-002); 1 when its identity
 names another Host or none; 0 after a signal once running execs had their grace period. With
 `--health-probe-bind-address`, `/healthz` is the event loop answering, `/readyz` the exec API
-listening and the Node report loop running, and `/metrics` the agent's metrics.
+listening and the Node report and drain guard loops running, and `/metrics` the agent's metrics.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
+from batteryop.exec_agent.drain_guard import DrainGuard
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.identity import IdentityError, check_identity
 from batteryop.exec_agent.metrics import AgentMetrics
@@ -71,6 +73,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
                 checks={
                     "exec-api": lambda: server is not None and server.port != 0,
                     "node-report": lambda: _running(tasks, "node-report"),
+                    "drain-guard": lambda: _running(tasks, "drain-guard"),
                     "certificates": lambda: (
                         not config.trust_domain or _running(tasks, "certificates")
                     ),
@@ -132,13 +135,22 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             interval=config.sync_interval.total_seconds(),
             resync=config.report_resync.total_seconds(),
         )
+        guard = DrainGuard(  # EA-040, EA-041
+            kube,
+            node_name=config.node_name,
+            namespace=config.guard_namespace,
+            image=config.guard_image,
+            timeout=config.drain_timeout,
+        )
+        metrics.follow_drain_guard(guard)
         await server.start()
         stack.push_async_callback(server.stop)
         tasks["node-report"] = asyncio.create_task(reporter.run(stop), name="node-report")
+        tasks["drain-guard"] = asyncio.create_task(guard.run(stop), name="drain-guard")
         if certs is not None:
             tasks["certificates"] = asyncio.create_task(certs.run(stop), name="certificates")
         await stop.wait()
-        # Both end at once on `stop`; then the server stops, then the health server.
+        # All end at once on `stop`; then the server stops, then the health server.
         await asyncio.gather(*tasks.values())
 
 

@@ -104,7 +104,7 @@ async def agent_process(argv: list[str]) -> AsyncIterator[AgentProcess]:
         await running._reader
 
 
-@pytest.mark.req("EA-001", "EA-002", "EA-003", "EA-034", "EA-050")
+@pytest.mark.req("EA-001", "EA-002", "EA-003", "EA-034", "EA-040", "EA-050")
 async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly(
     cluster: ControlPlane, pki: Pki, flintlockd: FakeFlintlockd, holders: Holders, tmp_path: Path
 ) -> None:
@@ -129,6 +129,7 @@ async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly
         f"--kvm-device={host.kvm_device}",
         f"--kvm-sysfs-dir={host.kvm_sysfs_dir}",
         f"--sys-block-dir={host.sys_block_dir}",
+        f"--guard-namespace={AGENT_NAMESPACE}",
         "--log-format=json",
     ]
     holding = await holders.hold()
@@ -152,6 +153,8 @@ async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly
         assert annotations[names.EXEC_AGENT_READY_ANNOTATION] == "true"
         assert annotations[names.EXEC_AGENT_ADDRESS_ANNOTATION] == f"{AGENT_ADDRESS}:{port}"
         assert annotations[names.FLINTLOCKD_ADDRESS_ANNOTATION] == flintlockd.target
+        # EA-040: the claim is Bound on this Host, so a drain of its Node is held.
+        await agent.logged("Holding drains of the Node: claims are Bound on it")
 
         agent.process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):

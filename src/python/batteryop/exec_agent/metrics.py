@@ -3,12 +3,16 @@
 `exec_agent_phase_seconds{phase}`: how long calls spent in each `timing.Phase` (TokenReview,
 claim read, opening the stream on flintlockd, the command), so a slow exec can be blamed on the
 API server, flintlockd or the command. Labels are bounded: no user, claim or MicroVM names.
+
+`exec_agent_drain_guard_held` (1 while the drain guard is in place, EA-040) and
+`exec_agent_bound_claims` (claims Bound on this Host, as the guard last saw them).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from batteryop.exec_agent.drain_guard import DrainGuard
 from batteryop.exec_agent.timing import Phase
 
 NAMESPACE = "battery_operator"
@@ -39,6 +43,7 @@ class AgentMetrics:
 
     def __init__(self, registry: CollectorRegistry, *, namespace: str = NAMESPACE) -> None:
         self.registry = registry
+        self._namespace = namespace
         self.phase_seconds = Histogram(
             "exec_agent_phase_seconds",
             "Time exec API calls spent in each phase.",
@@ -50,3 +55,20 @@ class AgentMetrics:
 
     def observe_phase(self, phase: Phase, seconds: float) -> None:
         self.phase_seconds.labels(phase=phase.value).observe(seconds)
+
+    def follow_drain_guard(self, guard: DrainGuard) -> None:
+        """Export the guard's state, read at each scrape."""
+        held = Gauge(
+            "exec_agent_drain_guard_held",
+            "1 while the drain guard holds drains of this Host's Node open.",
+            namespace=self._namespace,
+            registry=self.registry,
+        )
+        held.set_function(lambda: 1.0 if guard.held else 0.0)
+        bound = Gauge(
+            "exec_agent_bound_claims",
+            "MicroVMClaims Bound on this Host, as the drain guard last saw them.",
+            namespace=self._namespace,
+            registry=self.registry,
+        )
+        bound.set_function(lambda: float(len(guard.bound_claims)))

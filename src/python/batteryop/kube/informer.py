@@ -40,8 +40,13 @@ async def list_watch(
     on_event: Callable[[str, dict[str, Any]], None],
     namespace: str | None = None,
     field_selector: str | None = None,
+    on_error: Callable[[Exception], None] | None = None,
 ) -> None:
-    """Feed `on_list` every complete list and `on_event` every watch event after it."""
+    """Feed `on_list` every complete list and `on_event` every watch event after it.
+
+    `on_error`, if given, hears of every failure before the retry: until the next `on_list`,
+    what the caller knows may be out of date (a caller that must not act on a stale set, such
+    as the Exec Agent's drain guard, waits for that list)."""
     backoff = 1.0
     while True:
         try:
@@ -57,7 +62,18 @@ async def list_watch(
                     on_event(kind, obj)
         except KubeError as e:
             log.warning("List/watch of %s failed; listing again: %s", res.plural, e)
-        except Exception:  # a bad body or a failing callback: never stop following
+            _tell(on_error, e)
+        except Exception as e:  # a bad body or a failing callback: never stop following
             log.exception("List/watch of %s failed; listing again", res.plural)
+            _tell(on_error, e)
         await asyncio.sleep(backoff)
         backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+
+
+def _tell(on_error: Callable[[Exception], None] | None, error: Exception) -> None:
+    if on_error is None:
+        return
+    try:
+        on_error(error)
+    except Exception:  # the loop must go on whatever the callback does
+        log.exception("on_error callback failed")

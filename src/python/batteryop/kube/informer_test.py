@@ -11,8 +11,9 @@ import pytest
 
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
+from batteryop.kube.errors import NotFoundError
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS
+from batteryop.kube.resources import CONFIGMAPS, Resource
 from batteryop.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
@@ -63,6 +64,29 @@ async def test_a_list_then_every_event_and_a_failing_callback_only_relists(
             assert lists[1] == ["after", "before", "boom"]
             await kube.delete(CONFIGMAPS, "before", namespace)
             await until(lambda: ("DELETED", "before") in events, "the deletion")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_a_failed_list_is_told_to_on_error_before_the_retry(
+    controlplane: ControlPlane,
+) -> None:
+    errors: list[Exception] = []
+    missing = Resource("example.com", "v1", "nothings")
+
+    def never(*_: Any) -> None:
+        raise AssertionError("nothing can be listed")
+
+    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
+        task = asyncio.create_task(
+            list_watch(kube, missing, on_list=never, on_event=never, on_error=errors.append)
+        )
+        try:
+            await until(lambda: bool(errors), "the failure reported")
+            assert isinstance(errors[0], NotFoundError)
             assert not task.done()
         finally:
             task.cancel()

@@ -88,6 +88,8 @@ CERTIFICATE_SIGNING_REQUESTS = Resource(
 conditions) and `status` (the certificate, and the Failed condition)."""
 PODS = Resource("", "v1", "pods")
 """Pods (core/v1)."""
+POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets")
+"""PodDisruptionBudgets (policy/v1): the Exec Agent's drain guard holds one."""
 
 SELF_SUBJECT_ACCESS_REVIEWS = Resource(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", namespaced=False

@@ -4,16 +4,22 @@ In apply order:
 
 - ServiceAccount `names.EXEC_AGENT_NAME` (no automounted token; the Pod mounts a projected one).
 - ClusterRole and ClusterRoleBinding `names.EXEC_AGENT_NAME`: `rbac.exec_agent_cluster_rules`
-  (TokenReviews, `get` of claims, `patch` of Nodes, `create` and `get` of CSRs: EA-067).
+  (TokenReviews, reading and watching claims and Nodes, `patch` of Nodes, `create` and `get` of
+  CSRs: EA-067).
 - Role and RoleBinding `names.EXEC_AGENT_NAME` in the install namespace:
-  `rbac.exec_agent_namespace_rules` (read and watch the one CA bundle ConfigMap, by name).
+  `rbac.exec_agent_namespace_rules` (read and watch the one CA bundle ConfigMap, by name; get,
+  create and delete Pods and create and delete PodDisruptionBudgets: the drain guard, EA-041).
 - ValidatingAdmissionPolicy `names.EXEC_AGENT_ADMISSION_POLICY` and its binding (EA-051): for
   the agent's identity only, a write to a Node is allowed only when the identity names exactly
   one Node (the `authentication.kubernetes.io/node-name` extra of a token bound to a Pod on
   that Node), it is an update of that Node object itself (no subresource, no create, no
   delete), labels, owner references, finalizers and spec are unchanged, and only annotations
   under `names.PREFIX` are added, changed or removed. `failurePolicy: Fail`, action Deny.
-  RBAC grants `patch nodes` cluster-wide; this policy is what confines it.
+  RBAC grants `patch nodes` cluster-wide; this policy is what confines it. Pods and
+  PodDisruptionBudgets: the agent may only create and delete (never update, nor write a
+  subresource) the drain guard of its own Node, `names.drain_guard_name(node)` in the install
+  namespace; the guard Pod must be bound to that Node (`spec.nodeName`), set
+  `automountServiceAccountToken: false` and have no volumes (EA-041).
 - DaemonSet `names.EXEC_AGENT_NAME` (EA-004): only on Nodes labelled `names.HOST_LABEL=true`,
   tolerating the Host taint; `hostNetwork`, so the exec API listens on the Host's internal
   address (`HOST_IP` from the downward API) and reaches flintlockd there (EA-001, EA-002).
@@ -25,15 +31,17 @@ EA-060..EA-068). flintlockd's serving certificate, key and client CA go to the H
 `names.FLINTLOCKD_CERT_DIR` (a read-write host mount, the only one; the Host Image creates it
 owned by the agent's user, HI-072); the agent's own keys stay in its memory.
 
-Requirements: EA-004, EA-051.
+Requirements: EA-004, EA-041 (the drain guard's grants and confinement), EA-051.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, Final
 
 from batteryop.api import names
+from batteryop.api.times import format_duration
 from batteryop.manifests import admission, rbac
 
 Obj = dict[str, Any]
@@ -63,6 +71,13 @@ RUN_AS: Final = 65532
 
 NODE_NAME_EXTRA: Final = names.NODE_NAME_EXTRA
 
+DRAIN_TIMEOUT: Final = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS)
+"""How long the agent holds a drain open at most (EA-040); Host pools drain no faster (HP-004)."""
+
+GUARD_POD_RESOURCES: Final = ("pods", "pods/status", "pods/ephemeralcontainers", "pods/resize")
+"""The Pod resources the admission policy watches over: the Pod, and every subresource through
+which a Pod is changed after it was made."""
+
 
 def exec_agent_image_for(operator_image: str) -> str:
     """`<repo>/exec-agent:<tag>` beside `<repo>:<tag>`; a digest cannot be carried over."""
@@ -89,6 +104,7 @@ def _unchanged(field: str, empty: str) -> str:
 def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
     """The ValidatingAdmissionPolicy of EA-051 and its binding (see the module docstring)."""
     prefix = names.PREFIX
+    guard = names.DRAIN_GUARD_PREFIX
     variables = [
         {
             "name": "nodeNames",
@@ -97,47 +113,111 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
                 f" ? request.userInfo.extra['{NODE_NAME_EXTRA}'] : []"
             ),
         },
+        {"name": "isNode", "expression": "request.resource.resource == 'nodes'"},
+        {"name": "isPod", "expression": "request.resource.resource == 'pods'"},
+        {"name": "isUpdate", "expression": "request.operation == 'UPDATE'"},
+        {"name": "isCreate", "expression": "request.operation == 'CREATE'"},
+        {
+            "name": "noSubresource",
+            "expression": "!has(request.subResource) || request.subResource == ''",
+        },
+        # The object a create makes or a delete removes (`object` is null on a delete).
+        {
+            "name": "target",
+            "expression": "request.operation == 'DELETE' ? oldObject : object",
+        },
+        {
+            "name": "guardName",
+            "expression": (
+                f"'{guard}' + (size(variables.nodeNames) == 1 ? variables.nodeNames[0] : '')"
+            ),
+        },
         {"name": "newAnnotations", "expression": _NEW_OR_EMPTY.format(f="annotations", empty="{}")},
         {"name": "oldAnnotations", "expression": _OLD_OR_EMPTY.format(f="annotations", empty="{}")},
     ]
+    node_update = "!variables.isNode || !variables.isUpdate || "
     validations = [
         {
             "expression": "size(variables.nodeNames) == 1",
             "message": "the Exec Agent's identity must name exactly one Node",
         },
+        # Nodes: only its own, only our annotations.
         {
-            "expression": (
-                "request.operation == 'UPDATE'"
-                " && (!has(request.subResource) || request.subResource == '')"
-            ),
+            "expression": "!variables.isNode || (variables.isUpdate && variables.noSubresource)",
             "message": "the Exec Agent may only update a Node object, nothing else of it",
         },
         {
-            "expression": "object.metadata.name == variables.nodeNames[0]",
+            "expression": node_update + "object.metadata.name == variables.nodeNames[0]",
             "message": "the Exec Agent may only change its own Node",
         },
         {
-            "expression": " && ".join(
+            "expression": node_update
+            + "("
+            + " && ".join(
                 [
                     _unchanged("labels", "{}"),
                     _unchanged("ownerReferences", "[]"),
                     _unchanged("finalizers", "[]"),
                     "object.spec == oldObject.spec",
                 ]
-            ),
+            )
+            + ")",
             "message": "the Exec Agent may not change a Node's labels, owners, finalizers or spec",
         },
         {
-            "expression": (
-                f"variables.newAnnotations.all(k, k.startsWith('{prefix}') ||"
+            "expression": node_update
+            + (
+                f"(variables.newAnnotations.all(k, k.startsWith('{prefix}') ||"
                 " (k in variables.oldAnnotations &&"
                 " variables.oldAnnotations[k] == variables.newAnnotations[k]))"
                 f" && variables.oldAnnotations.all(k, k.startsWith('{prefix}') ||"
-                " k in variables.newAnnotations)"
+                " k in variables.newAnnotations))"
             ),
             "message": f"the Exec Agent may only change annotations under {prefix}",
         },
+        # Pods and PodDisruptionBudgets: only its own drain guard, made and removed whole
+        # (EA-041).
+        {
+            "expression": (
+                "variables.isNode || ((variables.isCreate || request.operation == 'DELETE')"
+                " && variables.noSubresource)"
+            ),
+            "message": "the Exec Agent may only create and delete its drain guard, never change it",
+        },
+        {
+            "expression": (
+                f"variables.isNode || (request.namespace == '{namespace}'"
+                " && variables.target.metadata.name == variables.guardName)"
+            ),
+            "message": (
+                f"the Exec Agent may only create and delete the drain guard of its own Node, "
+                f"{guard}<node> in {namespace}"
+            ),
+        },
+        {
+            "expression": (
+                "!variables.isPod || (has(variables.target.spec.nodeName)"
+                " && variables.target.spec.nodeName == variables.nodeNames[0])"
+            ),
+            "message": "the Exec Agent's drain guard Pod must be bound to its own Node",
+        },
+        {
+            "expression": (
+                "!variables.isPod || !variables.isCreate"
+                " || (has(object.spec.automountServiceAccountToken)"
+                " && object.spec.automountServiceAccountToken == false)"
+            ),
+            "message": "the Exec Agent's drain guard Pod must not mount a ServiceAccount token",
+        },
+        {
+            "expression": (
+                "!variables.isPod || !variables.isCreate"
+                " || !has(object.spec.volumes) || size(object.spec.volumes) == 0"
+            ),
+            "message": "the Exec Agent's drain guard Pod must have no volumes",
+        },
     ]
+    operations = ["CREATE", "UPDATE", "DELETE"]
     metadata = {"name": names.EXEC_AGENT_ADMISSION_POLICY, "labels": dict(labels)}
     policy: Obj = {
         "apiVersion": admission.API_VERSION,
@@ -150,9 +230,15 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
                     {
                         "apiGroups": [""],
                         "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["nodes", "nodes/status"],
-                    }
+                        "operations": list(operations),
+                        "resources": ["nodes", "nodes/status", *GUARD_POD_RESOURCES],
+                    },
+                    {
+                        "apiGroups": [rbac.POLICY_GROUP],
+                        "apiVersions": ["v1"],
+                        "operations": list(operations),
+                        "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"],
+                    },
                 ]
             },
             "matchConditions": [
@@ -259,6 +345,9 @@ def container(image: str) -> Obj:
             f"--sys-block-dir={HOST_SYS}/block",
             f"--not-ready-dir={NOT_READY_DIR}",
             f"--health-probe-bind-address=$(HOST_IP):{HEALTH_PORT}",
+            "--guard-namespace=$(POD_NAMESPACE)",  # EA-041: the drain guard beside the agent
+            f"--guard-image={names.DRAIN_GUARD_IMAGE}",
+            f"--drain-timeout={format_duration(DRAIN_TIMEOUT)}",  # EA-040
         ],
         "env": [
             _field_env("NODE_NAME", "spec.nodeName"),

@@ -5,6 +5,7 @@ the real API server against a real token of the agent's ServiceAccount bound to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from batteryop.manifests import exec_agent, render
 from batteryop.testing.controlplane import (
     ControlPlane,
     admin_client,
+    ensure_service_account,
     pod_bound_token,
     request_token,
     token_client,
@@ -84,7 +86,7 @@ def test_the_agent_may_only_create_and_get_csrs_and_read_the_ca_bundle_by_name()
     (ns_role,) = (
         o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == names.EXEC_AGENT_NAME
     )
-    assert ns_role["rules"] == [
+    assert [r for r in ns_role["rules"] if "configmaps" in r["resources"]] == [
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
@@ -92,6 +94,38 @@ def test_the_agent_may_only_create_and_get_csrs_and_read_the_ca_bundle_by_name()
             "verbs": ["get", "list", "watch"],
         }
     ]
+
+
+@pytest.mark.req("EA-040", "EA-041")
+def test_the_agent_may_follow_claims_and_its_node_and_make_and_remove_its_guard() -> None:
+    objs = render.render(operator_image=IMAGE)
+
+    def rules(kind: str) -> dict[str, list[str]]:
+        (role,) = (
+            o for o in objs if o["kind"] == kind and o["metadata"]["name"] == names.EXEC_AGENT_NAME
+        )
+        return {
+            f"{g}/{r}": rule["verbs"]
+            for rule in role["rules"]
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+            if "resourceNames" not in rule
+        }
+
+    cluster = rules("ClusterRole")
+    assert cluster[f"{names.GROUP}/{names.CLAIM_PLURAL}"] == ["get", "list", "watch"]
+    assert cluster["/nodes"] == ["get", "list", "watch", "patch"]
+    namespaced = rules("Role")
+    assert namespaced == {
+        "/pods": ["get", "create", "delete"],
+        "policy/poddisruptionbudgets": ["create", "delete"],
+    }
+    (container,) = daemon_set()["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    assert "--guard-namespace=$(POD_NAMESPACE)" in container["args"]
+    assert f"--guard-image={names.DRAIN_GUARD_IMAGE}" in container["args"]
+    assert "--drain-timeout=1h0m0s" in container["args"]
 
 
 def test_the_agent_image_sits_beside_the_operator_image() -> None:
@@ -113,9 +147,17 @@ def admin(controlplane: ControlPlane) -> Iterator[k8s.ApiClient]:
         api.close()
 
 
+EXTRA_ROLE = "exec-agent-test-extra"
+"""A grant the Manifests do not give: updates of Pods and budgets, to show the policy refuses
+what RBAC would allow."""
+
+
 @pytest.fixture(scope="module")
 def installed(admin: k8s.ApiClient) -> list[str]:
-    """The namespace and the Exec Agent's objects, applied as install.yaml has them; their kinds."""
+    """The namespace and the Exec Agent's objects, applied as install.yaml has them; their kinds.
+
+    Also the namespace's `default` ServiceAccount, which kube-controller-manager would make
+    (Pods run as it; without it the API server refuses every Pod), and `EXTRA_ROLE`."""
     dyn = DynamicClient(admin)
     wanted = [render.namespace_object(NS), *exec_agent.objects(NS, render.labels(), IMAGE)]
     for obj in wanted:
@@ -123,6 +165,24 @@ def installed(admin: k8s.ApiClient) -> list[str]:
         dyn.server_side_apply(
             resource, body=obj, field_manager="exec-agent-test", force_conflicts=True
         )
+    ensure_service_account(admin, NS, "default")
+    authz = k8s.RbacAuthorizationV1Api(admin)
+    extra = {
+        "metadata": {"name": EXTRA_ROLE},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["patch"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["patch"]},
+        ],
+    }
+    binding = {
+        "metadata": {"name": EXTRA_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": EXTRA_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": names.EXEC_AGENT_NAME, "namespace": NS}],
+    }
+    with contextlib.suppress(k8s.ApiException):
+        authz.create_namespaced_role(NS, extra)
+    with contextlib.suppress(k8s.ApiException):
+        authz.create_namespaced_role_binding(NS, binding)
     return [obj["kind"] for obj in wanted]
 
 
@@ -242,3 +302,103 @@ async def test_an_agent_identity_naming_no_node_may_change_no_node(
         assert "must name exactly one Node" in refusal(lambda: patch_node(unbound, own, ours))
     finally:
         unbound.close()
+
+
+def guard_pod(node: str, **spec: Any) -> dict[str, Any]:
+    """A Pod as the drain guard of `node` is made (no token, no volumes, deleted at once: no
+    kubelet runs here to finish a graceful deletion), `spec` overriding."""
+    return {
+        "metadata": {
+            "name": names.drain_guard_name(node),
+            "labels": {names.DRAIN_GUARD_LABEL: node},
+        },
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "guard", "image": names.DRAIN_GUARD_IMAGE}],
+            **spec,
+        },
+    }
+
+
+def guard_budget(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {names.DRAIN_GUARD_LABEL: node}}},
+    }
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-041", "EA-051")
+async def test_the_agent_may_only_create_and_delete_its_own_nodes_drain_guard(
+    admin: k8s.ApiClient,
+    controlplane: ControlPlane,
+    installed: list[str],
+    nodes: tuple[str, str],
+) -> None:
+    own, other = nodes
+    agent = agent_on(admin, controlplane, own)
+    core, policy = k8s.CoreV1Api(agent), k8s.PolicyV1Api(agent)
+    guard = names.drain_guard_name(own)
+    try:
+        await policy_active(agent, own)
+        # Its own guard: the budget, then the Pod, then both removed.
+        policy.create_namespaced_pod_disruption_budget(NS, guard_budget(guard, own))
+        core.create_namespaced_pod(NS, guard_pod(own))
+
+        not_its_guard = "only create and delete the drain guard of its own Node"
+        assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, guard_pod(other)))
+        assert not_its_guard in refusal(
+            lambda: policy.create_namespaced_pod_disruption_budget(
+                NS, guard_budget(names.drain_guard_name(other), other)
+            )
+        )
+        renamed = guard_pod(own)
+        renamed["metadata"]["name"] = f"{guard}-2"
+        assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, renamed))
+        assert not_its_guard in refusal(
+            lambda: policy.create_namespaced_pod_disruption_budget(NS, guard_budget("pdb", own))
+        )
+        # Its own guard's name, but bound to another Node, or with a token, or a volume.
+        core.delete_namespaced_pod(guard, NS)
+        assert "must be bound to its own Node" in refusal(
+            lambda: core.create_namespaced_pod(NS, guard_pod(own, nodeName=other))
+        )
+        assert "must not mount a ServiceAccount token" in refusal(
+            lambda: core.create_namespaced_pod(
+                NS, guard_pod(own, automountServiceAccountToken=True)
+            )
+        )
+        empty_dir = [{"name": "scratch", "emptyDir": {}}]
+        assert "must have no volumes" in refusal(
+            lambda: core.create_namespaced_pod(NS, guard_pod(own, volumes=empty_dir))
+        )
+        # Never changed once made, even where RBAC allows it (EXTRA_ROLE).
+        core.create_namespaced_pod(NS, guard_pod(own))
+        never_changed = "only create and delete its drain guard, never change it"
+        relabel = {"metadata": {"labels": {"example.com/x": "1"}}}
+        assert never_changed in refusal(lambda: core.patch_namespaced_pod(guard, NS, relabel))
+        assert never_changed in refusal(
+            lambda: core.patch_namespaced_pod_status(guard, NS, {"status": {"phase": "Failed"}})
+        )
+        assert never_changed in refusal(
+            lambda: policy.patch_namespaced_pod_disruption_budget(
+                guard, NS, {"spec": {"minAvailable": 0}}
+            )
+        )
+        # Nor may it delete a Pod that is not its guard: here, the Pod its own token is bound to.
+        (own_pod,) = (
+            p.metadata.name
+            for p in k8s.CoreV1Api(admin).list_namespaced_pod(NS).items
+            if p.spec.node_name == own and p.metadata.name != guard
+        )
+        assert not_its_guard in refusal(lambda: core.delete_namespaced_pod(own_pod, NS))
+        core.delete_namespaced_pod(guard, NS)
+        policy.delete_namespaced_pod_disruption_budget(guard, NS)
+    finally:
+        agent.close()
+    admin_core = k8s.CoreV1Api(admin)
+    assert [p.metadata.name for p in admin_core.list_namespaced_pod(NS).items].count(guard) == 0
+    budgets = k8s.PolicyV1Api(admin).list_namespaced_pod_disruption_budget(NS).items
+    assert [b.metadata.name for b in budgets] == []

@@ -80,6 +80,7 @@ CORE: Final = ""
 EVENTS_GROUP: Final = "events.k8s.io"
 AUTHENTICATION_GROUP: Final = "authentication.k8s.io"
 CERTIFICATES_GROUP: Final = "certificates.k8s.io"
+POLICY_GROUP: Final = "policy"
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 RBAC_VERSION: Final = f"{RBAC_GROUP}/v1"
 
@@ -120,23 +121,34 @@ def manager_namespace_rules() -> list[Obj]:
 
 
 def exec_agent_cluster_rules() -> list[Obj]:
-    """The Exec Agent identity's rules: review callers' tokens (EA-010), read the one claim a
-    token names, fresh, for every call (EA-013; no list or watch: the agent keeps no cache),
-    patch Nodes for its Node report (EA-034), and create and read its own CSRs, nothing else
-    with them (EA-067). RBAC cannot say "only your own Node, only our annotations": the
-    admission policy of EA-051 does."""
+    """The Exec Agent identity's rules: review callers' tokens (EA-010); read claims, the one a
+    token names fresh for every call (EA-013: get) and all of them followed by a watch for the
+    drain guard, which holds a drain while any is Bound on its Host (EA-040: list, watch);
+    read and watch its own Node (a cordon starts a drain) and patch Nodes for its Node report
+    and the drain start (EA-034, EA-040); and create and read its own CSRs, nothing else with
+    them (EA-067). A watch of one Node needs list and watch of Nodes, which RBAC cannot narrow
+    to a name that differs per agent; Nodes hold no secrets, and the Operator reads them all
+    too. RBAC cannot say "only your own Node, only our annotations": the admission policy of
+    EA-051 does."""
     return [
         rule(AUTHENTICATION_GROUP, ["tokenreviews"], ["create"]),
-        rule(names.GROUP, [names.CLAIM_PLURAL], ["get"]),
-        rule(CORE, ["nodes"], ["patch"]),
+        rule(names.GROUP, [names.CLAIM_PLURAL], READ),
+        rule(CORE, ["nodes"], (*READ, "patch")),
         rule(CERTIFICATES_GROUP, ["certificatesigningrequests"], ["create", "get"]),
     ]
 
 
 def exec_agent_namespace_rules() -> list[Obj]:
     """In the install namespace: read and watch the CA bundle ConfigMap, by name only (the CAs
-    its certificates must chain to, EA-066, and flintlockd's client CA, EA-064)."""
-    return [rule(CORE, ["configmaps"], READ, [names.CA_BUNDLE_CONFIG_MAP])]
+    its certificates must chain to, EA-066, and flintlockd's client CA, EA-064); get, create
+    and delete Pods and create and delete PodDisruptionBudgets, for the drain guard (EA-041).
+    Those names differ per agent, so RBAC cannot name them: the admission policy of EA-051
+    confines the agent to its own guard."""
+    return [
+        rule(CORE, ["configmaps"], READ, [names.CA_BUNDLE_CONFIG_MAP]),
+        rule(CORE, ["pods"], ("get", "create", "delete")),
+        rule(POLICY_GROUP, ["poddisruptionbudgets"], ("create", "delete")),
+    ]
 
 
 def claim_editor_rules() -> list[Obj]:

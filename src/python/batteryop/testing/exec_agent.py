@@ -1,7 +1,8 @@
 """A running Exec Agent for tests and benchmarks, with everything around it real but MicroVMs.
 
 - `prepare_cluster(cp)`: the CRDs, and the agent's own ServiceAccount holding exactly the rules
-  the Manifests give it (`rbac.exec_agent_cluster_rules`); `agent_kube_config(cp)` acts as it.
+  the Manifests give it (`rbac.exec_agent_cluster_rules`, `rbac.exec_agent_namespace_rules` in
+  `AGENT_NAMESPACE`, where its drain guard goes); `agent_kube_config(cp)` acts as it.
 - `make_pki(dir)`: flintlockd's serving CA and client CA, flintlockd's serving certificate for
   `FLINTLOCKD_ADDRESS`, the agent's client certificate and its serving certificate.
 - `running_agent(...)`: the agent as a real grpc.aio server with TLS on `AGENT_ADDRESS` (port 0),
@@ -126,6 +127,8 @@ def prepare_cluster(controlplane: ControlPlane) -> ControlPlane:
         with contextlib.suppress(k8s.ApiException):
             core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=AGENT_NAMESPACE)))
         ensure_service_account(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME)
+        # Pods (the drain guard) run as `default`, which kube-controller-manager would make.
+        ensure_service_account(api, AGENT_NAMESPACE, "default")
         authz = k8s.RbacAuthorizationV1Api(api)
         with contextlib.suppress(k8s.ApiException):
             authz.create_cluster_role(
