@@ -5,19 +5,34 @@ server -> fake flintlockd (mutual TLS) -> the command really runs -> exit code b
 passes the whole authorization. Prints one JSON line per figure:
 
     {"bench": "exec_roundtrip_true", "runs": 200, "p50_ms": ..., "p99_ms": ...,
-     "phases_p50_ms": {"token_review": ..., "claim_read": ..., "flintlockd_open": ..., "exec": ...}}
+     "phases_p50_ms": {"token_review": ..., "claim_read": ..., "flintlockd_open": ..., "exec": ...},
+     "fake_flintlockd_p50_ms": {"spawn": ..., "run": ...},
+     "cpu_ms_per_exec": {"kube-apiserver": ..., "etcd": ..., "fake-flintlockd": ...,
+                         "commands": ..., "agent+client": ...},
+     "load_average_1m": ...}
+    {"bench": "exec_roundtrip_true_client_library", ...}   (the same through batteryop.client)
     {"bench": "exec_stdout_throughput", "mib": 100, "seconds": ..., "mib_per_s": ...}
+    {"bench": "flintlockd_direct_baseline", ...}            (straight to the fake, no agent)
 
-The phases say where the time goes: the API server (token_review, claim_read), flintlockd
-accepting the stream (flintlockd_open), and the command from start to exit status (exec).
+Where the time goes: the API server (token_review and claim_read, which run side by side),
+flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
+with its start), and the command from start to exit status (exec). The fake flintlockd reports
+its own share apart: `spawn` is its fork and exec of the command's process (a cost of the
+stand-in, not of flintlockd, whose guest agent runs the command in the MicroVM), `run` the
+command until its exit was reaped. `cpu_ms_per_exec` is the CPU each process used per call
+(user + system, from /proc): on a shared machine with few cores the round trip is bounded by
+this sum more than by any one wait. The agent runs in the benchmark's process, so its CPU
+and the client's are one figure.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
@@ -25,10 +40,12 @@ import grpc.aio
 from bench.stats import FULL, latency_figures
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.client import ExecRequest, GrpcExecTransport
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
     Holders,
+    Holding,
     Pki,
     agent_kube_config,
     make_pki,
@@ -41,6 +58,35 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd
 RUNS = 200 if FULL else 20
 WARM = 10
 MIB = 100 if FULL else 10
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of process `pid`, user + system."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+class CpuMeter:
+    """CPU used per call by each process taking part (see the module docstring)."""
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self._pids = dict(pids)
+        self._before = {name: process_cpu(pid) for name, pid in self._pids.items()}
+
+    def per_call_ms(self, calls: int, *, fake: str, commands: str) -> dict[str, float]:
+        after = {name: process_cpu(pid) for name, pid in self._pids.items()}
+        out = {
+            name: round((after[name][0] - self._before[name][0]) * 1000 / calls, 2)
+            for name in self._pids
+        }
+        out[commands] = round((after[fake][1] - self._before[fake][1]) * 1000 / calls, 2)
+        return out
+
+
+def median_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 2) if values else 0.0
 
 
 async def test_exec_round_trip_and_throughput(
@@ -60,15 +106,24 @@ async def test_exec_round_trip_and_throughput(
             for _ in range(WARM):
                 await run_exec(channel, holding.metadata, true)
             agent.phases.clear()
+            timed_from = len(await fl.exec_timings())
+            pids = {
+                **controlplane.pids,
+                "fake-flintlockd": fl.pid,
+                "agent+client": os.getpid(),
+            }
+            cpu = CpuMeter(pids)
             seconds = []
             for _ in range(RUNS):
                 started = time.perf_counter()
                 responses = await run_exec(channel, holding.metadata, true)
                 seconds.append(time.perf_counter() - started)
                 assert responses[-1].exit_code == 0
+            cpu_ms = cpu.per_call_ms(RUNS, fake="fake-flintlockd", commands="commands")
             by_phase: dict[str, list[float]] = defaultdict(list)
             for phase, spent in agent.phases:
                 by_phase[phase.value].append(spent * 1000)
+            fake = (await fl.exec_timings())[timed_from:]
             print(
                 json.dumps(
                     {
@@ -78,9 +133,16 @@ async def test_exec_round_trip_and_throughput(
                         "phases_p50_ms": {
                             k: round(statistics.median(v), 2) for k, v in by_phase.items()
                         },
+                        "fake_flintlockd_p50_ms": {
+                            "spawn": median_ms([spawn for spawn, _ in fake]),
+                            "run": median_ms([run for _, run in fake]),
+                        },
+                        "cpu_ms_per_exec": cpu_ms,
+                        "load_average_1m": round(os.getloadavg()[0], 2),
                     }
                 )
             )
+            await print_client_library(agent.server.target, pki, holding)
 
             size = MIB * 1024 * 1024
             big = microvmexec_pb2.ExecStart(
@@ -99,12 +161,52 @@ async def test_exec_round_trip_and_throughput(
                         "mib": MIB,
                         "seconds": round(spent, 3),
                         "mib_per_s": round(MIB / spent, 1),
+                        "load_average_1m": round(os.getloadavg()[0], 2),
                     }
                 )
             )
             await print_baseline(pki, fl, holding.microvm_uid, size)
     finally:
         api.close()
+
+
+async def print_client_library(target: str, pki: Pki, holding: Holding) -> None:
+    """`true` through the client library (`batteryop.client`), as a consumer runs it: one
+    kept channel per agent, the token on every call."""
+    transport = GrpcExecTransport(pki.serving_ca.cert_pem)
+    request = ExecRequest(microvm_uid=holding.microvm_uid, argv=("true",))
+
+    async def once() -> int:
+        return await transport.run(
+            target,
+            holding.token,
+            request,
+            stdin=None,
+            stdout=lambda _: None,
+            stderr=lambda _: None,
+            errors=lambda _: None,
+        )
+
+    try:
+        for _ in range(WARM):
+            await once()
+        seconds = []
+        for _ in range(RUNS):
+            started = time.perf_counter()
+            assert await once() == 0
+            seconds.append(time.perf_counter() - started)
+    finally:
+        await transport.aclose()
+    print(
+        json.dumps(
+            {
+                "bench": "exec_roundtrip_true_client_library",
+                "runs": RUNS,
+                **latency_figures(seconds, ndigits=2),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 async def print_baseline(pki: Pki, fl: FakeFlintlockd, uid: str, size: int) -> None:
@@ -135,6 +237,7 @@ async def print_baseline(pki: Pki, fl: FakeFlintlockd, uid: str, size: int) -> N
                 "runs": RUNS,
                 **latency_figures(seconds, ndigits=2),
                 "mib_per_s": round(MIB / spent, 1),
+                "load_average_1m": round(os.getloadavg()[0], 2),
             }
         )
     )

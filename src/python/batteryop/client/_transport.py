@@ -150,8 +150,10 @@ class GrpcExecTransport:
         channel = self._channel(address)
         try:
             # Wait for the TLS connection within the open timeout, so an agent that is not
-            # there fails fast with a clear cause instead of hanging the stream.
-            await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
+            # there fails fast with a clear cause instead of hanging the stream. A kept
+            # channel that is already connected goes straight on (no task, no timer).
+            if channel.get_state() != grpc.ChannelConnectivity.READY:
+                await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
         except (TimeoutError, grpc.aio.AioRpcError) as e:
             raise ExecUnavailableError(
                 f"could not connect to the Exec Agent at {address} within "

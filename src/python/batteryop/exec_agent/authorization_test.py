@@ -132,6 +132,31 @@ async def test_a_call_without_one_bearer_token_is_unauthenticated(
     await assert_nothing_ran(flintlockd)
 
 
+@pytest.mark.req("EA-010", "EA-100")
+async def test_a_refusal_before_any_review_reaches_the_caller_every_time(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    """The agent refuses a bad bearer token without asking the API server, so its refusal can
+    be ready before the caller's start is written. Sent then, grpc's client fails the write
+    and reports INTERNAL ("Internal error from Core") instead of the refusal (about 1 call in
+    100 here before the agent waited for the start). 200 calls, each on a new connection as
+    a fresh client's would be: every one must read UNAUTHENTICATED."""
+    holding = await holders.hold()
+    metadata = (("authorization", "Bearer a"), ("authorization", "Bearer b"))
+    start = Start(uid=holding.microvm_uid, cmd="true")
+    codes = []
+    for _ in range(200):
+        error = await refusal(agent, metadata, start)
+        codes.append((error.code(), error.details()))
+    assert set(codes) == {
+        (
+            grpc.StatusCode.UNAUTHENTICATED,
+            "bearer token: more than one authorization metadata entry",
+        )
+    }
+    await assert_nothing_ran(flintlockd)
+
+
 @pytest.mark.req("EA-010")
 async def test_a_token_the_api_server_does_not_know_is_unauthenticated(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd

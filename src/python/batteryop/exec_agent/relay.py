@@ -4,9 +4,15 @@
 back; it ends either by returning after the exit-status frame or by raising `RefusedError`, whose
 code and message become the call's status. In order:
 
-1. authenticate the token (`auth.Authorizer.authenticate`), before anything is read;
-2. read the first message within `open_timeout`: it must decode, be a `start`, name a MicroVM
-   uid and a command (INVALID_ARGUMENT otherwise; DEADLINE_EXCEEDED if none comes);
+1. authenticate the token (`auth.Authorizer.authenticate`) and, beside it, read the first
+   message within `open_timeout`. A failed authentication is the call's status, but only once
+   that first message is in (or the stream ended, or the timeout passed): a refusal sent while
+   the caller is still writing its start makes grpc's client fail the write and report INTERNAL
+   instead of the refusal (grpc.aio replaces the call's status with "Internal error from Core"
+   when a send fails), so waiting for it makes the caller's status deterministic. Nothing of the
+   message is looked at for a caller that did not authenticate;
+2. the first message must decode, be a `start`, name a MicroVM uid and a command
+   (INVALID_ARGUMENT otherwise; DEADLINE_EXCEEDED if none comes);
 3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
    before this passes;
 4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
@@ -99,9 +105,20 @@ class ExecRelay:
         metadata: Iterable[tuple[str, str | bytes]] | None,
     ) -> AsyncIterator[Response]:
         """Authorize, open and relay one exec stream (see the module docstring)."""
-        caller = await self._authorizer.authenticate(metadata, read_claim=True)
+        first = asyncio.ensure_future(self._first_message(requests))
         try:
-            start = await self._first_start(requests)
+            try:
+                caller = await self._authorizer.authenticate(metadata, read_claim=True)
+            finally:
+                # Refused or not, the status goes out only once the start is in (step 1).
+                await asyncio.wait([first])
+        except BaseException:
+            first.cancel()  # a no-op unless this call itself was cancelled
+            if first.done() and not first.cancelled():
+                first.exception()  # retrieved: the refusal is what the caller gets
+            raise
+        try:
+            start = _valid_start(first.result(), self._open_timeout)
         except BaseException:
             if caller.claim_read is not None:
                 caller.claim_read.task.cancel()
@@ -116,35 +133,16 @@ class ExecRelay:
             call.cancel()  # a no-op once flintlockd sent the exit status
             observe(self._observer, Phase.EXEC, started)
 
-    async def _first_start(
+    async def _first_message(
         self, requests: AsyncIterator[Request | None]
-    ) -> microvmexec_pb2.ExecStart:
+    ) -> Request | None | _End:
+        """The caller's first message (None: it did not decode), `_END` if the caller closed
+        its side first, `_TIMEOUT` if nothing came within `open_timeout`."""
         try:
             async with asyncio.timeout(self._open_timeout):
-                first = await anext(requests, _END)
+                return await anext(requests, _END)
         except TimeoutError:
-            raise RefusedError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                Check.REQUEST,
-                f"no start message within {self._open_timeout:g}s",
-            ) from None
-        if first is _END:
-            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the stream ended before a start")
-        if first is None:
-            raise RefusedError(
-                INVALID_ARGUMENT, Check.REQUEST, "the first message is not an ExecCommandRequest"
-            )
-        assert isinstance(first, Request)
-        if first.WhichOneof("payload") != "start":
-            raise RefusedError(
-                INVALID_ARGUMENT, Check.REQUEST, "the first message must be a start message"
-            )
-        start = first.start
-        if not start.uid:
-            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no microvm uid")
-        if not (start.cmd or start.shell):
-            raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no command")
-        return start
+            return _TIMEOUT
 
     async def _open(self, start: microvmexec_pb2.ExecStart) -> ExecCall:
         """EA-021: flintlockd answers for the MicroVM and takes the start, in time.
@@ -247,10 +245,38 @@ def _coalesce(
 
 
 class _End:
-    """The caller closed its side before sending anything."""
+    """The caller closed its side before sending anything (or sent nothing in time)."""
 
 
 _END: Final = _End()
+_TIMEOUT: Final = _End()
+
+
+def _valid_start(first: Request | None | _End, open_timeout: float) -> microvmexec_pb2.ExecStart:
+    """The start message the first message must be (step 2 of the module doc)."""
+    if first is _TIMEOUT:
+        raise RefusedError(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            Check.REQUEST,
+            f"no start message within {open_timeout:g}s",
+        )
+    if first is _END:
+        raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the stream ended before a start")
+    if first is None:
+        raise RefusedError(
+            INVALID_ARGUMENT, Check.REQUEST, "the first message is not an ExecCommandRequest"
+        )
+    assert isinstance(first, Request)
+    if first.WhichOneof("payload") != "start":
+        raise RefusedError(
+            INVALID_ARGUMENT, Check.REQUEST, "the first message must be a start message"
+        )
+    start = first.start
+    if not start.uid:
+        raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no microvm uid")
+    if not (start.cmd or start.shell):
+        raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the start names no command")
+    return start
 
 
 async def _from_flintlockd(call: ExecCall, outbox: asyncio.Queue[Response | RefusedError]) -> None:

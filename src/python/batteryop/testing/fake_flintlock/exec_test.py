@@ -223,3 +223,19 @@ async def test_exec_fails_unknown_until_the_guest_agent_is_up() -> None:
         err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))
         assert err.code() == grpc.StatusCode.UNKNOWN
         assert (err.details() or "").startswith("starting guest-agent exec session")
+
+
+@pytest.mark.req("TD-010")
+async def test_each_command_reports_its_process_start_and_run_time(client: Client) -> None:
+    """The fake's own cost (starting a process) is reported apart from the command's run, so
+    a benchmark can tell the stand-in's share from the agent's."""
+    uid = await client.create()
+    await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="true"))
+    await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="sleep 0.2", shell=True))
+    await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="/no/such/program"))
+    timings = await client.host.exec_timings()
+    assert len(timings) == 2  # the program that could not start has no timing
+    (true_spawn, true_run), (sleep_spawn, sleep_run) = timings
+    assert true_spawn > 0 and sleep_spawn > 0
+    assert sleep_run >= 0.2
+    assert true_run < sleep_run

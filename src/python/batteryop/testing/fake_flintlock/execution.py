@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn
@@ -34,7 +35,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2,
     microvmexec_pb2_grpc,
 )
-from batteryop.testing.fake_flintlock.faults import Faults, StreamCut
+from batteryop.testing.fake_flintlock.faults import ExecTiming, Faults, StreamCut
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmRecord, VmStore
 
 CHUNK_BYTES = 32 * 1024
@@ -129,7 +130,8 @@ class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
             )
         self._faults.exec_history.append(start)
         cut = self._faults.take_stream_cut()
-        async for response in run_command(record, start, requests, cut, fail):
+        timings = self._faults.exec_timings
+        async for response in run_command(record, start, requests, cut, fail, timings=timings):
             yield response
 
 
@@ -139,8 +141,11 @@ async def run_command(
     requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
     cut: StreamCut | None,
     abort: Callable[[grpc.StatusCode, str], Awaitable[NoReturn]],
+    *,
+    timings: list[ExecTiming] | None = None,
 ) -> AsyncIterator[Response]:
-    """Run start's command in record's sandbox and yield the stream's responses."""
+    """Run start's command in record's sandbox and yield the stream's responses; the time
+    spent starting the process and running it goes to `timings` once it exited."""
     if start.shell:
         argv = ["sh", "-c", " ".join([start.cmd, *start.args])]
     else:
@@ -150,6 +155,7 @@ async def run_command(
         yield Response(error=f"starting command: chdir {start.cwd}: no such file or directory")
         yield Response(exit_code=EXIT_START_FAILURE)
         return
+    spawning = time.perf_counter()
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -164,6 +170,7 @@ async def run_command(
         yield Response(error=f"starting command: {err}")
         yield Response(exit_code=EXIT_START_FAILURE)
         return
+    spawned = time.perf_counter()
 
     output: asyncio.Queue[Response | None] = asyncio.Queue()
     tasks = [
@@ -187,6 +194,8 @@ async def run_command(
             yield item
             sent += 1
         returncode = await process.wait()
+        if timings is not None:
+            timings.append(ExecTiming(spawned - spawning, time.perf_counter() - spawned))
         if cut is not None:
             await abort(cut.code, cut.message)
         yield Response(exit_code=_exit_status(returncode))

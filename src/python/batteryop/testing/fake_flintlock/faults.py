@@ -38,6 +38,16 @@ class StreamCut:
     after_chunks: int | None = None
 
 
+@dataclass(frozen=True)
+class ExecTiming:
+    """Where one exec's time went inside the fake: starting the command's process (fork and
+    exec, the stand-in's own cost, no part of real flintlockd's), then the command running
+    until its exit was reaped."""
+
+    spawn_seconds: float
+    run_seconds: float
+
+
 @dataclass
 class Faults:
     """The fake's current faults and its record of exec requests."""
@@ -48,6 +58,8 @@ class Faults:
     create_failures_left: int = 0
     cut_next_exec: StreamCut | None = None
     exec_history: list[microvmexec_pb2.ExecStart] = field(default_factory=list)
+    exec_timings: list[ExecTiming] = field(default_factory=list)
+    """One entry per command that started, in the order they exited."""
 
     def take_create_failure(self) -> CreateFailure | None:
         """The failure for this CreateMicroVM call, counting it down; None to succeed."""

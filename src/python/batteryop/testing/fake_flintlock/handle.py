@@ -197,6 +197,12 @@ class FakeFlintlockd:
         answer = await self._control("GET", "/execs")
         return [json_format.ParseDict(s, microvmexec_pb2.ExecStart()) for s in answer["execs"]]
 
+    async def exec_timings(self) -> list[tuple[float, float]]:
+        """(spawn, run) seconds of every command that ran, as they exited: the fake's own
+        process start (fork and exec) and the command's run until its exit was reaped."""
+        answer = await self._control("GET", "/exec-timings")
+        return [(t["spawn_ms"] / 1000, t["run_ms"] / 1000) for t in answer["timings"]]
+
     async def _control(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:

@@ -19,6 +19,7 @@ Control API (JSON bodies and answers; errors are `{"error": ...}` with 400 or 40
 | `POST /vm-state` | `{"uid", "state"}` | force a MicroVM's state |
 | `GET /vms` | | `{"vms": [MicroVM as proto JSON]}` |
 | `GET /execs` | | `{"execs": [ExecStart as proto JSON]}`, in the order they started |
+| `GET /exec-timings` | | `{"timings": [{"spawn_ms", "run_ms"}]}`: each command's process start and run, as they exited |
 """
 
 from __future__ import annotations
@@ -222,6 +223,13 @@ def control_app(host: FakeHost) -> web.Application:
     async def get_execs(request: web.Request) -> dict[str, Any]:
         return {"execs": [json_format.MessageToDict(s) for s in host.faults.exec_history]}
 
+    async def get_exec_timings(request: web.Request) -> dict[str, Any]:
+        timings = [
+            {"spawn_ms": t.spawn_seconds * 1000, "run_ms": t.run_seconds * 1000}
+            for t in host.faults.exec_timings
+        ]
+        return {"timings": timings}
+
     def route(handler: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> Handler:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             try:
@@ -245,4 +253,5 @@ def control_app(host: FakeHost) -> web.Application:
     app.router.add_post("/vm-state", route(post_vm_state))
     app.router.add_get("/vms", route(get_vms))
     app.router.add_get("/execs", route(get_execs))
+    app.router.add_get("/exec-timings", route(get_exec_timings))
     return app
