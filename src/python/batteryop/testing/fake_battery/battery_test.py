@@ -298,3 +298,26 @@ async def test_mtls_to_flintlockd_reads_the_files_once(tmp_path: Path, ns: str) 
             await stubs.create_pool(spec)
             await stubs.wait_status(ref_of(spec), lambda s: s.available_count == 1, what="a VM")
             assert len(await host.list_vms()) == 1
+
+
+@pytest.mark.req("BA-060", "TD-006")
+async def test_restart_with_a_database_reads_its_state_back_from_the_file(
+    host_targets: dict[str, str], clock: FakeClock, timings: Timings, ns: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "poolmgr.db"
+    async with (
+        FakeBattery.start(hosts=host_targets, clock=clock, timings=timings, db=db) as battery,
+        grpc.aio.insecure_channel(battery.target) as channel,
+    ):
+        stubs = BatteryStubs.on(channel)
+        ref = await ready(stubs, ns)
+        held = await stubs.claim(ref, request_id="held")
+        row = battery.store.leases[held.lease_id]
+        records = battery.lease_records()
+        await battery.restart()
+        # The same code path as a new process: the rows are read back from the file.
+        assert battery.store.leases[held.lease_id] is not row
+        assert battery.lease_records() == records
+    async with FakeBattery.start(hosts=host_targets, clock=clock, timings=timings, db=db) as again:
+        assert again.lease_records() == records
+        assert [vm.uid for vm in again.vm_records(ns, "p")] == [held.vm_uid]
