@@ -224,7 +224,7 @@ class _Sweeper:
 
 class _Interceptor(grpc.aio.ServerInterceptor):
     """Basic auth (when configured) and the `unavailable` fault, before any handler runs; with a
-    database, the store's flush after the handler and before each streamed message (BA-060)."""
+    database, the store's write after the handler and before each streamed message (BA-060)."""
 
     def __init__(self, battery: FakeBattery) -> None:
         self._battery = battery
@@ -252,9 +252,9 @@ class _Interceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-async def _flush_or_abort(battery: FakeBattery, context: grpc.aio.ServicerContext) -> None:
+async def _synced_or_abort(battery: FakeBattery, context: grpc.aio.ServicerContext) -> None:
     try:
-        battery.store.flush()
+        await battery.store.synced()
     except DatabaseError as err:
         # As a failed COMMIT fails poolmgrd's RPC: the caller is not told of a change not kept.
         log.error("%s", err)
@@ -276,12 +276,12 @@ def _flushing(handler: grpc.RpcMethodHandler, battery: FakeBattery) -> grpc.RpcM
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 reply = await inner(request, context)
-            except BaseException:
+            except Exception:
                 # An abort after a change (a failed hook's policy applied) keeps the change too.
                 with contextlib.suppress(DatabaseError):
-                    battery.store.flush()
+                    await battery.store.synced()
                 raise
-            await _flush_or_abort(battery, context)
+            await _synced_or_abort(battery, context)
             return reply
 
         return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
@@ -290,7 +290,7 @@ def _flushing(handler: grpc.RpcMethodHandler, battery: FakeBattery) -> grpc.RpcM
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             async for message in stream_inner(request, context):
-                await _flush_or_abort(battery, context)
+                await _synced_or_abort(battery, context)
                 yield message
 
         return grpc.unary_stream_rpc_method_handler(stream, **kwargs)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import json_format
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 MAGIC = "batteryop-fake-battery-db"
 FORMAT_VERSION = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+R = TypeVar("R")
 
 
 class DatabaseError(Exception):
@@ -83,6 +85,28 @@ def _str(row: dict[str, Any], name: str) -> str:
 
 def _msg(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+Cached = dict[str, tuple[tuple[Any, ...], str]]
+
+
+def _encoded(
+    cache: Cached,
+    rows: Iterable[tuple[str, R]],
+    changing: Callable[[R], tuple[Any, ...]],
+    encode: Callable[[R], dict[str, Any]],
+) -> Cached:
+    """Each row's JSON, in order: the cached text while its changing fields are the same."""
+    out: Cached = {}
+    for ident, row in rows:
+        fields = changing(row)
+        old = cache.get(ident)
+        out[ident] = old if old is not None and old[0] == fields else (fields, _dumps(encode(row)))
+    return out
 
 
 def _vm_json(vm: VmRow) -> dict[str, Any]:
@@ -171,14 +195,13 @@ class Database:
         self._events: list[types_pb2.Event] | None = None
         self._event_lines: list[str] = []
         # Pool specs are replaced, never changed in place: one encoding per spec object.
-        self._pools: dict[PoolKey, tuple[types_pb2.PoolSpec, dict[str, Any]]] = {}
-
-    def _pool_json(self, key: PoolKey, spec: types_pb2.PoolSpec) -> dict[str, Any]:
-        cached = self._pools.get(key)
-        if cached is None or cached[0] is not spec:
-            cached = (spec, _msg(spec))
-            self._pools[key] = cached
-        return cached[1]
+        self._pools: dict[PoolKey, tuple[types_pb2.PoolSpec, str]] = {}
+        # Rows are encoded again only when a field that changes has changed (a VM's phase, Lease
+        # and update time; a Lease's heartbeat and expiry; a Host's row): most writes change
+        # one or two rows of hundreds.
+        self._vms: Cached = {}
+        self._leases: Cached = {}
+        self._hosts: Cached = {}
 
     def encode(self, store: Store) -> bytes:
         """The file's bytes for the store's durable state."""
@@ -186,17 +209,42 @@ class Database:
             self._events = store.events
             self._event_lines = []
         for event in store.events[len(self._event_lines) :]:
-            self._event_lines.append(json.dumps(_msg(event), separators=(",", ":")))
-        for key in [k for k in self._pools if k not in store.pools]:
-            del self._pools[key]
-        state = {
-            "next_event_id": store.next_event_id,
-            "pools": [self._pool_json(key, spec) for key, spec in store.pools.items()],
-            "vms": [_vm_json(vm) for vm in store.vms.values()],
-            "leases": [_lease_json(lease) for lease in store.leases.values()],
-            "hosts": [_msg(host_row(conn)) for conn in store.hosts.values()],
-        }
-        lines = [f"{MAGIC} {FORMAT_VERSION}", json.dumps(state, separators=(",", ":"))]
+            self._event_lines.append(_dumps(_msg(event)))
+        old_pools, self._pools = self._pools, {}
+        pool_rows = []
+        for key, spec in store.pools.items():
+            cached = old_pools.get(key)
+            if cached is None or cached[0] is not spec:
+                cached = (spec, _dumps(_msg(spec)))
+            self._pools[key] = cached
+            pool_rows.append(cached[1])
+        vms = _encoded(
+            self._vms,
+            store.vms.items(),
+            lambda vm: (vm.phase, vm.lease_id, vm.updated_at, vm.host, vm.pool),
+            _vm_json,
+        )
+        leases = _encoded(
+            self._leases,
+            store.leases.items(),
+            lambda lease: (lease.last_heartbeat_at, lease.expires_at, lease.vm_uid),
+            _lease_json,
+        )
+        hosts = _encoded(
+            self._hosts,
+            store.hosts.items(),
+            lambda c: (c.config, c.cordoned, c.cordoned_reason, c.cordoned_at, c.updated_at),
+            lambda c: _msg(host_row(c)),
+        )
+        self._vms, self._leases, self._hosts = vms, leases, hosts
+        state = (
+            f'{{"next_event_id":{int(store.next_event_id)},'
+            f'"pools":[{",".join(pool_rows)}],'
+            f'"vms":[{",".join(text for _, text in vms.values())}],'
+            f'"leases":[{",".join(text for _, text in leases.values())}],'
+            f'"hosts":[{",".join(text for _, text in hosts.values())}]}}'
+        )
+        lines = [f"{MAGIC} {FORMAT_VERSION}", state]
         lines += self._event_lines
         return ("\n".join(lines) + "\n").encode()
 
@@ -250,7 +298,7 @@ class Database:
             raise DatabaseError(self.path, err.strerror or str(err)) from err
         snapshot = self.decode(data)
         self._events = None
-        self._pools = {}
+        self._pools, self._vms, self._leases, self._hosts = {}, {}, {}, {}
         return snapshot
 
     def save(self, store: Store) -> None:

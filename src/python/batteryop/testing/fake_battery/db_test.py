@@ -130,20 +130,24 @@ def test_a_corrupt_row_is_refused() -> None:
 
 
 @pytest.mark.req("BA-060")
-async def test_commits_of_one_loop_turn_are_written_once_and_flush_writes_now() -> None:
+async def test_commits_of_one_loop_turn_are_written_once_before_answers_leave() -> None:
     writes: list[int] = []
     store = Store(lambda: T0, persist=lambda s: writes.append(len(s.events)))
     key = ("ns", "p")
     for uid in ("a", "b", "c"):
         store.emit(types_pb2.VM_PROVISIONED, key, uid)
     assert writes == []
-    store.flush()  # what the server does before an answer leaves
+    await store.synced()  # what the server does before an answer leaves
     assert writes == [3]
     store.flush()
     assert writes == [3]  # nothing changed since
     store.emit(types_pb2.VM_AVAILABLE, key, "a")
     await asyncio.sleep(0)  # the end of the turn
     assert writes == [3, 4]
+    store.emit(types_pb2.VM_CLAIMED, key, "a")
+    # Two answers leaving in one turn share one write (group commit).
+    await asyncio.gather(store.synced(), store.synced())
+    assert writes == [3, 4, 5]
 
 
 @pytest.mark.req("BA-060")
@@ -159,9 +163,9 @@ async def test_a_failed_write_stays_pending_and_is_retried() -> None:
     store = Store(lambda: T0, persist=persist)
     store.emit(types_pb2.VM_PROVISIONED, ("ns", "p"), "a")
     with pytest.raises(DatabaseError):
-        store.flush()
+        await store.synced()  # the turn's write failed (logged); the answer's retry fails too
     fail[0] = False
-    store.flush()  # still pending: written now
+    await store.synced()  # still pending: written now
     assert written == [1]
 
 

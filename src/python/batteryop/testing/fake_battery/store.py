@@ -136,7 +136,7 @@ class Store:
         self._changed = asyncio.Event()
         self._persist = persist
         self._dirty = False
-        self._flush_scheduled = False
+        self._flush_done: asyncio.Future[None] | None = None
 
     def replace(
         self,
@@ -164,6 +164,11 @@ class Store:
         self._changed = asyncio.Event()
 
     @property
+    def changed(self) -> asyncio.Event:
+        """An event set at the next change: take it before checking, then wait on it."""
+        return self._changed
+
+    @property
     def durable(self) -> bool:
         return self._persist is not None
 
@@ -172,39 +177,49 @@ class Store:
         with a database, make it durable before anyone can learn of it.
 
         BA-060, CL-061: the file is written (whole, atomically, fsync'd) before any RPC answer
-        leaves: the server's interceptor calls `flush()` after every handler and before every
+        leaves: the server's interceptor awaits `synced()` after every handler and before every
         streamed event, so a SIGKILL after an answer never loses what was answered, a ClaimVM's
-        Lease above all. Changes are not written one by one but coalesced: the first change of
-        an event-loop turn schedules one `flush()` at the end of that turn (for background work
-        nobody is waiting for: provisioning, the sweep), and an answer that leaves sooner
-        flushes first. A ClaimVM makes four changes (VM out of AVAILABLE, hook running, Lease
-        and LEASED, event); one write each would cost four fsyncs per claim (measured in
-        tests/bench/fake_battery_db_bench.py). Everything between two awaits is one
-        transaction in any case (BA-005), so coalescing never writes a state poolmgrd could
-        not have committed; a crash inside one turn loses that turn's changes before anyone
-        was told of them, as a crash before COMMIT does.
+        Lease above all. Changes are not written one by one but coalesced per event-loop turn
+        (a group commit): the first change of a turn schedules one write at the end of that
+        turn, and every answer that waits for it leaves after it. A ClaimVM makes four changes
+        (VM out of AVAILABLE, hook running, Lease and LEASED, event); writing each would cost
+        four fsyncs per claim, and claims answering in the same turn share one write (measured
+        in tests/bench/fake_battery_db_bench.py). Everything between two awaits is one
+        transaction in any case (BA-005), so coalescing never writes a state poolmgrd could not
+        have committed; a crash inside a turn loses that turn's changes before anyone was told
+        of them, as a crash before COMMIT does. The write blocks the event loop, as poolmgrd's
+        single database connection serialises every access.
         """
         self.touch()
         if self._persist is None:
             return
         self._dirty = True
-        if self._flush_scheduled:
+        if self._flush_done is not None:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (a unit test): write now
             self.flush()
             return
-        self._flush_scheduled = True
+        self._flush_done = loop.create_future()
         loop.call_soon(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
-        self._flush_scheduled = False
+        done, self._flush_done = self._flush_done, None
         try:
             self.flush()
-        except Exception:
-            # Still dirty: the next answer's flush tries again and fails that RPC with INTERNAL.
-            log.exception("writing the database failed")
+        except Exception as err:
+            # Still dirty: `synced()` tries again and fails the waiting RPCs with INTERNAL.
+            log.error("%s", err)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    async def synced(self) -> None:
+        """Return once every change made so far is written; raise if writing it failed."""
+        if self._flush_done is not None:
+            await asyncio.shield(self._flush_done)
+        self.flush()
 
     def flush(self) -> None:
         """Write the durable state now if it changed since the last write (raises on failure)."""
@@ -216,11 +231,6 @@ class Store:
         except BaseException:
             self._dirty = True
             raise
-
-    @property
-    def changed(self) -> asyncio.Event:
-        """An event set at the next change: take it before checking, then wait on it."""
-        return self._changed
 
     # -- VMs -----------------------------------------------------------------------------
 
