@@ -104,38 +104,38 @@ async def _battery(db: Path | None) -> AsyncIterator[tuple[FakeBattery, list[int
 
 
 async def _burst(db: Path | None) -> dict[str, object]:
-    async with _battery(db) as (battery, writes):
-        async with grpc.aio.insecure_channel(battery.target) as channel:
-            stubs = BatteryStubs.on(channel)
-            spec = pool_spec(
-                "burst", "bench", ["host-a", "host-b"], size=BURST, expiry_threshold=60
-            )
-            await stubs.create_pool(spec)
-            ref = ref_of(spec)
-            await stubs.wait_status(
-                ref, lambda s: s.available_count == BURST, what="a warm Pool", within=120
-            )
-            before = writes[0]
-            times: list[float] = []
+    async with (
+        _battery(db) as (battery, writes),
+        grpc.aio.insecure_channel(battery.target) as channel,
+    ):
+        stubs = BatteryStubs.on(channel)
+        spec = pool_spec("burst", "bench", ["host-a", "host-b"], size=BURST, expiry_threshold=60)
+        await stubs.create_pool(spec)
+        ref = ref_of(spec)
+        await stubs.wait_status(
+            ref, lambda s: s.available_count == BURST, what="a warm Pool", within=120
+        )
+        before = writes[0]
+        times: list[float] = []
 
-            async def claim(i: int) -> str:
-                started = time.perf_counter()
-                reply = await stubs.claim(ref, request_id=f"burst-{i}")
-                times.append(time.perf_counter() - started)
-                return reply.vm_uid
-
+        async def claim(i: int) -> str:
             started = time.perf_counter()
-            uids = await asyncio.gather(*(claim(i) for i in range(BURST)))
-            wall = time.perf_counter() - started
-            assert len(set(uids)) == BURST
-            return {
-                "bench": "fake_battery_claim_burst",
-                "db": db is not None,
-                "claims": BURST,
-                "wall_ms": round(wall * 1000, 1),
-                "writes": writes[0] - before,
-                **latency_figures(times),
-            }
+            reply = await stubs.claim(ref, request_id=f"burst-{i}")
+            times.append(time.perf_counter() - started)
+            return reply.vm_uid
+
+        started = time.perf_counter()
+        uids = await asyncio.gather(*(claim(i) for i in range(BURST)))
+        wall = time.perf_counter() - started
+        assert len(set(uids)) == BURST
+        return {
+            "bench": "fake_battery_claim_burst",
+            "db": db is not None,
+            "claims": BURST,
+            "wall_ms": round(wall * 1000, 1),
+            "writes": writes[0] - before,
+            **latency_figures(times),
+        }
 
 
 async def test_claim_burst_with_and_without_a_database() -> None:
