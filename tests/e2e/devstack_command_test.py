@@ -68,7 +68,7 @@ async def test_a_crashed_stack_is_cleaned_up_by_the_next_start_and_ctrl_c_leaves
     first = await start(state, tmp_path / "logs-1", tmp)
     await read_until(first, "devstack: up in")
     left = list(StateDir(state).recorded())
-    assert {r.name for r in left} >= {"operator", "battery", "csr-approver"}, left
+    assert {r.name for r in left} >= {"operator", "battery", "csr-approver", "host-registry"}, left
     first.kill()  # kill -9: nothing of it gets to clean up
     await first.wait()
     assert any(r.alive() for r in left), "kill -9 should leave its processes running"
@@ -88,4 +88,5 @@ async def test_a_crashed_stack_is_cleaned_up_by_the_next_start_and_ctrl_c_leaves
     assert not state.exists(), list(state.rglob("*"))
     assert list(tmp.iterdir()) == [], "nothing left in its temporary directory"
     logs = {p.name for p in (tmp_path / "logs-2").iterdir()}
-    assert {"operator.log", "battery.log", "kube-apiserver.log", "etcd.log"} <= logs, logs
+    want = {"operator.log", "battery.log", "host-registry.log", "kube-apiserver.log", "etcd.log"}
+    assert want <= logs, logs

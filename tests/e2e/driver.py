@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from batteryop.api import samples
+from batteryop.api import names, samples
+from batteryop.battery import configfile
 from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE, apply
 from batteryop.devstack.stack import Stack
 from batteryop.kube.client import KubeClient
@@ -112,3 +113,42 @@ async def control(url: str, method: str = "GET", body: Mapping[str, Any] | None 
 
 async def battery_state(stack: Stack) -> Body:
     return await control(f"{stack.battery_control}/state")
+
+
+def battery_hosts(state: Body) -> dict[str, Body]:
+    """battery's Hosts by name from its state, without the config's placeholder."""
+    return {h["name"]: h for h in state["hosts"] if h["name"] != configfile.NO_HOSTS_NAME}
+
+
+def battery_pool_hosts(state: Body, pool: str) -> list[str] | None:
+    """The `flintlock_hosts` of battery's spec of the Pool `pool`."""
+    for p in state["pools"]:
+        spec = p["spec"]
+        if spec.get("name") == pool:
+            return sorted(spec.get("flintlock_hosts") or [])
+    return None
+
+
+def report(node: Body | None) -> tuple[str | None, str | None]:
+    """The Exec Agent's report on a Node: (ready annotation, flintlockd address)."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return (
+        annotations.get(names.EXEC_AGENT_READY_ANNOTATION),
+        annotations.get(names.FLINTLOCKD_ADDRESS_ANNOTATION),
+    )
+
+
+def metric(text: str, name: str) -> float:
+    """One unlabelled sample of a Prometheus text exposition."""
+    for line in text.splitlines():
+        sample, _, value = line.partition(" ")
+        if sample == name:
+            return float(value)
+    raise AssertionError(f"no sample {name} in:\n{text}")
+
+
+async def fetch(url: str) -> str:
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as answer:
+        assert answer.status == 200, url
+        return await answer.text()

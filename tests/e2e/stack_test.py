@@ -2,8 +2,10 @@
 (TD-024), a consumer using the `battery` command of the built client wheel.
 
 The tests share the stack and run in order; each releases what it claimed. They steer the
-fakes only through their control APIs (TD-108, TD-109) and the operator only by killing and
-starting its process.
+fakes only through their control APIs (TD-108, TD-109), the operator only by killing and
+starting its process, and the Hosts as an administrator and the Host Image would: cordoning
+Nodes, leaving files in a Host's not-ready folder, adding Hosts. Nothing publishes the Host set
+but the host registry.
 """
 
 from __future__ import annotations
@@ -15,23 +17,31 @@ from datetime import datetime
 
 import pytest
 from e2e.driver import (
+    battery_hosts,
+    battery_pool_hosts,
     battery_state,
     cli,
     condition,
     control,
     create_claim,
+    fetch,
+    metric,
     phase,
+    report,
     until,
 )
 
 from batteryop.api import names, samples
+from batteryop.api.conditions import CSRReason
 from batteryop.client._exceptions import ExecPermissionError
 from batteryop.client._transport import ExecRequest, GrpcExecTransport
 from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
 from batteryop.devstack.processes import http_status
 from batteryop.devstack.stack import Stack
-from batteryop.kube.resources import CLAIMS, POOLS, SECRETS
+from batteryop.kube.client import KubeClient
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CLAIMS, NODES, POOLS, SECRETS
+from batteryop.testing.host_registry_env import set_cordoned
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -94,6 +104,62 @@ async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(stack: St
 
     await release_via_cli(stack, name)
     assert leases_for(await battery_state(stack), uid) == []
+
+
+async def host_nodes(kube: KubeClient) -> dict[str, str]:
+    """The Nodes that must be battery's published Hosts (IN-001, IN-003): labelled as Hosts,
+    schedulable, their Exec Agent's report ready; name -> the reported flintlockd address."""
+    nodes = await kube.list(NODES, label_selector=f"{names.HOST_LABEL}={names.HOST_LABEL_VALUE}")
+    out = {}
+    for node in nodes:
+        ready, address = report(node)
+        schedulable = not (node.get("spec") or {}).get("unschedulable")
+        if ready == names.EXEC_AGENT_READY_TRUE and address and schedulable:
+            out[node["metadata"]["name"]] = address
+    return out
+
+
+async def pool_placed_on(stack: Stack, hosts: list[str]) -> None:
+    async def placed() -> bool:
+        return battery_pool_hosts(await battery_state(stack), demo.POOL) == hosts
+
+    await eventually(placed, 60, f"the demo Pool placed on {hosts} in battery")
+
+
+@pytest.mark.req("IN-001", "IN-003", "IN-100", "IN-101", "PO-010", "TD-110")
+async def test_pools_are_placed_on_the_hosts_the_registry_publishes_and_leave_a_cordoned_one(
+    stack: Stack,
+) -> None:
+    battery_pid = stack.running("battery").popen.pid
+    async with stack.kube() as kube:
+        hosts = await host_nodes(kube)
+        assert set(hosts) == set(stack.hosts), hosts
+        assert await stack.wait_published(lambda p: p == hosts) == hosts
+        await demo.apply_pool(kube)
+        state = await battery_state(stack)
+        assert {n: h["address"] for n, h in battery_hosts(state).items()} == hosts
+        assert not any(h["cordoned"] for h in battery_hosts(state).values())
+        await pool_placed_on(stack, sorted(hosts))
+
+        # A cordoned Node: cordoned in battery, left out of the Host set and so of the Pool.
+        cordoned = sorted(hosts)[-1]
+        rest = {n: a for n, a in hosts.items() if n != cordoned}
+        await set_cordoned(kube, cordoned, True)
+        try:
+            await stack.wait_published(lambda p: p == rest)
+            # The cordon is made before the publication, in the same pass.
+            assert battery_hosts(await battery_state(stack))[cordoned]["cordoned"] is True
+            await pool_placed_on(stack, sorted(rest))
+        finally:
+            await set_cordoned(kube, cordoned, False)
+        await stack.wait_published(lambda p: p == hosts)
+        assert battery_hosts(await battery_state(stack))[cordoned]["cordoned"] is False
+        await pool_placed_on(stack, sorted(hosts))
+    # IN-100, IN-101: battery was never restarted for any of it.
+    assert stack.running("battery").popen.pid == battery_pid
+    assert stack.running("battery").popen.poll() is None
+    registry = await fetch(stack.registry_metrics)
+    assert metric(registry, "battery_host_registry_battery_restarts_total") == 0
 
 
 @pytest.mark.req("CC-003", "CC-021", "EA-013")
@@ -411,3 +477,99 @@ async def test_a_pool_deleted_under_bound_claims_drains_and_goes_after_the_last_
         assert phase(later) == "Pending"
         for name in ("late", "later"):
             await kube.delete(CLAIMS, name, DEMO_NAMESPACE)
+
+
+async def denied_csr(kube: KubeClient, node: str, timeout: float = 60.0) -> dict:  # type: ignore[type-arg]
+    """The first CSR of `node`'s Exec Agent that the approver denied (list, then watch)."""
+
+    def denied(csr: dict) -> bool:  # type: ignore[type-arg]
+        mine = (csr["spec"].get("extra") or {}).get(names.NODE_NAME_EXTRA) == [node]
+        conditions = (csr.get("status") or {}).get("conditions") or []
+        return mine and any(c.get("type") == "Denied" for c in conditions)
+
+    async def wait() -> dict:  # type: ignore[type-arg]
+        items = await kube.list(CERTIFICATE_SIGNING_REQUESTS)
+        for csr in items:
+            if denied(csr):
+                return csr
+        async for _, csr in kube.watch(
+            CERTIFICATE_SIGNING_REQUESTS, resource_version=items.resource_version or None
+        ):
+            if denied(csr):
+                return csr
+        raise AssertionError("the watch ended")
+
+    return await asyncio.wait_for(wait(), timeout)
+
+
+@pytest.mark.req("IN-001", "IN-101", "EA-033", "CT-010", "CT-014", "TD-110")
+async def test_a_host_joins_battery_only_once_its_exec_agent_is_ready_and_approved(
+    stack: Stack,
+) -> None:
+    # One Host whose Host Image says it is not ready; one whose Node has another address, so
+    # the CSR approver denies its Exec Agent's certificates: it never has a flintlockd to offer.
+    unready = await stack.add_host(not_ready={"containerd": "containerd is restarting\n"})
+    unapproved = await stack.add_host(node_address="127.0.0.250")
+    first = next(iter(stack.hosts))
+    async with stack.kube() as kube:
+        await until(
+            kube,
+            NODES,
+            unready,
+            lambda b: report(b)[0] == names.EXEC_AGENT_READY_FALSE,
+            namespace=None,
+            what="reported not ready",
+        )
+        csr = await denied_csr(kube, unapproved)
+        denial = next(c for c in csr["status"]["conditions"] if c["type"] == "Denied")
+        assert denial["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH, denial
+        assert "not an internal address" in denial["message"], denial
+        node = await kube.get(NODES, unapproved)
+        assert report(node) == (None, None), node["metadata"].get("annotations")
+
+        # A barrier: cordoning another Node is published from a pass over every Node, so that
+        # pass (and every later one) saw both new Nodes. Then nothing waits to settle: a
+        # wrongly admitted Node would be pending or, after the settle time, in battery.
+        await set_cordoned(kube, first, True)
+        try:
+            await stack.wait_published(lambda p: first not in p)
+        finally:
+            await set_cordoned(kube, first, False)
+        pending = metric(
+            await fetch(stack.registry_metrics), "battery_host_registry_pending_changes"
+        )
+        assert pending == 0
+        in_battery = battery_hosts(await battery_state(stack))
+        assert unready not in in_battery and unapproved not in in_battery, in_battery
+        published = await stack.wait_published(lambda p: first in p)
+        assert unready not in published and unapproved not in published, published
+
+        # The Host turns ready: it joins battery and the Host set; how long that takes.
+        address = stack.hosts[unready].flintlockd
+        ready_at: list[float] = []
+
+        async def turned_ready() -> None:
+            await until(
+                kube,
+                NODES,
+                unready,
+                lambda b: report(b) == (names.EXEC_AGENT_READY_TRUE, address),
+                namespace=None,
+                what="reported ready",
+            )
+            ready_at.append(time.monotonic())
+
+        watcher = asyncio.create_task(turned_ready())
+        (stack.hosts[unready].files.not_ready_dir / "containerd").unlink()
+        published = await stack.wait_published(lambda p: unready in p)
+        joined_at = time.monotonic()
+        await watcher
+        assert published[unready] == address
+        assert battery_hosts(await battery_state(stack))[unready]["address"] == address
+        print(
+            f"\n{unready}: report ready -> Host in battery and published in "
+            f"{(joined_at - ready_at[0]) * 1000:.0f} ms (settle time 1s, AddHost)"
+        )
+        assert unapproved not in published
+        node = await kube.get(NODES, unapproved)
+        assert report(node) == (None, None), node["metadata"].get("annotations")

@@ -4,7 +4,8 @@ this test): images, install.yaml pinned by digest, the Manifests artifact.
 - every image is an OCI index of linux/amd64 and linux/arm64, non-root, without a shell, with
   the OCI labels (DP-103); sizes are printed;
 - a second build of the operator image from the same inputs has the same digest (DP-104);
-- the amd64 image's root filesystem runs each deployable's `--help` under chroot;
+- the amd64 image's root filesystem runs each deployable's `--help` under chroot, and the
+  operator's, run the same way against the test control plane, binds a claim;
 - a real registry (Debian's docker-registry) on loopback takes every image and the Manifests
   artifact, and skopeo (a tool we did not write) pulls them back with unchanged digests;
 - install.yaml pins each image of ours by tag and digest (DP-032) and the test control plane
@@ -15,6 +16,8 @@ Where buildah is missing the images are not built and these tests skip, saying s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import hashlib
 import io
@@ -22,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tarfile
 import threading
@@ -33,6 +37,7 @@ from typing import Any
 
 import pytest
 import yaml
+from integration.stack import Stack, create_claim, ready_pool, wait_phase
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
@@ -41,8 +46,17 @@ from batteryop.manifests import render
 from batteryop.release import flux as artifact
 from batteryop.release import images, main, oci
 from batteryop.release.version import Version
-from batteryop.testing import fluxcli
+from batteryop.testing import certmanager, fluxcli
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
+from batteryop.testing.fake_battery import FakeBattery
+from batteryop.testing.localstack import (
+    HOSTS,
+    LocalStack,
+    operator_kubeconfig,
+    prepare_cluster,
+    start_hosts,
+)
+from batteryop.testing.operator_runner import OperatorProcess
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry")
 IMAGE_DIR = Path("images")
@@ -152,29 +166,57 @@ def test_a_second_build_gives_the_same_digest(
     assert again == first
 
 
+def unpack_amd64(layout: Path, tag: str, root: Path) -> tuple[list[str], dict[str, str]]:
+    """The amd64 image's layers unpacked into `root`; the command (chroot as the image's
+    user, then its entrypoint) and environment that run it as a runtime would."""
+    manifest = oci.platform_manifests(layout, tag)["amd64"]
+    for layer in manifest["layers"]:
+        with tarfile.open(fileobj=io.BytesIO(oci.blob(layout, layer["digest"]))) as tar:
+            tar.extractall(root, filter="fully_trusted")
+    config = image_config(layout, manifest)["config"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+    return [chroot, f"--userspec={config['User']}", str(root), *config["Entrypoint"]], env
+
+
+OCI_DEFAULT_DEVICES = {
+    "null": (1, 3),
+    "zero": (1, 5),
+    "full": (1, 7),
+    "random": (1, 8),
+    "urandom": (1, 9),
+    "tty": (5, 0),
+}
+"""The character devices every OCI runtime gives a container's /dev (runtime-spec, "Default
+Devices"). A bare chroot has none, and gRPC's core aborts without /dev/urandom."""
+
+
+def add_runtime_devices(root: Path) -> None:
+    """Make `root`'s /dev as a container runtime would, so a chroot runs like a container."""
+    dev = root / "dev"
+    dev.mkdir(exist_ok=True)
+    for name, (major, minor) in OCI_DEFAULT_DEVICES.items():
+        if not (dev / name).exists():
+            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            (dev / name).chmod(0o666)
+
+
+def image_user(command: list[str]) -> tuple[int, int]:
+    """uid and gid of the `--userspec=uid:gid` in an `unpack_amd64` command."""
+    spec = next(a for a in command if a.startswith("--userspec=")).split("=", 1)[1]
+    uid, _, gid = spec.partition(":")
+    return int(uid), int(gid or uid)
+
+
 @pytest.mark.parametrize("name", IMAGES)
 def test_the_amd64_root_filesystem_runs_the_deployable_help(
     layouts: dict[str, Path], tag: str, name: str, tmp_path: Path
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("chroot needs root")
-    layout = layouts[name]
-    manifest = oci.platform_manifests(layout, tag)["amd64"]
-    root = tmp_path / "root"
-    for layer in manifest["layers"]:
-        with tarfile.open(fileobj=io.BytesIO(oci.blob(layout, layer["digest"]))) as tar:
-            tar.extractall(root, filter="fully_trusted")
-    config = image_config(layout, manifest)["config"]
-    env = dict(item.split("=", 1) for item in config["Env"])
-    user = config["User"]
+    command, env = unpack_amd64(layouts[name], tag, tmp_path / "root")
     proc = subprocess.run(
-        [
-            shutil.which("chroot") or "/usr/sbin/chroot",
-            f"--userspec={user}",
-            str(root),
-            *config["Entrypoint"],
-            "--help",
-        ],
+        [*command, "--help"],
         env=env,
         capture_output=True,
         text=True,
@@ -183,6 +225,52 @@ def test_the_amd64_root_filesystem_runs_the_deployable_help(
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:"), proc.stdout[:500]
+
+
+async def test_the_operator_image_binds_a_claim_against_the_control_plane(
+    layouts: dict[str, Path], tag: str, controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    """The operator as the release ships it: the amd64 image's root filesystem, its
+    entrypoint run under chroot as the image's non-root user, against the test control plane
+    (RBAC as install.yaml grants it, a ServiceAccount token) and the fake battery on
+    loopback. It must make the demo Pool Ready and bind a claim."""
+    if os.geteuid() != 0:
+        pytest.skip("chroot needs root")
+    root = tmp_path / "root"
+    command, env = unpack_amd64(layouts["battery-operator"], tag, root)
+    add_runtime_devices(root)
+    prepare_cluster(controlplane)
+    # The kubeconfig inside the root filesystem, readable by the image's user only.
+    inside = Path("/etc/battery-operator/kubeconfig")
+    kubeconfig = root / inside.relative_to("/")
+    kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    operator_kubeconfig(controlplane, kubeconfig)
+    os.chown(kubeconfig, *image_user(command))
+    namespace = "release-image"
+    api = admin_client(controlplane)
+    k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+    async with contextlib.AsyncExitStack() as exit_stack:
+        exit_stack.callback(api.close)
+        flintlocks = await start_hosts(exit_stack, HOSTS)
+        battery = await exit_stack.enter_async_context(
+            FakeBattery.start(hosts={name: h.target for name, h in flintlocks.items()})
+        )
+        operator = await exit_stack.enter_async_context(
+            OperatorProcess.start(
+                kubeconfig=inside, battery_target=battery.target, command=(command, env)
+            )
+        )
+        local = LocalStack(controlplane, battery, flintlocks, operator, kubeconfig, exit_stack)
+        stack = Stack(local, api)
+        await asyncio.to_thread(ready_pool, stack, namespace)
+        create_claim(stack, namespace, "from-the-image")
+        bound = await asyncio.to_thread(wait_phase, stack, namespace, "from-the-image", "Bound")
+        assert bound["status"]["leaseID"] in {
+            lease.lease_id for lease in battery.store.leases.values()
+        }
+        print(
+            f"\noperator from the image bound {bound['metadata']['name']}: {bound['status']['leaseID']}"
+        )
 
 
 # --- a real registry on loopback -------------------------------------------------------------
@@ -337,6 +425,7 @@ def test_the_control_plane_accepts_the_release_install_yaml(
 ) -> None:
     api = admin_client(controlplane)
     try:
+        certmanager.install_crds(api)  # cert-manager first, as docs/install.md asks
         dyn = DynamicClient(api)
         for obj in install_objects:
             resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])

@@ -14,6 +14,7 @@ Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (
 certificates), `pins`, `publish`, `controller` (the watch-driven loop), `config`, `main`.
 
 Its Deployment, ServiceAccount and least-privilege RBAC are in the Manifests
-(`batteryop.manifests.csr_approver`); the cert-manager CA resources are not yet:
-planned(CT-021), planned(CT-023).
+(`batteryop.manifests.csr_approver`); the cert-manager resources that issue the two CAs it signs
+with, and battery's client certificate, are in `batteryop.manifests.cert_manager` (CT-021,
+CT-023).
 """

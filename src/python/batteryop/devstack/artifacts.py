@@ -17,6 +17,7 @@ PEXES: Final[Mapping[str, str]] = {
     "operator": "src.python.batteryop.operator/battery-operator.pex",
     "exec-agent": "src.python.batteryop.exec_agent/exec-agent.pex",
     "csr-approver": "src.python.batteryop.csr_approver/csr-approver.pex",
+    "host-registry": "src.python.batteryop.host_registry/host-registry.pex",
     "battery": "src.python.batteryop.testing.fake_battery/fake-battery.pex",
     "flintlockd": "src.python.batteryop.testing.fake_flintlock/fake-flintlockd.pex",
 }
@@ -26,6 +27,7 @@ TARGETS: Final = (
     "src/python/batteryop/operator:battery-operator",
     "src/python/batteryop/exec_agent:exec-agent",
     "src/python/batteryop/csr_approver:csr-approver",
+    "src/python/batteryop/host_registry:host-registry",
     "src/python/batteryop/testing/fake_battery:fake-battery",
     "src/python/batteryop/testing/fake_flintlock:fake-flintlockd",
     "src:battery-operator-client",

@@ -7,8 +7,10 @@
   acting as the ServiceAccount its Pod would have.
 - The CSR approver's identity (its RBAC is not in install.yaml yet: the rules its tests found)
   and the two CA Secrets it signs with.
-- One Node per simulated Host, labelled as a Host, with its InternalIP; the Host set published
-  on battery's ConfigMap as the host registry will publish it (until it exists).
+- battery's config in its ConfigMap as this stack's battery reads it: no Host yet (the
+  placeholder), its API on the stack's loopback port, its TLS files in the stack's folder.
+- One Node per simulated Host, labelled as a Host, with its InternalIP. Nothing here publishes
+  the Host set: the host registry does, from the Nodes' Exec Agent reports (IN-001).
 - The demo namespace and its Holder ServiceAccount.
 
 Identities: TokenRequest tokens of each ServiceAccount, written into kubeconfigs. An Exec
@@ -24,9 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,7 +42,7 @@ from batteryop.kube.resources import (
     SERVICEACCOUNTS,
     Resource,
 )
-from batteryop.manifests import rbac, render
+from batteryop.manifests import cert_manager, rbac, render
 from batteryop.testing.controlplane.server import ControlPlane
 from batteryop.testing.csr_approver_env import APPROVER_CLUSTER_RULES, approver_namespace_rules
 from batteryop.tls import CertificateAuthority
@@ -61,6 +62,8 @@ HOST_NODE_LABELS: Final[Mapping[str, str]] = {
     "kubernetes.io/arch": "amd64",
 }
 CRD_TIMEOUT_SECONDS = 30.0
+BATTERY_CONFIG_KEY: Final = render.CONFIG_KEY
+"""battery's config file in its ConfigMap (the key is the file's name in the mount)."""
 
 Obj = dict[str, Any]
 
@@ -107,11 +110,13 @@ async def apply(kube: KubeClient, obj: Mapping[str, Any]) -> Obj:
 
 
 def install_objects() -> list[Obj]:
-    """install.yaml's objects in apply order, without its workloads."""
+    """install.yaml's objects in apply order, without its workloads and without the
+    cert-manager Issuers and Certificates: no cert-manager runs in the stack, which writes the
+    CA Secrets and battery's client certificate itself (`tls_secret`)."""
     return [
         o
         for o in render.render(operator_image=LOCAL_IMAGE, namespace=NAMESPACE)
-        if o["kind"] not in WORKLOAD_KINDS
+        if o["kind"] not in WORKLOAD_KINDS and o["apiVersion"] != cert_manager.API_VERSION
     ]
 
 
@@ -204,8 +209,10 @@ async def install(
     serving_ca: CertificateAuthority,
     client_ca: CertificateAuthority,
     approver: ApproverConfig,
+    battery_config: str,
 ) -> None:
-    """Everything of the module docstring, idempotently."""
+    """Everything of the module docstring, idempotently; `battery_config` is the text of
+    battery's config file (`batteryop.battery.configfile.render_text`)."""
     crds = []
     for obj in install_objects():
         await apply(kube, obj)
@@ -223,25 +230,25 @@ async def install(
         },
     ]:
         await apply(kube, obj)
-    for name, address in hosts.items():
-        await apply(kube, node_object(name))
-        await kube.patch(
-            NODES,
-            name,
-            {"status": {"addresses": [{"type": "InternalIP", "address": address}]}},
-            subresource="status",
-        )
-    await publish_host_set(kube, hosts)
-    await asyncio.gather(*(wait_established(kube, crd) for crd in crds))
-
-
-async def publish_host_set(kube: KubeClient, hosts: Iterable[str]) -> None:
-    """The Host set on battery's ConfigMap, as the host registry will publish it (PO-010)."""
     await kube.patch(
         CONFIGMAPS,
         names.BATTERY_CONFIG_MAP,
-        {"metadata": {"annotations": {names.HOSTS_ANNOTATION: json.dumps(sorted(hosts))}}},
+        {"data": {BATTERY_CONFIG_KEY: battery_config}},
         NAMESPACE,
+    )
+    for name, address in hosts.items():
+        await add_node(kube, name, address)
+    await asyncio.gather(*(wait_established(kube, crd) for crd in crds))
+
+
+async def add_node(kube: KubeClient, name: str, address: str) -> None:
+    """A Node labelled as a Host, with `address` as its InternalIP (as the kubelet reports it)."""
+    await apply(kube, node_object(name))
+    await kube.patch(
+        NODES,
+        name,
+        {"status": {"addresses": [{"type": "InternalIP", "address": address}]}},
+        subresource="status",
     )
 
 

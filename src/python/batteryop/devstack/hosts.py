@@ -4,8 +4,11 @@ Certificates come from the same two CAs the CSR approver signs with (the CA Secr
 creates), laid out as the Exec Agent's DaemonSet mounts them (`manifests.exec_agent.CERT_DIR`):
 flintlockd's serving certificate for the Host's address and SPIFFE ID, the agent's flintlockd
 client certificate and its exec API serving certificate, and battery's flintlockd client
-certificate (one for all Hosts, as `names.BATTERY_CLIENT_SECRET` holds it). Until the agent
-gets its certificates by CSR, planned(EA-060..EA-068), they are written here.
+certificate (one for all Hosts, as `names.BATTERY_CLIENT_SECRET` holds it). The Hosts'
+certificates come from each Host's Exec Agent by CSR (EA-060..EA-068); battery's client
+certificate and the serving CA are written here, into one folder laid out as battery's
+container and the host registry's mount it (`battery_tls_dir`: `tls.crt`, `tls.key`,
+`serving-ca.crt`, the names battery's config gives every Host).
 
 The Host checks look at a made-up Host under the Host's directory: KVM's sysfs entry, the
 thin pool among the device-mapper devices, an empty not-ready directory (EA-031..EA-033); the
@@ -20,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batteryop.api import names
+from batteryop.battery import configfile
 from batteryop.tls import CertificateAuthority
+from batteryop.tls.pki import write_secret
 
 CERT_VALIDITY = datetime.timedelta(days=2)
 THIN_POOL = "flintlock-thinpool"
@@ -32,8 +37,8 @@ class Pki:
     client_ca: CertificateAuthority
     serving_ca_file: Path
     client_ca_file: Path
-    battery_cert: Path
-    battery_key: Path
+    battery_tls_dir: Path
+    """battery's flintlockd client certificate and key and the serving CA (DP-005, IN-004)."""
 
     @classmethod
     def create(cls, directory: Path) -> Pki:
@@ -45,10 +50,13 @@ class Pki:
         client_file = directory / names.CLIENT_CA_BUNDLE_KEY
         client_file.write_bytes(client.cert_pem)
         battery_id = names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)
-        battery_cert, battery_key = client.issue(
-            "battery", hosts=[battery_id], client=True, validity=CERT_VALIDITY
-        ).write(directory, "battery-client")
-        return cls(serving, client, serving_file, client_file, battery_cert, battery_key)
+        pair = client.issue("battery", hosts=[battery_id], client=True, validity=CERT_VALIDITY)
+        tls_dir = directory / "battery-tls"
+        tls_dir.mkdir(mode=0o700)
+        (tls_dir / configfile.TLS_CERT_FILE).write_bytes(pair.cert_pem)
+        write_secret(tls_dir / configfile.TLS_KEY_FILE, pair.key_pem)
+        (tls_dir / configfile.SERVING_CA_FILE).write_bytes(serving.cert_pem)
+        return cls(serving, client, serving_file, client_file, tls_dir)
 
 
 @dataclass(frozen=True)

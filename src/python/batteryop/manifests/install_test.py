@@ -27,6 +27,7 @@ from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names, samples
 from batteryop.manifests import rbac, render
+from batteryop.testing import certmanager
 from batteryop.testing.controlplane import (
     ControlPlane,
     admin_client,
@@ -155,7 +156,13 @@ def admin(controlplane: ControlPlane) -> Iterator[k8s.ApiClient]:
 
 @pytest.fixture(scope="module")
 def installed(admin: k8s.ApiClient) -> list[dict[str, Any]]:
-    """install.yaml applied in order with server-side apply; the server's copies returned."""
+    """install.yaml applied in order with server-side apply; the server's copies returned.
+
+    cert-manager is installed first, as docs/install.md asks: here its CRDs only (of the
+    pinned release, `batteryop.testing.certmanager`), since install.yaml's Issuers and
+    Certificates are its custom resources.
+    """
+    certmanager.install_crds(admin)
     dyn = DynamicClient(admin)
     applied = []
     for obj in render.render(operator_image=OPERATOR_IMAGE):
@@ -782,14 +789,85 @@ def test_the_approver_writes_its_two_config_maps_and_no_other(
     forbidden(lambda: core.delete_namespaced_config_map(names.CA_BUNDLE_CONFIG_MAP, NS))
 
 
-@pytest.mark.req("CT-022")
-def test_the_operator_identity_cannot_read_the_ca_secrets(
-    operator: k8s.ApiClient, kube_admin: k8s.ApiClient
+def _service_accounts() -> list[str]:
+    """Every ServiceAccount install.yaml creates."""
+    objs = render.render(operator_image=OPERATOR_IMAGE)
+    return [o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"]
+
+
+@pytest.mark.req("CT-022", "DP-021")
+@pytest.mark.parametrize("account", _service_accounts())
+def test_of_the_identities_only_the_approver_reads_the_ca_secrets_and_none_batterys(
+    controlplane: ControlPlane,
+    kube_admin: k8s.ApiClient,
+    installed: list[dict[str, Any]],
+    account: str,
 ) -> None:
+    """Acting as each ServiceAccount of install.yaml with a real token: the two CA Secrets are
+    readable by the CSR approver only; battery's client Secret by none (the kubelet mounts it)."""
     admin_core = k8s.CoreV1Api(kube_admin)
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+    ca_secrets = (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET)
+    for name in (*ca_secrets, names.BATTERY_CLIENT_SECRET):
         _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
-        forbidden(partial(k8s.CoreV1Api(operator).read_namespaced_secret, name, NS))
+    api = service_account_client(controlplane, NS, account, create=False)
+    try:
+        core = k8s.CoreV1Api(api)
+        for name in ca_secrets:
+            if account == names.CSR_APPROVER_NAME:
+                assert core.read_namespaced_secret(name, NS).metadata.name == name
+            else:
+                forbidden(partial(core.read_namespaced_secret, name, NS))
+                assert not can(api, "watch", "secrets", namespace=NS, name=name)
+        forbidden(partial(core.read_namespaced_secret, names.BATTERY_CLIENT_SECRET, NS))
+        forbidden(partial(core.list_namespaced_secret, NS))
+    finally:
+        api.close()
+    assert names.CSR_APPROVER_NAME in _service_accounts()
+
+
+def _secret_volumes(pod: dict[str, Any]) -> dict[str, set[str]]:
+    """Volume name -> the Secrets it mounts (directly or projected)."""
+    out: dict[str, set[str]] = {}
+    for volume in pod.get("volumes", []):
+        found = set()
+        if "secret" in volume:
+            found.add(volume["secret"]["secretName"])
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                found.add(source["secret"]["name"])
+        if found:
+            out[volume["name"]] = found
+    return out
+
+
+@pytest.mark.req("CT-022", "DP-005")
+def test_no_pod_mounts_a_ca_secret_and_only_battery_and_its_registry_mount_its_client_secret() -> (
+    None
+):
+    """A Pod reads a Secret through its volumes without any RBAC: no Pod of install.yaml mounts
+    a CA Secret, and battery's client Secret is mounted only in the Operator Pod, read-only, by
+    battery and by the host registry (which watches it for renewals, DP-007)."""
+    mounted_by: dict[str, set[str]] = {}
+    for obj in render.render(operator_image=OPERATOR_IMAGE):
+        pod = obj.get("spec", {}).get("template", {}).get("spec")
+        if pod is None:
+            continue
+        volumes = _secret_volumes(pod)
+        for container in pod["containers"] + pod.get("initContainers", []):
+            for mount in container.get("volumeMounts", []):
+                for secret in volumes.get(mount["name"], ()):
+                    assert mount.get("readOnly") is True, (container["name"], mount["name"])
+                    mounted_by.setdefault(secret, set()).add(
+                        f"{obj['metadata']['name']}/{container['name']}"
+                    )
+    assert names.SERVING_CA_SECRET not in mounted_by
+    assert names.CLIENT_CA_SECRET not in mounted_by
+    assert mounted_by == {
+        names.BATTERY_CLIENT_SECRET: {
+            f"{names.OPERATOR_DEPLOYMENT}/{render.BATTERY_CONTAINER}",
+            f"{names.OPERATOR_DEPLOYMENT}/{render.HOST_REGISTRY_CONTAINER}",
+        }
+    }
 
 
 def test_the_approver_pod_meets_the_restricted_pod_security_standard(

@@ -5,8 +5,10 @@ Namespace, both CRDs, the MutatingAdmissionPolicy storing our finalizers at crea
 binding (`admission`), the ServiceAccount, the ClusterRoles, the ClusterRoleBinding, the Role and
 its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim, the
 Operator Deployment, then the Exec Agent's ServiceAccount, RBAC, admission policy and DaemonSet
-(`exec_agent`), then the CSR approver's ServiceAccount, RBAC and Deployment (`csr_approver`). `to_yaml()` writes them as one multi-document stream; `main()` writes the
-file.
+(`exec_agent`), then the CSR approver's ServiceAccount, RBAC and Deployment (`csr_approver`),
+last cert-manager's Issuers and Certificates for the two CAs and battery's client certificate
+(`cert_manager`; cert-manager must be installed first). `to_yaml()` writes them as one
+multi-document stream; `main()` writes the file.
 
 The Operator Pod (DP-001..DP-006, reference layout of §1.5):
 
@@ -32,7 +34,8 @@ The Operator Pod (DP-001..DP-006, reference layout of §1.5):
 battery's config holds the placeholder Host `_no-hosts` until the host registry writes the
 real Host set: poolmgrd v0.4.0 refuses an empty `hosts` list.
 
-Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`).
+Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`);
+CT-021, CT-023 (`cert_manager`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import yaml
 
 from batteryop.api import crds, names
 from batteryop.battery import configfile
-from batteryop.manifests import admission, csr_approver, exec_agent, rbac
+from batteryop.manifests import admission, cert_manager, csr_approver, exec_agent, rbac
 
 Obj = dict[str, Any]
 
@@ -502,6 +505,7 @@ def render(
     ]
     objects += exec_agent.objects(namespace, labels(names.COMPONENT_EXEC_AGENT), agent_image)
     objects += csr_approver.objects(namespace, labels(csr_approver.COMPONENT), approver_image)
+    objects += cert_manager.objects(namespace, labels(cert_manager.COMPONENT))  # CT-021, CT-023
     return copy.deepcopy(objects)
 
 

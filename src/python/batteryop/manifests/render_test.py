@@ -50,6 +50,12 @@ APPLY_ORDER = [
     "Role",
     "RoleBinding",
     "Deployment",
+    # cert-manager's Issuers and Certificates (cert_manager.py).
+    "Issuer",
+    "Certificate",
+    "Certificate",
+    "Issuer",
+    "Certificate",
 ]
 
 

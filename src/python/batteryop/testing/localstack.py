@@ -7,8 +7,15 @@ job and the end-to-end tests run `batteryop.devstack` instead, every component a
   ServiceAccount and the least-privilege RBAC exactly as `install.yaml` has them
   (`prepare_cluster`);
 - one Node per simulated Host, labelled as a Host, and the Host set published on the battery
-  config ConfigMap by hand, as the host registry publishes it (`publish_hosts_by_hand`: this
-  stack's battery runs in process, where the registry's restart cannot reach it);
+  config ConfigMap by hand, as the host registry publishes it (`publish_hosts_by_hand`). This
+  is the integration harness's one shortcut, kept on purpose: its battery is a `FakeBattery`
+  in the test's own process, started afresh on new ports for every test while the Nodes and
+  the ConfigMap are shared by the whole session. A registry per test would add a process
+  start (seconds on a loaded machine) to every one of these tests, and the next operator would
+  read the Host set the previous test's registry left until the new one replaced it. The
+  registry's publication is tested end to end where it runs for real: the local stack
+  (`batteryop.devstack`, `tests/e2e`, battery with `AddHost`) and
+  `tests/integration/host_registry_test.py` (battery restarted by the registry);
 - a fake flintlockd process per Host, each on its own loopback address;
 - the fake battery (poolmgrd v0.4.0 semantics) over those Hosts;
 - the operator as a real process, authenticated as its ServiceAccount (`LocalStack.start`).
@@ -98,9 +105,9 @@ def install_finalizer_policy(api: k8s.ApiClient) -> None:
 
 def publish_hosts_by_hand(core: k8s.CoreV1Api, hosts: Mapping[str, str]) -> None:
     """The battery config ConfigMap with `hosts` published on it, as the host registry
-    publishes them, for stacks that run no host registry (their fake battery is in process,
-    where the registry's restart cannot reach it). The registry's own tests and the end to
-    end test (`tests/integration/host_registry_test.py`) publish through the registry."""
+    publishes them, for this stack, which runs no host registry (see the module docstring).
+    The registry's own tests, `tests/integration/host_registry_test.py` and the local stack
+    (`batteryop.devstack`, `tests/e2e`) publish through the registry."""
     with contextlib.suppress(k8s.ApiException):
         core.create_namespaced_config_map(
             names.OPERATOR_NAMESPACE,

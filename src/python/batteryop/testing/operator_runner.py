@@ -66,12 +66,14 @@ class OperatorProcess:
         battery_target: str,
         extra_args: Sequence[str] = (),
         ready_timeout: float = 60.0,
+        command: tuple[list[str], dict[str, str]] | None = None,
     ) -> AsyncIterator[OperatorProcess]:
         proc = await cls.launch(
             kubeconfig=kubeconfig,
             battery_target=battery_target,
             extra_args=extra_args,
             ready_timeout=ready_timeout,
+            command=command,
         )
         try:
             yield proc
@@ -87,12 +89,16 @@ class OperatorProcess:
         battery_target: str,
         extra_args: Sequence[str] = (),
         ready_timeout: float = 60.0,
+        command: tuple[list[str], dict[str, str]] | None = None,
     ) -> OperatorProcess:
+        """Start the operator; `command` (argv prefix and environment) replaces
+        `operator_command()`, e.g. to run the entrypoint of a release image's root
+        filesystem under chroot."""
         health, metrics = free_port(), free_port()
         fd, log_name = tempfile.mkstemp(prefix="battery-operator-", suffix=".log")
-        command, env = operator_command()
+        prefix, env = command if command is not None else operator_command()
         argv = [
-            *command,
+            *prefix,
             f"--kubeconfig={kubeconfig}",
             f"--battery-address={battery_target}",
             f"--health-probe-bind-address=127.0.0.1:{health}",
