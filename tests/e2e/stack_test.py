@@ -361,13 +361,19 @@ async def test_battery_killed_and_started_again_keeps_the_claims_lease(stack: St
         claim["metadata"]["uid"],
         claim["status"]["leaseID"],
     )
-    [before] = leases_for(await battery_state(stack), uid)
+    state = await battery_state(stack)
+    [before] = leases_for(state, uid)
+    hosts = sorted((h["name"], h["address"]) for h in state["hosts"])
+    assert {name for name, _ in hosts} >= set(stack.hosts)
 
     # SIGKILL: no shutdown path runs; battery comes back from its -db file in the state folder.
     seconds = await stack.kill_and_start("battery")
     print(f"\nbattery killed and ready again in {seconds:.2f}s")
-    [after] = leases_for(await battery_state(stack), uid)
+    state = await battery_state(stack)
+    [after] = leases_for(state, uid)
     assert (after["lease_id"], after["vm_uid"]) == (lease, claim["status"]["microVM"]["uid"])
+    # The Hosts the host registry added (AddHost) come back from the database (battery main).
+    assert sorted((h["name"], h["address"]) for h in state["hosts"]) == hosts
     assert when(after["expires_at"]) >= when(before["expires_at"])
 
     async def ready() -> bool:
