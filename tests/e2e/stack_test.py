@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 
 import pytest
 from e2e.driver import (
@@ -56,6 +57,11 @@ async def eventually(check, within: float, what: str, last=lambda: None):  # typ
             return value
         assert time.monotonic() < deadline, f"not {what} within {within:.0f}s; last: {last()}"
         await asyncio.sleep(POLL)
+
+
+def when(rfc3339: str) -> datetime:
+    """A time from battery's state (protobuf JSON: RFC 3339, UTC, "Z")."""
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
 
 
 def leases_for(state: dict, uid: str) -> list[dict]:  # type: ignore[type-arg]
@@ -345,6 +351,55 @@ async def test_battery_and_a_flintlockd_going_away_and_back_lose_no_claim(stack:
     code, out, err = await cli(stack, "exec", name, "--", "echo", "still here")
     assert (code, out) == (0, "still here\n"), err
     await release_via_cli(stack, name)
+
+
+@pytest.mark.req("BA-060", "CL-061", "DP-012", "TD-024")
+async def test_battery_killed_and_started_again_keeps_the_claims_lease(stack: Stack) -> None:
+    claim = await bound_claim_via_cli(stack)
+    name, uid, lease = (
+        claim["metadata"]["name"],
+        claim["metadata"]["uid"],
+        claim["status"]["leaseID"],
+    )
+    state = await battery_state(stack)
+    [before] = leases_for(state, uid)
+    hosts = sorted((h["name"], h["address"]) for h in state["hosts"])
+    assert {name for name, _ in hosts} >= set(stack.hosts)
+
+    # SIGKILL: no shutdown path runs; battery comes back from its -db file in the state folder.
+    seconds = await stack.kill_and_start("battery")
+    print(f"\nbattery killed and ready again in {seconds:.2f}s")
+    state = await battery_state(stack)
+    [after] = leases_for(state, uid)
+    assert (after["lease_id"], after["vm_uid"]) == (lease, claim["status"]["microVM"]["uid"])
+    # The Hosts the host registry added (AddHost) come back from the database (battery main).
+    assert sorted((h["name"], h["address"]) for h in state["hosts"]) == hosts
+    assert when(after["expires_at"]) >= when(before["expires_at"])
+
+    async def ready() -> bool:
+        return await asyncio.to_thread(http_status, f"{stack.operator_health}/readyz") == 200
+
+    await eventually(ready, 60, "the operator ready with the new battery")
+    async with stack.kube() as kube:
+        body = await kube.get(CLAIMS, name, DEMO_NAMESPACE)
+    assert (phase(body), body["status"]["leaseID"]) == ("Bound", lease)
+    code, out, err = await cli(stack, "exec", name, "--", "echo", "after the crash")
+    assert (code, out) == (0, "after the crash\n"), err
+
+    # A renewal reaches the new battery: its Lease's heartbeat moves on.
+    code, _, err = await cli(stack, "renew", name)
+    assert code == 0, err
+
+    async def renewed() -> list[dict]:  # type: ignore[type-arg]
+        return [
+            x
+            for x in leases_for(await battery_state(stack), uid)
+            if when(x["last_heartbeat_at"]) > when(after["last_heartbeat_at"])
+        ]
+
+    await eventually(renewed, 60, "the renewal's heartbeat on the new battery")
+    await release_via_cli(stack, name)
+    assert leases_for(await battery_state(stack), uid) == []
 
 
 @pytest.mark.req("PO-042", "PO-043", "PO-044", "CL-063", "CL-004")

@@ -452,6 +452,13 @@ class Stack:
         self.processes.start(self.components[name])
         return await self.processes.wait_ready(name)
 
+    async def kill_and_start(self, name: str) -> float:
+        """SIGKILL `name` as a crash, then start it again with the same flags and files
+        (battery comes back from its `-db` file: BA-060); seconds until it is ready."""
+        assert self.processes is not None
+        self.processes.kill(name)
+        return await self.start(name)
+
     async def _wait_reports(self, hosts: Sequence[str] | None = None) -> None:
         """Until every Host's Node carries a ready Exec Agent report (EA-034)."""
         deadline = time.monotonic() + REPORT_TIMEOUT_SECONDS

@@ -1,7 +1,8 @@
 """A fake battery (poolmgrd v0.4.0) for tests and the dev stack (TD-001..TD-006, BA-*).
 
 `FakeBattery` serves battery's gRPC API (`poolmgr.v1alpha1` PoolAdmin, Lease, Events,
-HostAdmin, and grpc.health.v1 with "" SERVING) from memory, on loopback, and creates, places,
+HostAdmin, and grpc.health.v1 with "" SERVING) from memory or, with `db=PATH`, from a database
+file that outlives the process (BA-060), on loopback, and creates, places,
 execs in and deletes MicroVMs only through flintlockd's gRPC API on the Hosts it is given
 (a name -> flintlockd target each; TD-002). In process:
 
@@ -12,12 +13,19 @@ execs in and deletes MicroVMs only through flintlockd's gRPC API on the Hosts it
         battery.refuse_heartbeats()        # faults: see FakeBattery's "faults" methods
 
 Standalone (`python -m batteryop.testing.fake_battery --help`, or the `fake-battery` pex): it
-reads poolmgrd's v0.4.0 config file (`-config`, `-db` accepted and ignored) or `--host` flags,
-and offers a small HTTP control API for faults, the fake clock and inspection.
+reads poolmgrd's v0.4.0 config file (`-config`) or `--host` flags, keeps its state in the
+`-db` file when given one, and offers a small HTTP control API for faults, the fake clock and
+inspection.
 
 Deliberate differences from poolmgrd v0.4.0 (TD-005; also docs/dev/fake-battery.md):
-- State lives in memory, not SQLite: it survives `restart()` in process, not the process
-  (BA-060 only in process). No `-db` file, schema or migrations.
+- With `-db PATH` (`db=`) the state (Pools, VMs, Leases, the event outbox and its next id,
+  Host rows with their cordon state) is kept in one file of our own format (`db.py`), not
+  SQLite, replaced atomically (fsync, rename) before any answer that follows a change leaves,
+  with writes coalesced (`Store.commit`); it survives a killed process (BA-060). A file of
+  another format or version is refused at start; there are no migrations (no BA-109).
+  Without `-db` the state lives in memory and survives only `restart()` (poolmgrd would
+  default to `./poolmgr.db`). Hosts in the file but not in the config are dropped at start
+  unless `host_api` is on.
 - Provisioning polls GetMicroVM and waits for the guest agent every 50 ms of real time
   (poolmgrd: 2 s and 1 s); the 60 s / 30 s / 5 s caps are the same, in real time. Only
   timestamps, the sweep, the warning window and the reconcilers' tick use the injectable clock.
@@ -33,8 +41,9 @@ Deliberate differences from poolmgrd v0.4.0 (TD-005; also docs/dev/fake-battery.
   main's AddHost/UpdateHost/RemoveHost/GetHost, `Host.tls` in answers and the check of
   `flintlock_hosts` against registered Hosts; main would start with no Hosts and refuse a
   config with `hosts`. With `host_api=False` (default, v0.4.0) those RPCs are UNIMPLEMENTED.
-- `restart()` applies main's startup recovery (claims left mid-way -> DELETING) and clears
-  placements; whether v0.4.0 already did so is not known.
+- Every start and `restart()` applies main's startup recovery (claims left mid-way ->
+  DELETING) and clears placements; whether v0.4.0 already did so is not known. With a
+  database, `restart()` reads the state back from the file, as a new process does.
 - The flintlockd version check calls `MicroVM.ServerInfo` as our fake flintlockd defines it
   (the real RPC's shape could not be read: the Go module proxy answered 403).
 - No metrics endpoint, no server reflection, no TLS on the API server (loopback plaintext; a

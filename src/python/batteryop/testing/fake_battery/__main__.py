@@ -1,8 +1,13 @@
 """Run the fake battery as its own process: `python -m batteryop.testing.fake_battery`.
 
-It takes poolmgrd v0.4.0's flags (`-config`, `-db` ignored, `-log-level`) so it can stand in
-the battery sidecar's place, or `--listen` and `--host NAME=TARGET` flags. Once serving it
-prints one JSON line on stdout: {"target": ..., "control": ..., "pid": ...}.
+It takes poolmgrd v0.4.0's flags (`-config`, `-db`, `-log-level`) so it can stand in the
+battery sidecar's place, or `--listen` and `--host NAME=TARGET` flags. Once serving it prints one
+JSON line on stdout: {"target": ..., "control": ..., "pid": ...}.
+
+With `-db PATH` its Pools, VMs, Leases, event outbox and Host rows live in that file and survive
+the process (BA-060; `db.py` has the format); without it they live in memory only. A file it
+cannot read (another format or version, or corrupt) stops it at start with one line naming the
+file and exit code 2.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from aiohttp import web
 from batteryop.testing.fake_battery.battery import FakeBattery, Timings
 from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.control import make_app
+from batteryop.testing.fake_battery.db import DatabaseError
 from batteryop.testing.fake_battery.hosts import HostConfig, HostTLSConfig
 from batteryop.testing.processes import stdin_closed
 
@@ -136,7 +142,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     # TD-107: poolmgrd's own flags, so this process can stand where the sidecar stands.
     parser.add_argument("-config", "--config", help="poolmgrd's JSON config file")
-    parser.add_argument("-db", "--db", help="accepted for poolmgrd compatibility; ignored")
+    parser.add_argument(
+        "-db",
+        "--db",
+        help="the database file that keeps the state across restarts (default: memory only)",
+    )
     parser.add_argument(
         "-log-level",
         "--log-level",
@@ -202,6 +212,7 @@ async def serve(args: argparse.Namespace) -> None:
         timings=timings,
         basic_auth_token=settings.basic_auth_token,
         host_api=args.host_api,
+        db=args.db or None,
     ) as battery:
         runner = web.AppRunner(make_app(battery))
         await runner.setup()
@@ -233,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         asyncio.run(serve(args))
-    except ConfigError as err:
+    except (ConfigError, DatabaseError) as err:
         print(f"fake-battery: {err}", file=sys.stderr)
         sys.exit(2)
 

@@ -1,8 +1,10 @@
 """The fake battery's engine and lifecycle: `FakeBattery` (TD-001..006).
 
-It owns the in-memory store, one reconciler task per Pool, the global sweeper, the gRPC server
-(PoolAdmin, Lease, Events, HostAdmin, grpc.health.v1) and the fault switches. The RPC handlers
-live in `services.py`; they call the methods here.
+It owns the store (in memory, and in a database file when given `db`: BA-060), one reconciler
+task per Pool, the global sweeper, the gRPC server (PoolAdmin, Lease, Events, HostAdmin,
+grpc.health.v1) and the fault switches. The RPC handlers live in `services.py`; they call the
+methods here. A start and an in-process `restart()` go through the same steps (`_open_state`,
+`_recover`), so a restarted process and a restarted FakeBattery come back alike.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import uuid
 from base64 import b64encode
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -30,11 +33,13 @@ from battery_protos.poolmgr.v1alpha1 import (
     types_pb2,
 )
 from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
+from batteryop.testing.fake_battery.db import Database, DatabaseError
 from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults
 from batteryop.testing.fake_battery.hosts import (
     FlintlockVersionError,
     HostConfig,
     HostConnection,
+    HostTLSConfig,
     HostTLSFilesError,
 )
 from batteryop.testing.fake_battery.store import Phase, PoolKey, Store, VmRow, pool_label
@@ -218,7 +223,8 @@ class _Sweeper:
 
 
 class _Interceptor(grpc.aio.ServerInterceptor):
-    """Basic auth (when configured) and the `unavailable` fault, before any handler runs."""
+    """Basic auth (when configured) and the `unavailable` fault, before any handler runs; with a
+    database, the store's write after the handler and before each streamed message (BA-060)."""
 
     def __init__(self, battery: FakeBattery) -> None:
         self._battery = battery
@@ -241,7 +247,54 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             got = str(metadata.get("authorization", ""))
             if not hmac.compare_digest(got.encode(), expected.encode()):
                 return _refusing(handler, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated")
+        if battery.store.durable:
+            return _flushing(handler, battery)
         return handler
+
+
+async def _synced_or_abort(battery: FakeBattery, context: grpc.aio.ServicerContext) -> None:
+    try:
+        await battery.store.synced()
+    except DatabaseError as err:
+        # As a failed COMMIT fails poolmgrd's RPC: the caller is not told of a change not kept.
+        log.error("%s", err)
+        await context.abort(grpc.StatusCode.INTERNAL, f"store: {err}")
+
+
+def _flushing(handler: grpc.RpcMethodHandler, battery: FakeBattery) -> grpc.RpcMethodHandler:
+    """handler, with what it changed made durable before its answer (or each message) leaves.
+
+    BA-060, CL-061: a ClaimVM's Lease is in the database before its answer is sent.
+    """
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                reply = await inner(request, context)
+            except Exception:
+                # An abort after a change (a failed hook's policy applied) keeps the change too.
+                with contextlib.suppress(DatabaseError):
+                    await battery.store.synced()
+                raise
+            await _synced_or_abort(battery, context)
+            return reply
+
+        return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
+    if handler.unary_stream is not None:
+        stream_inner = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for message in stream_inner(request, context):
+                await _synced_or_abort(battery, context)
+                yield message
+
+        return grpc.unary_stream_rpc_method_handler(stream, **kwargs)
+    return handler
 
 
 def _refusing(
@@ -285,6 +338,7 @@ class FakeBattery:
         timings: Timings | None = None,
         basic_auth_token: str = "",
         host_api: bool = False,
+        db: Path | str | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.timings = timings if timings is not None else Timings()
@@ -293,7 +347,10 @@ class FakeBattery:
         # flintlock_hosts against registered Hosts; off means poolmgrd v0.4.0 (UNIMPLEMENTED).
         self.host_api = host_api
         self.faults = Faults()
-        self.store = Store(self.clock.now)
+        # BA-060: with a database file the state outlives the process (poolmgrd's -db);
+        # without one it lives in memory and outlives only restart().
+        self.db = Database(db) if db is not None else None
+        self.store = Store(self.clock.now, self.db.save if self.db is not None else None)
         self._host_configs = _host_configs(hosts)
         self._address = address
         self._port = 0
@@ -335,13 +392,12 @@ class FakeBattery:
         return self._server is not None
 
     async def serve(self) -> None:
-        """Connect to the configured Hosts, start reconcilers, the sweeper and the server."""
+        """Read the database (if any), recover, connect to the Hosts, start reconcilers, the
+        sweeper and the server. Raises DatabaseError for a database it cannot read."""
         if self._running:
             raise BatteryStateError(self, "the fake battery is already serving")
-        now = self.clock.now()
-        for config in self._host_configs:
-            if config.name not in self.store.hosts:
-                self.store.hosts[config.name] = HostConnection(config, now)
+        self._open_state()
+        self._recover()
         self._dial_hosts()
         self._start_loops()
         await self._start_server()
@@ -360,12 +416,15 @@ class FakeBattery:
             self._crashing = False
         for host in self.store.hosts.values():
             await host.close()
+        self.store.flush()
 
     async def restart(self) -> None:
         """Simulate a poolmgrd restart that keeps its database.
 
-        In-flight work is cut off as by a crash; then, as poolmgrd does at start, claims left
-        mid-way are marked DELETING, placements are dropped, Hosts are dialled again (their
+        In-flight work is cut off as by a crash; then the steps of a start follow (`serve`):
+        with a database the state is read back from its file (what was not written is lost,
+        as in a new process); as poolmgrd does at start, claims left mid-way are marked
+        DELETING and placements are dropped (`_recover`), Hosts are dialled again (their
         version checks are repeated), every Pool's reconciler is started and the first sweep
         comes one interval later.
         """
@@ -379,6 +438,63 @@ class FakeBattery:
             self._crashing = False
         for host in self.store.hosts.values():
             await host.close()
+        # Changes of the last event-loop turn, already committed as far as anyone knows.
+        self.store.flush()
+        self._open_state()
+        self._recover()
+        self._dial_hosts()
+        self._start_loops()
+        await self._start_server()
+
+    def _open_state(self) -> None:
+        """What poolmgrd reads at start: its database (with `db`) and its config's Hosts.
+
+        Without a database the store keeps what it holds (the in-process restart's memory),
+        and only Hosts not yet known are added. With one, the store is read back from the file
+        (TD-005: one file of our own format, no migrations) and Hosts are built from the config,
+        each with its stored row's cordon state (v0.4.0 seeds its `hosts` table from the config
+        and keeps the cordon state); with `host_api`, Hosts stored but not in the config come
+        back too (battery main: the database is the only source of Hosts).
+        """
+        now = self.clock.now()
+        if self.db is None:
+            for config in self._host_configs:
+                if config.name not in self.store.hosts:
+                    self.store.hosts[config.name] = HostConnection(config, now)
+            return
+        snapshot = self.db.load()
+        stored: dict[str, types_pb2.Host] = {}
+        if snapshot is not None:
+            self.store.replace(
+                pools=snapshot.pools,
+                vms=snapshot.vms,
+                leases=snapshot.leases,
+                events=snapshot.events,
+                next_event_id=snapshot.next_event_id,
+            )
+            stored = snapshot.hosts
+        hosts: dict[str, HostConnection] = {}
+        for config in self._host_configs:
+            hosts[config.name] = _with_row(HostConnection(config, now), stored.get(config.name))
+        if self.host_api:
+            for name, row in stored.items():
+                if name not in hosts:
+                    tls = HostTLSConfig(
+                        insecure=row.tls.insecure,
+                        ca_file=row.tls.ca_file,
+                        cert_file=row.tls.cert_file,
+                        key_file=row.tls.key_file,
+                    )
+                    config = HostConfig(name, row.address, tls)
+                    hosts[name] = _with_row(HostConnection(config, now), row)
+        self.store.hosts = hosts
+        self.store.commit()
+
+    def _recover(self) -> None:
+        """poolmgrd's startup recovery, at every start and restart: placements are dropped and
+        claims left mid-way (pre-lease hook running, or LEASED without a Lease) go DELETING, for
+        the sweep to delete (TD-006, BA-060)."""
+        for host in self.store.hosts.values():
             host.placements = 0
         for vm in self.store.vms.values():
             mid_claim = vm.phase == Phase.PRE_LEASE_HOOK_RUNNING or (
@@ -388,9 +504,6 @@ class FakeBattery:
             if mid_claim:
                 self.store.set_phase(vm.uid, Phase.DELETING)
         self._warned.clear()
-        self._dial_hosts()
-        self._start_loops()
-        await self._start_server()
 
     def _dial_hosts(self) -> None:
         for host in self.store.hosts.values():
@@ -832,3 +945,14 @@ class FakeBattery:
 
 def _lease_id(lease: Any) -> str:
     return str(lease.lease_id)
+
+
+def _with_row(conn: HostConnection, row: types_pb2.Host | None) -> HostConnection:
+    """conn with the cordon state and update time of its stored row, if there is one."""
+    if row is not None:
+        conn.cordoned = row.cordoned
+        conn.cordoned_reason = row.cordoned_reason
+        conn.cordoned_at = row.cordoned_at.ToDatetime(UTC) if row.HasField("cordoned_at") else None
+        if row.HasField("updated_at"):
+            conn.updated_at = row.updated_at.ToDatetime(UTC)
+    return conn

@@ -298,3 +298,54 @@ async def test_mtls_to_flintlockd_reads_the_files_once(tmp_path: Path, ns: str) 
             await stubs.create_pool(spec)
             await stubs.wait_status(ref_of(spec), lambda s: s.available_count == 1, what="a VM")
             assert len(await host.list_vms()) == 1
+
+
+@pytest.mark.req("BA-060", "TD-006")
+async def test_restart_with_a_database_reads_its_state_back_from_the_file(
+    host_targets: dict[str, str], clock: FakeClock, timings: Timings, ns: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "poolmgr.db"
+    async with (
+        FakeBattery.start(hosts=host_targets, clock=clock, timings=timings, db=db) as battery,
+        grpc.aio.insecure_channel(battery.target) as channel,
+    ):
+        stubs = BatteryStubs.on(channel)
+        ref = await ready(stubs, ns)
+        held = await stubs.claim(ref, request_id="held")
+        row = battery.store.leases[held.lease_id]
+        records = battery.lease_records()
+        await battery.restart()
+        # The same code path as a new process: the rows are read back from the file.
+        assert battery.store.leases[held.lease_id] is not row
+        assert battery.lease_records() == records
+    async with FakeBattery.start(hosts=host_targets, clock=clock, timings=timings, db=db) as again:
+        assert again.lease_records() == records
+        assert [vm.uid for vm in again.vm_records(ns, "p")] == [held.vm_uid]
+
+
+@pytest.mark.req("BA-060", "BA-105")
+async def test_hosts_added_and_cordoned_are_kept_in_the_database(
+    host_targets: dict[str, str], clock: FakeClock, timings: Timings, tmp_path: Path
+) -> None:
+    db = tmp_path / "poolmgr.db"
+    async with (
+        FakeBattery.start(clock=clock, timings=timings, db=db, host_api=True) as battery,
+        grpc.aio.insecure_channel(battery.target) as channel,
+    ):
+        stubs = BatteryStubs.on(channel)
+        host = types_pb2.Host(
+            name="host-a", address=host_targets["host-a"], tls=types_pb2.HostTLS(insecure=True)
+        )
+        await stubs.hosts.AddHost(hostadmin_pb2.AddHostRequest(host=host))
+        await stubs.hosts.CordonHost(hostadmin_pb2.CordonHostRequest(name="host-a", reason="r"))
+    async with FakeBattery.start(clock=clock, timings=timings, db=db, host_api=True) as again:
+        [conn] = again.store.hosts.values()
+        assert (conn.name, conn.address, conn.cordoned, conn.cordoned_reason) == (
+            "host-a",
+            host_targets["host-a"],
+            True,
+            "r",
+        )
+    # battery v0.4.0 takes its Hosts from the config: a stored Host not there is not kept.
+    async with FakeBattery.start(clock=clock, timings=timings, db=db) as old:
+        assert list(old.store.hosts) == []

@@ -95,13 +95,14 @@ def test_flags_add_hosts_and_override_the_file(tmp_path: Path) -> None:
             "-config",
             _write(tmp_path, V040_CONFIG),
             "-db",
-            "ignored.db",
+            "state/poolmgr.db",
             "--listen=127.0.0.1:0",
             "--host=node-c=127.0.0.1:9999",
             "--sweep-interval=500ms",
         ]
     )
     settings = settings_from(args)
+    assert args.db == "state/poolmgr.db"
     assert settings.listen == "127.0.0.1:0"
     assert settings.sweep_interval == 0.5
     assert [h.name for h in settings.hosts] == ["node-a", "node-b", "node-c"]

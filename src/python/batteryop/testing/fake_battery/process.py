@@ -105,3 +105,8 @@ class FakeBatteryProcess:
 
     async def state(self) -> dict[str, Any]:
         return await self.control("GET", "/state")
+
+    async def kill(self) -> int:
+        """SIGKILL, as a crash: the process dies wherever it is; its exit code."""
+        self._process.kill()
+        return await self._process.wait()

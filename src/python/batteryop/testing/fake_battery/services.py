@@ -104,8 +104,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                     grpc.StatusCode.ALREADY_EXISTS,
                     f"pool {pool_label(key)} already exists",
                 )
-            self._b.store.pools[key] = stored
-            self._b.store.touch()
+            self._b.store.put_pool(key, stored)
             self._b.start_reconciler(key, stored)
             return types_pb2.Pool(spec=stored, status=types_pb2.PoolStatus())
 
@@ -120,8 +119,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                 await _abort(
                     context, grpc.StatusCode.NOT_FOUND, f"pool {pool_label(key)} not found"
                 )
-            self._b.store.pools[key] = stored
-            self._b.store.touch()
+            self._b.store.put_pool(key, stored)
             # BA-074: the old reconciler's cancelled provisions get the old spec's policy.
             self._b.start_reconciler(key, stored)
             return self._pool(key)
@@ -170,7 +168,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
             # One "transaction": the Pool row, its VMs to DELETING, its Leases.
             # BA-103: the Pool and its Leases go at once (leased ones too under force, BA-104),
             # then its MicroVMs are drained through flintlockd.
-            del store.pools[key]
+            store.delete_pool(key)
             vms = store.pool_vms(key)
             for vm in vms:
                 store.set_phase(vm.uid, Phase.DELETING)
@@ -285,9 +283,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             expires_at=now + _duration(current.heartbeat_expiry_threshold),
             request_id=rid,
         )
-        store.leases[lease.lease_id] = lease
-        store.set_phase(vm.uid, Phase.LEASED)
-        row.lease_id = lease.lease_id
+        store.add_lease(lease)
         # BA-004: from here the Lease is committed and the claim answers success.
         store.emit(types_pb2.VM_CLAIMED, key, vm.uid)
         b.notify(key, "claimed")
@@ -352,10 +348,8 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
                 f"pool {pool_label(lease.pool)} of lease {lease.lease_id} not found",
             )
         now = b.clock.now()
-        lease.last_heartbeat_at = now
         # BA-010: a heartbeat pushes the expiry out from now, even past an expiry already gone by.
-        lease.expires_at = now + _duration(spec.heartbeat_expiry_threshold)
-        b.store.touch()
+        b.store.renew(lease, now, now + _duration(spec.heartbeat_expiry_threshold))
         return lease_pb2.HeartbeatResponse(expires_at=timestamp(lease.expires_at))
 
     async def ReleaseVM(
@@ -486,7 +480,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
         conn.cordoned_reason = request.reason
         conn.cordoned_at = now
         conn.updated_at = now
-        self._b.store.touch()
+        self._b.store.commit()
         return self._host(conn)
 
     async def UncordonHost(
@@ -498,7 +492,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
         conn.cordoned = False
         conn.cordoned_reason = ""
         conn.cordoned_at = None
-        self._b.store.touch()
+        self._b.store.commit()
         return self._host(conn)
 
     async def ListHosts(
@@ -564,7 +558,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
                 context, grpc.StatusCode.ALREADY_EXISTS, f"host {conn.name} already exists"
             )
         store.hosts[conn.name] = conn
-        store.touch()
+        store.commit()
         return self._host(conn)
 
     async def UpdateHost(
@@ -586,7 +580,7 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
         if request.skip_validation:
             conn.flintlock_version = ""
         store.hosts[conn.name] = conn
-        store.touch()
+        store.commit()
         await old.close()
         return self._host(conn)
 
@@ -609,6 +603,6 @@ class HostAdminService(hostadmin_pb2_grpc.HostAdminServicer):
                 f"host {conn.name} is still in use: pools {pools}, vm_count {count}",
             )
         del store.hosts[conn.name]
-        store.touch()
+        store.commit()
         await conn.close()
         return empty_pb2.Empty()

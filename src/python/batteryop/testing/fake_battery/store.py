@@ -1,13 +1,15 @@
-"""The fake battery's in-memory state: Pools, VMs, Leases, the event outbox and Hosts.
+"""The fake battery's state: Pools, VMs, Leases, the event outbox and Hosts.
 
 It stands in for poolmgrd's SQLite database. Every change happens between two awaits on the
 one event loop, so each method below is as atomic as one of poolmgrd's transactions (BA-005).
+Every change that such a transaction would commit ends in `commit()`; with a database file
+(`-db`, `db.Database`) that is what makes it durable (BA-060), see `commit()`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +18,11 @@ from google.protobuf import timestamp_pb2
 
 from battery_protos.poolmgr.v1alpha1 import types_pb2
 from batteryop.testing.fake_battery.hosts import HostConnection
+
+log = logging.getLogger(__name__)
+
+BACKGROUND_WRITE_DELAY = 0.01
+"""Seconds within which a change no answer waits for is written (`Store.commit`)."""
 
 PoolKey = tuple[str, str]
 """(namespace, name) of a Pool."""
@@ -115,19 +122,45 @@ class VMCounts:
 
 
 class Store:
-    """All of the fake battery's state."""
+    """All of the fake battery's state; durable when given `persist` (a database's save)."""
 
-    def __init__(self, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        now: Callable[[], datetime],
+        persist: Callable[[Store], None] | None = None,
+    ) -> None:
         self._now = now
         self.pools: dict[PoolKey, types_pb2.PoolSpec] = {}
         self.vms: dict[str, VmRow] = {}
         self.leases: dict[str, LeaseRow] = {}
         self.events: list[types_pb2.Event] = []
         self.hosts: dict[str, HostConnection] = {}
-        self._event_ids = itertools.count(1)
+        self.next_event_id = 1
         self._changed = asyncio.Event()
+        self._persist = persist
+        self._dirty = False
+        self._flush_done: asyncio.Future[None] | None = None
+        self._background: asyncio.TimerHandle | None = None
 
-    # -- change notification -------------------------------------------------------------
+    def replace(
+        self,
+        *,
+        pools: dict[PoolKey, types_pb2.PoolSpec],
+        vms: dict[str, VmRow],
+        leases: dict[str, LeaseRow],
+        events: list[types_pb2.Event],
+        next_event_id: int,
+    ) -> None:
+        """Take the durable state read back from a database (Hosts are the caller's)."""
+        self.pools = pools
+        self.vms = vms
+        self.leases = leases
+        self.events = events
+        self.next_event_id = next_event_id
+        self._dirty = False
+        self.touch()
+
+    # -- change notification and durability ----------------------------------------------
 
     def touch(self) -> None:
         """Wake everything waiting for a change (event subscribers, test waits)."""
@@ -139,15 +172,94 @@ class Store:
         """An event set at the next change: take it before checking, then wait on it."""
         return self._changed
 
+    @property
+    def durable(self) -> bool:
+        return self._persist is not None
+
+    def commit(self) -> None:
+        """A change that one of poolmgrd's transactions would commit: wake the waiters and,
+        with a database, make it durable before anyone can learn of it.
+
+        BA-060, CL-061: the file is written (whole, atomically, fsync'd) before any RPC answer
+        leaves: the server's interceptor awaits `synced()` after every handler and before every
+        streamed event, so a SIGKILL after an answer never loses what was answered, a ClaimVM's
+        Lease above all. Writes are coalesced (a group commit): `synced()` schedules one write
+        at the end of the event-loop turn, which every answer ready in that turn shares, and a
+        change nobody waits for (provisioning, the sweep) is written at most
+        BACKGROUND_WRITE_DELAY later. Writing at every change costs one fsync per change (four
+        per ClaimVM: VM out of AVAILABLE, hook running, Lease and LEASED, event); even one write
+        per claim made a burst of 100 concurrent claims take 1970 ms instead of 229 ms in
+        memory (a write is ~7 ms here, fsync included; encoding 300 VMs 0.7 ms), where the
+        group commit makes 27 writes and takes 487 ms (tests/bench/fake_battery_db_bench.py,
+        two busy cores). Everything between two awaits is one transaction
+        in any case (BA-005), so no write holds a state poolmgrd could not have committed; a
+        crash before the write loses only changes nobody was told of, as a crash before COMMIT
+        does. The write blocks the event loop, as poolmgrd's one database connection
+        serialises every access.
+        """
+        self.touch()
+        if self._persist is None:
+            return
+        self._dirty = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a unit test): write now
+            self.flush()
+            return
+        if self._background is None:
+            self._background = loop.call_later(BACKGROUND_WRITE_DELAY, self._write_in_background)
+
+    def _write_in_background(self) -> None:
+        self._background = None
+        try:
+            self.flush()
+        except Exception as err:
+            # Still dirty: the next `synced()` tries again and fails its RPC with INTERNAL.
+            log.error("%s", err)
+
+    def _scheduled_flush(self) -> None:
+        done, self._flush_done = self._flush_done, None
+        try:
+            self.flush()
+        except Exception as err:
+            log.error("%s", err)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    async def synced(self) -> None:
+        """Return once every change made so far is written; raise if writing it failed."""
+        if not self._dirty and self._flush_done is None:
+            return
+        if self._flush_done is None:
+            self._flush_done = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+        await asyncio.shield(self._flush_done)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the durable state now if it changed since the last write (raises on failure)."""
+        if not self._dirty or self._persist is None:
+            return
+        self._dirty = False
+        if self._background is not None:
+            self._background.cancel()
+            self._background = None
+        try:
+            self._persist(self)
+        except BaseException:
+            self._dirty = True
+            raise
+
     # -- VMs -----------------------------------------------------------------------------
 
     def add_vm(self, row: VmRow) -> None:
         self.vms[row.uid] = row
-        self.touch()
+        self.commit()
 
     def remove_vm(self, uid: str) -> VmRow | None:
         row = self.vms.pop(uid, None)
-        self.touch()
+        self.commit()
         return row
 
     def set_phase(
@@ -163,7 +275,7 @@ class Store:
         row.updated_at = self._now()
         if phase in (Phase.QUARANTINED, Phase.DELETING, Phase.AVAILABLE):
             row.lease_id = None
-        self.touch()
+        self.commit()
         return True
 
     def pool_vms(self, key: PoolKey) -> list[VmRow]:
@@ -209,17 +321,43 @@ class Store:
                 return lease
         return None
 
+    def add_lease(self, lease: LeaseRow) -> None:
+        """The Lease row and its VM's LEASED phase, in one commit (BA-004)."""
+        self.leases[lease.lease_id] = lease
+        row = self.vms[lease.vm_uid]
+        row.phase = Phase.LEASED
+        row.lease_id = lease.lease_id
+        row.updated_at = self._now()
+        self.commit()
+
+    def renew(self, lease: LeaseRow, now: datetime, expires_at: datetime) -> None:
+        lease.last_heartbeat_at = now
+        lease.expires_at = expires_at
+        self.commit()
+
     def remove_lease(self, lease_id: str) -> LeaseRow | None:
         lease = self.leases.pop(lease_id, None)
-        self.touch()
+        self.commit()
         return lease
+
+    # -- Pools ---------------------------------------------------------------------------
+
+    def put_pool(self, key: PoolKey, spec: types_pb2.PoolSpec) -> None:
+        self.pools[key] = spec
+        self.commit()
+
+    def delete_pool(self, key: PoolKey) -> None:
+        del self.pools[key]
+        self.commit()
 
     # -- Events --------------------------------------------------------------------------
 
     def emit(self, kind: types_pb2.EventType.ValueType, pool: PoolKey, vm_uid: str) -> None:
+        event_id = self.next_event_id
+        self.next_event_id += 1
         self.events.append(
             types_pb2.Event(
-                id=next(self._event_ids),
+                id=event_id,
                 pool_namespace=pool[0],
                 pool_name=pool[1],
                 vm_uid=vm_uid,
@@ -227,4 +365,4 @@ class Store:
                 created_at=timestamp(self._now()),
             )
         )
-        self.touch()
+        self.commit()
