@@ -19,14 +19,17 @@ from typing import Any
 import pytest
 from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
 from integration.stack import Stack, condition, phase, wait_for
+from integration.standin import report_nodes
 from kubernetes import client as k8s
 
 from batteryop.api import names
 from batteryop.client import (
     AsyncClaim,
     AsyncClient,
+    ExecResult,
     HostNotReadyError,
     LeaseLostError,
+    MockExecTransport,
     Pending,
     PoolExhaustedError,
     PoolNotFoundError,
@@ -269,3 +272,34 @@ async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
         finally:
             for node in stack.local.hosts:
                 annotate_node(stack, node, {k: None for k in report})
+
+
+async def test_with_the_mock_exec_transport_a_real_claim_execs_without_an_agent(
+    stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    # The consumer's own test: claims for real, commands answered by the test (no agent).
+    await ready_pool(stack, namespace)
+    # Each Host's report names an agent address (nothing listens there: no agent runs).
+    addresses = {node: f"192.0.2.{i}:10270" for i, node in enumerate(stack.local.hosts, 1)}
+    report_nodes(stack, dict(addresses))
+    transport = MockExecTransport(lambda call: ExecResult(0, stdout=b"Linux\n"))
+    path = consumer_kubeconfig(stack, namespace, tmp_path / "mock.kubeconfig")
+    try:
+        async with AsyncClient(
+            namespace=namespace,
+            kube_config=KubeConfig.from_kubeconfig(str(path)),
+            exec_transport=transport,
+        ) as client:
+            async with await client.claim("demo", HOLDER, timeout=60) as claim:
+                result = await claim.exec(["uname", "-s"])
+                assert (result.exit_code, result.stdout) == (0, b"Linux\n")
+                [call] = transport.calls
+                assert call.request.microvm_uid == claim.microvm_uid
+                assert call.request.argv == ("uname", "-s")
+                assert call.address == addresses[claim.node_name]
+                assert review(stack, call.token).status.authenticated
+            name = claim.name
+    finally:
+        report_nodes(stack, dict.fromkeys(addresses))
+    assert transport.closed, "the client closes its transport"
+    await gone(stack, namespace, name)

@@ -12,7 +12,8 @@
 
 Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync` the blocking
 facade, `_transport` the exec transport Protocol and its gRPC form, `_models` the plain values,
-`_exceptions` the error tree. Only the names below are public; each reports this module as its
+`_exceptions` the error tree, `_mock` the public test double for exec (`MockExecTransport`:
+consumers test their own code without an Exec Agent). Only the names below are public; each reports this module as its
 home.
 
 The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
@@ -37,6 +38,7 @@ from batteryop.client._exceptions import (
     PoolExhaustedError,
     PoolNotFoundError,
 )
+from batteryop.client._mock import ExecCall, MockExecTransport
 from batteryop.client._models import ClaimInfo, ExecResult, Pending, Timeouts
 from batteryop.client._sync import Claim, Client
 from batteryop.client._transport import ExecRequest, ExecTransport, GrpcExecTransport
@@ -52,6 +54,7 @@ __all__ = [
     "ClientError",
     "CommandFailedError",
     "ConfigError",
+    "ExecCall",
     "ExecError",
     "ExecPermissionError",
     "ExecRequest",
@@ -62,6 +65,7 @@ __all__ = [
     "HostNotReadyError",
     "KubeAPIError",
     "LeaseLostError",
+    "MockExecTransport",
     "NoAgentAddressError",
     "Pending",
     "PoolExhaustedError",

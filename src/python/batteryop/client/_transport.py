@@ -93,7 +93,7 @@ class ExecTransport(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def _deliver(sink: OutputSink, data: bytes) -> None:
+async def deliver(sink: OutputSink, data: bytes) -> None:
     result = sink(data)
     if inspect.isawaitable(result):
         await result
@@ -168,9 +168,9 @@ class GrpcExecTransport:
             async for response in call:
                 kind = response.WhichOneof("payload")
                 if kind == "stdout":
-                    await _deliver(stdout, response.stdout)
+                    await deliver(stdout, response.stdout)
                 elif kind == "stderr":
-                    await _deliver(stderr, response.stderr)
+                    await deliver(stderr, response.stderr)
                 elif kind == "error":
                     errors(response.error)
                 elif kind == "exit_code":
