@@ -34,7 +34,7 @@ async def stand_ins(stack: Stack, tmp_path: Path) -> AsyncIterator[StandIns]:
         yield found
 
 
-@pytest.mark.req("CC-020", "CC-003")
+@pytest.mark.req("CC-020", "CC-003", "CC-101")
 async def test_exec_through_a_claim_streams_and_returns_the_exit_code(
     stack: Stack, namespace: str, stand_ins: StandIns, tmp_path: Path
 ) -> None:
@@ -131,6 +131,7 @@ async def cli(stack: Stack, namespace: str, stand_ins: StandIns, tmp_path: Path)
     return Cli(kubeconfig, namespace, stand_ins.ca_file)
 
 
+@pytest.mark.req("CC-106", "CC-107")
 async def test_battery_run_exits_with_the_remote_code_and_releases(
     stack: Stack, namespace: str, cli: Cli
 ) -> None:
@@ -146,6 +147,7 @@ async def test_battery_run_exits_with_the_remote_code_and_releases(
         await gone(stack, namespace, c["metadata"]["name"])
 
 
+@pytest.mark.req("CC-102", "CC-103", "CC-104", "CC-105")
 async def test_battery_claim_ls_exec_release(stack: Stack, namespace: str, cli: Cli) -> None:
     code, out, err = await cli("claim", "demo", "--timeout", "60")
     assert code == 0, err
@@ -163,6 +165,7 @@ async def test_battery_claim_ls_exec_release(stack: Stack, namespace: str, cli: 
     assert (code, err) == (0, f"claim {name}: already gone\n")
 
 
+@pytest.mark.req("CC-109")
 async def test_battery_errors_are_one_line_with_a_nonzero_exit(cli: Cli) -> None:
     code, out, err = await cli("claim", "nowhere", "--timeout", "5")
     assert code == EXIT_ERROR
@@ -175,7 +178,7 @@ async def test_battery_errors_are_one_line_with_a_nonzero_exit(cli: Cli) -> None
     assert err == "battery: error: claim no-such-claim does not exist\n"
 
 
-@pytest.mark.req("CC-005", "CC-021")
+@pytest.mark.req("CC-005", "CC-021", "CC-108")
 async def test_ctrl_c_during_battery_run_releases_the_claim(
     stack: Stack, namespace: str, cli: Cli, stand_ins: StandIns
 ) -> None:

@@ -274,6 +274,7 @@ async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
                 annotate_node(stack, node, {k: None for k in report})
 
 
+@pytest.mark.req("CC-110")
 async def test_with_the_mock_exec_transport_a_real_claim_execs_without_an_agent(
     stack: Stack, namespace: str, tmp_path: Path
 ) -> None:

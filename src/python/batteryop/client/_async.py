@@ -694,7 +694,7 @@ class AsyncClaim:
 
     # -- exec (CC-020) ---------------------------------------------------------------------
 
-    async def exec(
+    async def exec(  # CC-101: streamed, the exit code a result
         self,
         argv: list[str] | tuple[str, ...],
         *,

@@ -1,4 +1,4 @@
-"""`MockExecTransport`: the public test double for exec, so consumers test their own code
+"""`MockExecTransport` (CC-110): the public test double for exec, so consumers test their own code
 without an Exec Agent, a Host or a MicroVM.
 
 It stands where `GrpcExecTransport` stands (an `ExecTransport`, the one seam between a claim

@@ -1,4 +1,5 @@
-"""`Client` and `Claim`: the blocking API, with the same names and defaults as the async one.
+"""`Client` and `Claim`: the blocking API, with the same names and defaults as the async one
+(CC-100).
 
 Deviation from httpx's pattern (both halves written out plainly): here the sync classes run the
 async ones on a private event loop in a daemon thread, and each method blocks on the result.

@@ -45,6 +45,7 @@ _stderr = Console(stderr=True, highlight=False)
 
 
 def _fail(message: str, code: int) -> NoReturn:
+    # CC-109: one line, a non-zero exit
     click.echo(f"battery: error: {message}", err=True)
     sys.exit(code)
 
@@ -153,7 +154,7 @@ _TIMEOUT = click.option(
 @_TIMEOUT
 @click.option("--hold", is_flag=True, help="Keep renewing in the foreground until interrupted.")
 @click.pass_context
-def claim(
+def claim(  # CC-102
     ctx: click.Context,
     pool: str,
     holder: str,
@@ -226,6 +227,7 @@ _INTERACTIVE = click.option(
 @_INTERACTIVE
 @click.pass_context
 def exec_(ctx: click.Context, claim_name: str, command: tuple[str, ...], interactive: bool) -> None:
+    # CC-103: stdin, stdout and stderr relayed; CC-107: the remote exit code is ours
     """Run COMMAND in the MicroVM of CLAIM; exit with its exit code (125: battery failed)."""
     with _errors(EXIT_EXEC_ERROR):
         client = _client(ctx)
@@ -273,7 +275,7 @@ def renew(ctx: click.Context, claim_name: str) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("claim_name", metavar="CLAIM")
 @click.pass_context
-def release(ctx: click.Context, claim_name: str) -> None:
+def release(ctx: click.Context, claim_name: str) -> None:  # CC-104
     """Delete CLAIM and its Secret (a claim already gone is not an error)."""
     with _errors(EXIT_ERROR):
         client = _client(ctx)
@@ -286,7 +288,7 @@ def release(ctx: click.Context, claim_name: str) -> None:
 
 @cli.command("ls", context_settings=CONTEXT)
 @click.pass_context
-def ls(ctx: click.Context) -> None:
+def ls(ctx: click.Context) -> None:  # CC-105
     """List the namespace's claims."""
     with _errors(EXIT_ERROR):
         client = _client(ctx)
@@ -311,7 +313,7 @@ def ls(ctx: click.Context) -> None:
 @_TIMEOUT
 @_INTERACTIVE
 @click.pass_context
-def run(
+def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     ctx: click.Context,
     pool: str,
     command: tuple[str, ...],

@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 import types
 
+import pytest
+
 import batteryop.client
 from batteryop.client import AsyncClaim, AsyncClient, Claim, Client
 
@@ -27,6 +29,7 @@ def methods(cls: type) -> set[str]:
     return {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")}
 
 
+@pytest.mark.req("CC-100")
 def test_the_sync_and_async_sides_have_the_same_names() -> None:
     assert methods(Client) - {"close", "namespace"} == methods(AsyncClient) - {"aclose"}
     assert methods(Claim) == methods(AsyncClaim) - {"observe", "start_holding"}

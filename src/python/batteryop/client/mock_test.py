@@ -41,6 +41,7 @@ async def run(
     return code, b"".join(out), b"".join(err), errors
 
 
+@pytest.mark.req("CC-110")
 async def test_a_plain_handler_answers_and_sees_the_whole_call() -> None:
     transport = MockExecTransport(lambda call: ExecResult(3, b"1\thi\n", b"warn\n", ("note",)))
     assert await run(transport) == (3, b"1\thi\n", b"warn\n", ["note"])
