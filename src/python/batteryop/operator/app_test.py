@@ -60,16 +60,16 @@ def node(name: str, **labels: str) -> dict[str, Any]:
 async def test_the_host_set_is_unknown_until_every_node_is_listed() -> None:
     async with offline_operator() as operator:
         published = {names.HOSTS_ANNOTATION: json.dumps(["host-a", "host-b"])}
-        operator.on_battery_config({"metadata": {"annotations": published}})
-        operator.on_node("ADDED", node("host-a", zone="a"))  # an event before the list ended
+        operator.inputs.on_battery_config({"metadata": {"annotations": published}})
+        operator.inputs.on_node("ADDED", node("host-a", zone="a"))  # an event before the list ended
         # Not "host-a only": a Pool reconciled now keeps the Hosts battery already holds.
         assert operator.pool_deps.hosts is None
-        operator.on_nodes_listed([node("host-a", zone="a"), node("host-b", zone="b")])
+        operator.inputs.on_nodes_listed([node("host-a", zone="a"), node("host-b", zone="b")])
         assert operator.pool_deps.hosts == HostSet(
             {"host-a": {"zone": "a"}, "host-b": {"zone": "b"}}
         )
         # A later list (after a watch failure) drops a Node deleted meanwhile.
-        operator.on_nodes_listed([node("host-a", zone="a")])
+        operator.inputs.on_nodes_listed([node("host-a", zone="a")])
         assert operator.pool_deps.hosts == HostSet({"host-a": {"zone": "a"}})
 
 
@@ -79,12 +79,12 @@ async def test_a_relist_forgets_a_claim_whose_deleted_event_was_missed() -> None
     # simply absent from it, and must leave every cache and index as a DELETED event would.
     async with offline_operator() as operator:
         kept, gone = on_node("c1", "vm-1", "host-a"), on_node("c2", "vm-2", "host-a")
-        operator.on_claims_listed([kept, gone])
-        assert operator.claims_holding("vm-2") == [("ns", "c2")]
+        operator.inputs.on_claims_listed([kept, gone])
+        assert operator.inputs.claims_holding("vm-2") == [("ns", "c2")]
         assert operator.lease_checks.due(("ns", "c2"))  # listed Bound: checked (CL-030)
-        operator.on_claims_listed([kept])
+        operator.inputs.on_claims_listed([kept])
         assert operator.claims.cache.get(("ns", "c2")) is None
-        assert operator.claims_holding("vm-2") == []
+        assert operator.inputs.claims_holding("vm-2") == []
         assert not operator.lease_checks.due(("ns", "c2"))
         assert operator.claims.cache.get(("ns", "c1")) is not None
 
@@ -93,9 +93,9 @@ async def test_a_relist_forgets_a_pool_whose_deleted_event_was_missed() -> None:
     async with offline_operator() as operator:
         pool = samples.sample_pool(name="p", namespace="ns")
         pool["metadata"].update(uid="u-p", resourceVersion="1")
-        operator.on_pools_listed([pool])
+        operator.inputs.on_pools_listed([pool])
         assert operator.pools.cache.get(("ns", "p")) is not None
-        operator.on_pools_listed([])
+        operator.inputs.on_pools_listed([])
         assert operator.pools.cache.get(("ns", "p")) is None
 
 
@@ -117,14 +117,16 @@ async def test_claims_are_counted_by_phase_as_their_phases_change() -> None:
         return registry.get_sample_value(f"{NAMESPACE}_claims_by_phase", {"phase": phase})
 
     async with offline_operator(OperatorMetrics(registry)) as operator:
-        operator.on_claim("ADDED", with_phase(claim("a"), "Pending", "1"))
-        operator.on_claim("ADDED", with_phase(claim("b"), "Pending", "2"))
+        operator.inputs.on_claim("ADDED", with_phase(claim("a"), "Pending", "1"))
+        operator.inputs.on_claim("ADDED", with_phase(claim("b"), "Pending", "2"))
         assert (count("Pending"), count("Bound")) == (2, 0)
-        operator.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "3"))
-        operator.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "4"))  # unchanged phase
+        operator.inputs.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "3"))
+        operator.inputs.on_claim(
+            "MODIFIED", with_phase(claim("a"), "Bound", "4")
+        )  # unchanged phase
         assert (count("Pending"), count("Bound")) == (1, 1)
-        operator.on_claim("DELETED", with_phase(claim("a"), "Bound", "5"))
-        operator.on_claim("DELETED", with_phase(claim("b"), "Pending", "6"))
+        operator.inputs.on_claim("DELETED", with_phase(claim("a"), "Bound", "5"))
+        operator.inputs.on_claim("DELETED", with_phase(claim("b"), "Pending", "6"))
         assert (count("Pending"), count("Bound")) == (0, 0)
 
 
@@ -208,7 +210,7 @@ async def test_on_battery_reconnect_a_bound_claim_reads_its_lease_even_before_it
         stream.connect()
         await operator.start()
         try:
-            operator.on_claim("ADDED", bound_claim("c1", timedelta(hours=1)))
+            operator.inputs.on_claim("ADDED", bound_claim("c1", timedelta(hours=1)))
             stream.disconnect()
             stream.connect()  # reconnected; battery replays nothing new
             await asyncio.wait_for(calls.called.wait(), timeout=10)
@@ -221,7 +223,7 @@ async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_clai
 ):
     async with offline_operator() as operator:
         body = bound_claim("c1", timedelta(hours=1))
-        operator.on_claim(None, body)  # listed at start: its Lease is read at once (CL-030)
+        operator.inputs.on_claim(None, body)  # listed at start: its Lease is read at once (CL-030)
         key = ("ns", "c1")
         assert operator.lease_checks.due(key)
         with contextlib.ExitStack() as taken:  # every ClaimVM slot busy
@@ -229,7 +231,7 @@ async def test_a_deleted_claim_leaves_no_lease_check_and_no_place_among_the_clai
                 assert taken.enter_context(operator.claim_slots.try_acquire())
             assert operator.claim_slots.queue_if_full(key)
             assert key in operator.claim_slots.waiting
-            operator.on_claim("DELETED", body)
+            operator.inputs.on_claim("DELETED", body)
             assert not operator.lease_checks.due(key)
             assert key not in operator.claim_slots.waiting
         # The queues (not running here) still hold the keys: a deleted key leaves its queue
@@ -248,22 +250,22 @@ def on_node(name: str, vm: str, node: str) -> dict[str, Any]:
 async def test_a_battery_event_and_a_node_change_queue_only_the_claims_they_concern() -> None:
     async with offline_operator() as operator:
         for i in range(50):  # claims the inputs must not walk
-            operator.on_claim("ADDED", on_node(f"other-{i}", f"vm-other-{i}", "host-b"))
-        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
-        operator.on_claim("ADDED", on_node("c2", "vm-2", "host-a"))
-        assert operator.claims_holding("vm-1") == [("ns", "c1")]
-        operator.on_claim("MODIFIED", {**on_node("c1", "vm-3", "host-a"), "x": 1})
-        assert operator.claims_holding("vm-1") == []
-        assert operator.claims_holding("vm-3") == [("ns", "c1")]
+            operator.inputs.on_claim("ADDED", on_node(f"other-{i}", f"vm-other-{i}", "host-b"))
+        operator.inputs.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+        operator.inputs.on_claim("ADDED", on_node("c2", "vm-2", "host-a"))
+        assert operator.inputs.claims_holding("vm-1") == [("ns", "c1")]
+        operator.inputs.on_claim("MODIFIED", {**on_node("c1", "vm-3", "host-a"), "x": 1})
+        assert operator.inputs.claims_holding("vm-1") == []
+        assert operator.inputs.claims_holding("vm-3") == [("ns", "c1")]
 
         queued: list[tuple[str, str]] = []
         operator.claims.enqueue = lambda key, after=0.0: queued.append(key)  # type: ignore
-        operator.nodes_listed = True
-        operator.on_node("ADDED", node("host-a"))
+        operator.inputs.nodes_listed = True
+        operator.inputs.on_node("ADDED", node("host-a"))
         assert sorted(queued) == [("ns", "c1"), ("ns", "c2")]
         queued.clear()
-        operator.on_claim("DELETED", on_node("c2", "vm-2", "host-a"))
-        operator.on_node(
+        operator.inputs.on_claim("DELETED", on_node("c2", "vm-2", "host-a"))
+        operator.inputs.on_node(
             "MODIFIED", {**node("host-a"), "metadata": {"name": "host-a", "resourceVersion": "2"}}
         )
         assert queued == [("ns", "c1")]
@@ -272,13 +274,13 @@ async def test_a_battery_event_and_a_node_change_queue_only_the_claims_they_conc
 async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:
     registry = CollectorRegistry()
     async with offline_operator(OperatorMetrics(registry)) as operator:
-        operator.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
+        operator.inputs.on_claim("ADDED", on_node("c1", "vm-1", "host-a"))
 
         def entries(name: str) -> float | None:
             return registry.get_sample_value(f"{NAMESPACE}_cache_entries", {"map": name})
 
         assert entries("claims:bodies") == 1
         assert entries("claims:index:microvm") == 1
-        operator.on_claim("DELETED", on_node("c1", "vm-1", "host-a"))
+        operator.inputs.on_claim("DELETED", on_node("c1", "vm-1", "host-a"))
         assert entries("claims:bodies") == 0
         assert entries("claims:index:microvm") == 0

@@ -1,0 +1,205 @@
+"""`Inputs`: what the operator hears, and whom each input queues.
+
+Pools, claims, Nodes and the battery config ConfigMap come from `informer.list_watch` (a
+complete list, then each watch event; `loops`); battery's Events from its stream. A list
+replaces what the operator knew: an object missing from it is gone, whatever watch events
+were missed while the stream was down (a 410 Gone relist included), and leaves every cache.
+The Host set is only computed from every Node (a partial one would declare a Pool to battery
+on too few Hosts after a restart).
+
+- Pool events -> that Pool. Claim events -> that claim, and its Pool when the claim is gone
+  (a deleted Pool goes as soon as its last claim is released, PO-044).
+- Node events -> every Pool (the Host set resolves labels on Nodes, PO-011) and the claims
+  bound to that Node (agent address and HostReady, CL-005, CL-050..053).
+- The battery config ConfigMap (published Host set) -> every Pool (PO-011).
+- battery Events -> the Pool named (PO-023); VM_HOOK_FAILED -> a Warning on the Pool
+  (PO-041); MicroVM deleted -> the claim holding it (CL-013).
+- battery's Events stream connected, and a claim listed at start: every Bound claim, to read
+  its Lease from battery at once (CL-030, `check_every_lease`).
+
+Nothing here calls the API server or battery: each input updates a cache and queues work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from batteryop.api import names
+from batteryop.api.conditions import ClaimPhase
+from batteryop.battery import PoolRef
+from batteryop.kube.events import EventRecorder
+from batteryop.operator.claim_metrics import ClaimMetrics
+from batteryop.operator.claims import indexes
+from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_checks import LeaseChecks
+from batteryop.operator.claims.slots import ClaimSlots
+from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
+from batteryop.operator.keys import pool_key_for_claim
+from batteryop.operator.pools.hook_events import hook_failed_event
+from batteryop.operator.pools.reconcile import PoolDeps
+from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
+
+log = logging.getLogger("batteryop.operator.app")
+
+POOL_EVENT_COALESCE_SECONDS = 1.0
+"""A battery Event refreshes its Pool this much later; the events meanwhile add nothing. A
+burst of binds makes a burst of events for one Pool (leased, provisioning, ready, ...): at one
+refresh a second its status costs a few writes per 100 claims instead of one per two."""
+
+
+def _bound(claim: Mapping[str, Any]) -> bool:
+    """Bound to a Lease and not being deleted: a claim CL-030 checks against battery."""
+    status = claim.get("status") or {}
+    meta = claim.get("metadata") or {}
+    return (
+        status.get("phase") == ClaimPhase.BOUND
+        and bool(status.get("leaseID"))
+        and not meta.get("deletionTimestamp")
+    )
+
+
+class Inputs:
+    """Routes every input of the operator into its caches and work queues."""
+
+    def __init__(
+        self,
+        *,
+        pools: Controller,
+        claims: Controller,
+        nodes: ObjectCache,
+        pool_deps: PoolDeps,
+        deleted_vms: DeletedVMs,
+        lease_checks: LeaseChecks,
+        claim_slots: ClaimSlots,
+        recorder: EventRecorder,
+        claim_metrics: ClaimMetrics,
+    ) -> None:
+        self.pools = pools
+        self.claims = claims
+        self.nodes = nodes
+        self.pool_deps = pool_deps
+        self.deleted_vms = deleted_vms
+        self.lease_checks = lease_checks
+        self.claim_slots = claim_slots
+        self.recorder = recorder
+        self.claim_metrics = claim_metrics
+        self.nodes_listed = False
+        self.published: tuple[str, ...] | None = None
+
+    def claims_holding(self, vm_uid: str) -> list[Key]:
+        """The claims whose status records the MicroVM `vm_uid` (an index, no walk)."""
+        return self.claims.cache.keys_by(indexes.BY_MICROVM, vm_uid)
+
+    def on_pool(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        self.pools.observe(event_type, body)
+
+    def on_pools_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of Pools: one missing from it is gone (its DELETED was missed)."""
+        listed = {key_of(body) for body in items}
+        for body in self.pools.cache:
+            if key_of(body) not in listed:
+                self.on_pool("DELETED", body)
+        for body in items:
+            self.on_pool(None, body)
+
+    def on_claims_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of claims: one missing from it is gone (its DELETED was missed,
+        say while the watch was relisting after a 410), and leaves everything."""
+        listed = {key_of(body) for body in items}
+        for body in self.claims.cache:
+            if key_of(body) not in listed:
+                self.on_claim("DELETED", body)
+        for body in items:
+            self.on_claim(None, body)
+
+    def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        self.claims.observe(event_type, body)
+        self.claim_metrics.observe(event_type, body)
+        if event_type == "DELETED":
+            # Nothing of a deleted claim stays: no Lease check, no place among the ClaimVM
+            # waiters (its reserved slot goes to the next one).
+            self.lease_checks.done(key_of(body))
+            self.claim_slots.forget(key_of(body))
+        elif event_type is None and _bound(body):
+            # CL-030, on start: a listed Bound claim reads its Lease from battery at once.
+            self.lease_checks.require(key_of(body))
+        finalizers = (body.get("metadata") or {}).get("finalizers") or []
+        if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
+            pool = pool_key_for_claim(body)
+            if pool is not None:
+                self.pools.enqueue((pool.namespace, pool.name))  # PO-044
+
+    def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.nodes.drop(key_of(body))
+        elif not self.nodes.put(body):
+            return
+        self._nodes_changed({key_of(body)[1]})
+
+    def on_nodes_listed(self, items: list[dict[str, Any]]) -> None:
+        """A complete list of Nodes: replaces the cache; the Host set is known from now on."""
+        listed = {key_of(body) for body in items}
+        changed = set()
+        for body in self.nodes:
+            if key_of(body) not in listed:
+                self.nodes.drop(key_of(body))
+                changed.add(key_of(body)[1])
+        changed.update(key_of(body)[1] for body in items if self.nodes.put(body))
+        self.nodes_listed = True
+        self._nodes_changed(changed)  # once for the whole list, the Host set included
+
+    def _nodes_changed(self, nodes: set[str]) -> None:
+        """The Host set again (PO-011), and the claims bound to those Nodes (CL-005, CL-050)."""
+        self._refresh_hosts()
+        for node in sorted(nodes):
+            for key in self.claims.cache.keys_by(indexes.BY_NODE, node):
+                self.claims.enqueue(key)
+
+    def on_battery_config(self, body: Mapping[str, Any] | None) -> None:
+        try:
+            published = published_hosts(body)
+        except HostsAnnotationError as e:
+            log.error("Ignored the published Host set: %s", e)
+            return
+        if published != self.published:
+            self.published = published
+            self._refresh_hosts()
+
+    def _refresh_hosts(self) -> None:
+        if not self.nodes_listed:
+            return  # a Host set without every Node would place Pools on too few Hosts
+        nodes = {key[1]: body for body in self.nodes for key in [key_of(body)]}
+        hosts = host_set(self.published, nodes)
+        if hosts != self.pool_deps.hosts:
+            self.pool_deps.hosts = hosts
+            self.pools.enqueue_all()  # PO-011
+
+    async def on_battery_event(self, event: Any) -> None:
+        deleted = self.deleted_vms.observe(event)
+        if deleted is not None:
+            for key in self.claims_holding(deleted):
+                self.claims.enqueue(key)  # CL-013
+        ref: PoolRef | None = getattr(event, "pool", None)
+        if ref is not None:
+            # PO-023, coalesced: a burst of claims makes a burst of events for one Pool, and
+            # one refresh a moment later serves them all.
+            self.pools.enqueue((ref.namespace, ref.name), after=POOL_EVENT_COALESCE_SECONDS)
+            record = hook_failed_event(event)
+            pool = self.pools.cache.get((ref.namespace, ref.name))
+            if record is not None and pool is not None:
+                self.recorder.post(
+                    pool, record.type, record.reason, record.message, action=record.reason
+                )  # PO-041: posted, so the Events stream never waits for the API server
+
+    def check_every_lease(self) -> None:
+        """CL-030: every Bound claim, not being deleted, reads its Lease from battery now."""
+        for body in self.claims.cache:
+            if _bound(body):
+                key = key_of(body)
+                self.lease_checks.require(key)
+                self.claims.enqueue(key)
+
+
+__all__ = ["POOL_EVENT_COALESCE_SECONDS", "Inputs"]
