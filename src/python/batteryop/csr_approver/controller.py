@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import copy
 import datetime
 import logging
@@ -68,6 +67,7 @@ from batteryop.kube.resources import (
     SECRETS,
 )
 from batteryop.kube.workqueue import WorkQueue
+from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +154,7 @@ class Approver:
         try:
             await stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_all(tasks)
             await self._queue.stop()
             await self._publisher.stop()
 

@@ -62,6 +62,7 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
+from batteryop.obs.tasks import cancel_all
 from batteryop.tls import cert_pem, key_pem, make_csr, new_key, write_atomic
 
 log = logging.getLogger(__name__)
@@ -532,9 +533,7 @@ class AgentCertificates:
         try:
             await stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)
 
     async def aclose(self) -> None:
         if self._bundle_task is not None:

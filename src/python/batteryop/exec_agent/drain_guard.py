@@ -61,6 +61,7 @@ from batteryop.kube.client import KubeClient, Objects
 from batteryop.kube.errors import ConflictError, KubeError, NotFoundError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CLAIMS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -277,11 +278,7 @@ class DrainGuard:
                     retry, backoff = backoff, min(MAX_BACKOFF_SECONDS, backoff * 2)
                 await self._wait(stop, deadline, retry)
         finally:
-            for task in watches:
-                task.cancel()
-            for task in watches:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_all(watches)
 
     async def _wait(
         self, stop: asyncio.Event, deadline: datetime | None, retry: float | None
@@ -296,9 +293,7 @@ class DrainGuard:
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)
 
     async def wait_for(self, predicate: Callable[[DrainGuard], bool]) -> None:
         """Return once `predicate(self)` holds after a pass (for tests and probes)."""

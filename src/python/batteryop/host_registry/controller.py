@@ -65,6 +65,7 @@ from batteryop.kube.events import WARNING, EventRecorder
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CONFIGMAPS, NODES
 from batteryop.kube.workqueue import WorkQueue
+from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +225,7 @@ class Registry:
         try:
             await stop.wait()
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)
             await self.queue.stop()
             self._watch.close()
             await self._events.drain(timeout=2.0)

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from batteryop.obs.tasks import cancel_all
+
 K = TypeVar("K", bound=Hashable)
 
 log = logging.getLogger(__name__)
@@ -133,9 +135,7 @@ class WorkQueue(Generic[K]):
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
 
     def retry_delay(self, failures: int) -> float:
         """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""

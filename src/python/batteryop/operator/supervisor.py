@@ -16,11 +16,12 @@ so `/readyz` says which task is down: ``[-]watch-nodes failed: TaskDownError: ..
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,4 @@ class Supervisor:
     async def stop(self) -> None:
         """Cancel every task and wait for them to end."""
         tasks, self._tasks = list(self._tasks.values()), {}
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(tasks)
