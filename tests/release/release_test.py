@@ -8,6 +8,9 @@ this test): images, install.yaml pinned by digest, the Manifests artifact.
   operator's, run the same way against the test control plane, binds a claim;
 - a real registry (Debian's docker-registry) on loopback takes every image and the Manifests
   artifact, and skopeo (a tool we did not write) pulls them back with unchanged digests;
+- Flux's own OCI library (`github.com/fluxcd/pkg/oci`, what `flux pull artifact` calls) reads
+  the Manifests artifact back from that registry, and refuses a plain image and a layer that is
+  not a gzipped tarball; Flux's whole CLI does too when BATTERYOP_FLUX_CLI asks for it;
 - install.yaml pins each image of ours by tag and digest (DP-032) and the test control plane
   accepts it.
 
@@ -46,7 +49,7 @@ from batteryop.manifests import render
 from batteryop.release import flux as artifact
 from batteryop.release import images, main, oci
 from batteryop.release.version import Version
-from batteryop.testing import certmanager, fluxcli
+from batteryop.testing import certmanager, fluxcli, fluxoci
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 from batteryop.testing.fake_battery import FakeBattery
 from batteryop.testing.localstack import (
@@ -448,6 +451,112 @@ def test_the_control_plane_accepts_the_release_install_yaml(
         )
     finally:
         api.close()
+
+
+@pytest.fixture(scope="module")
+def flux_oci() -> Path:
+    """Flux's OCI library (`github.com/fluxcd/pkg/oci`, what `flux pull artifact` calls) in a
+    tiny command built from the pin in 3rdparty/go/fluxoci, once per pin (cached)."""
+    started = time.monotonic()
+    binary = fluxoci.fluxoci_binary()
+    print(f"\nfluxoci ready in {time.monotonic() - started:.0f} s: {binary}")
+    return binary
+
+
+def push_artifact(layout: Path, tag: str, ref: str) -> None:
+    skopeo(
+        "copy", "--preserve-digests", "--dest-tls-verify=false",
+        f"oci:{layout}:{tag}", f"docker://{ref}",
+    )  # fmt: skip
+
+
+@pytest.mark.req("DP-031", "DP-033", "DP-034")
+def test_fluxs_oci_library_reads_the_manifests_artifact_back(
+    layouts: dict[str, Path], tag: str, registry: str, flux_oci: Path, tmp_path: Path
+) -> None:
+    layout = RELEASE_DIR / main.MANIFESTS_NAME
+    repository = f"{registry}/manifests-fluxoci"
+    push_artifact(layout, tag, f"{repository}:{tag}")
+    out = tmp_path / "pulled"
+    out.mkdir()
+    pulled = fluxoci.pull(flux_oci, f"{repository}:{tag}", out)
+    print(f"\n{pulled}")
+    assert pulled.returncode == 0, pulled.error
+    assert sorted(p.name for p in out.iterdir()) == [artifact.FILE_NAME]
+    assert (out / artifact.FILE_NAME).read_bytes() == (
+        RELEASE_DIR / artifact.FILE_NAME
+    ).read_bytes()
+    # The metadata as Flux's library reads it from the manifest's annotations (DP-034).
+    manifest = json.loads(oci.blob(layout, oci.index_digest(layout, tag)))
+    assert pulled.metadata is not None
+    assert pulled.metadata["digest"] == f"{repository}@{oci.index_digest(layout, tag)}"
+    assert pulled.metadata["source_url"] == images.SOURCE_URL
+    assert (
+        pulled.metadata["source_revision"] == manifest["annotations"][artifact.REVISION_ANNOTATION]
+    )
+    assert pulled.metadata["source_revision"].startswith(f"{tag}@sha1:")
+
+
+@pytest.mark.req("DP-033")
+def test_fluxs_oci_library_refuses_a_plain_image(
+    layouts: dict[str, Path], tag: str, registry: str, flux_oci: Path, tmp_path: Path
+) -> None:
+    """The operator image is no Flux artifact: as pushed (an index of two images) and as its
+    one amd64 image (an image config, layers of root filesystems), it is refused and nothing
+    is extracted."""
+    index_ref = f"{registry}/plain:{tag}"
+    skopeo(
+        "copy", "--all", "--dest-tls-verify=false",
+        f"oci:{layouts['battery-operator']}:{tag}", f"docker://{index_ref}",
+    )  # fmt: skip
+    image_ref = f"{registry}/plain-amd64:{tag}"
+    skopeo(
+        "copy", "--override-arch", "amd64", "--override-os", "linux",
+        "--src-tls-verify=false", "--dest-tls-verify=false",
+        f"docker://{index_ref}", f"docker://{image_ref}",
+    )  # fmt: skip
+    for ref, cause in (
+        (index_ref, "is an image index"),
+        (image_ref, f'", want "{artifact.CONFIG_MEDIA_TYPE}"'),
+    ):
+        out = tmp_path / ref.rsplit("/", 1)[1].replace(":", "-")
+        out.mkdir()
+        pulled = fluxoci.pull(flux_oci, ref, out)
+        print(f"\n{ref}: {pulled}")
+        assert pulled.returncode == 1 and cause in pulled.error, pulled
+        assert list(out.iterdir()) == []
+
+
+@pytest.mark.req("DP-031", "DP-033")
+def test_fluxs_oci_library_refuses_a_layer_that_is_not_a_gzipped_tarball(
+    layouts: dict[str, Path],
+    tag: str,
+    registry: str,
+    flux_oci: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Flux's media types on a layer holding install.yaml itself, not a gzipped tar of it:
+    the library's extraction refuses it."""
+    monkeypatch.setattr(artifact, "layer", lambda install_yaml, mtime: install_yaml)
+    layout = tmp_path / "bare"
+    artifact.write_layout(
+        layout,
+        (RELEASE_DIR / artifact.FILE_NAME).read_bytes(),
+        tag=tag,
+        source=images.SOURCE_URL,
+        revision=f"{tag}@sha1:{'0' * 40}",
+        created="2026-01-01T00:00:00Z",
+        mtime=0,
+    )
+    ref = f"{registry}/manifests-bare:{tag}"
+    push_artifact(layout, tag, ref)
+    out = tmp_path / "pulled"
+    out.mkdir()
+    pulled = fluxoci.pull(flux_oci, ref, out)
+    print(f"\n{pulled}")
+    assert pulled.returncode == 1 and "gzip" in pulled.error, pulled
+    assert not (out / artifact.FILE_NAME).exists()
 
 
 @pytest.fixture(scope="module")
