@@ -40,8 +40,16 @@ from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
 from batteryop.devstack.processes import http_status
 from batteryop.devstack.stack import Stack
 from batteryop.kube.client import KubeClient
-from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CLAIMS, NODES, POOLS, SECRETS
-from batteryop.testing.host_registry_env import set_cordoned
+from batteryop.kube.resources import (
+    CERTIFICATE_SIGNING_REQUESTS,
+    CLAIMS,
+    EVENTS,
+    NODES,
+    POOLS,
+    SECRETS,
+)
+from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
+from batteryop.testing.host_registry_env import set_cordoned, set_labelled, until_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -160,6 +168,91 @@ async def test_pools_are_placed_on_the_hosts_the_registry_publishes_and_leave_a_
     assert stack.running("battery").popen.poll() is None
     registry = await fetch(stack.registry_metrics)
     assert metric(registry, "battery_host_registry_battery_restarts_total") == 0
+
+
+def refused_removals(metrics: str) -> float:
+    """The host registry's count of RemoveHost calls battery refused."""
+    sample = 'battery_host_registry_host_calls_total{result="refused",rpc="RemoveHost"} '
+    return sum(float(x[len(sample) :]) for x in metrics.splitlines() if x.startswith(sample))
+
+
+@pytest.mark.req("IN-002", "IN-013", "IN-101", "PO-010", "PO-011", "CL-051", "TD-110")
+async def test_a_host_losing_its_label_is_drained_from_pools_first_and_comes_back_with_it(
+    stack: Stack,
+) -> None:
+    """A Host leaving (its Node loses the Host label) while a claim is Bound on it.
+
+    battery refuses `RemoveHost` while MicroVMs are on the Host, and the claim's MicroVM is
+    there, so what follows is deterministic: the Host set and the Pool lose the Host at once,
+    battery keeps it, the registry says why and retries, and the claim keeps working."""
+    battery_pid = stack.running("battery").popen.pid
+    claim = await bound_claim_via_cli(stack)
+    name = claim["metadata"]["name"]
+    leaving = claim["status"]["host"]["nodeName"]
+    async with stack.kube() as kube:
+        hosts = await host_nodes(kube)
+        assert leaving in hosts and len(hosts) >= 2, hosts
+        rest = {n: a for n, a in hosts.items() if n != leaving}
+        await stack.wait_published(lambda p: p == hosts)
+        await pool_placed_on(stack, sorted(hosts))
+
+        await set_labelled(kube, leaving, False)
+        try:
+            # IN-002, IN-013: the Host set loses the Host first; PO-010, PO-011: the Pool
+            # follows in battery; the other Hosts stay.
+            await stack.wait_published(lambda p: p == rest)
+            await pool_placed_on(stack, sorted(rest))
+
+            # Drain first: the registry asked battery to remove the Host only once no Pool
+            # named it (battery's refusal lists the Pools naming the Host: none), and battery
+            # keeps it while the claim's MicroVM is there. Said once, with battery's reason.
+            event = await until_event(kube, leaving, REMOVE_REFUSED_EVENT_REASON, timeout=60)
+            assert event["type"] == "Warning", event
+            assert leaving in event["note"] and "still in use" in event["note"], event
+            assert "pools []" in event["note"], event
+            state = await battery_state(stack)
+            assert battery_hosts(state)[leaving]["address"] == hosts[leaving]
+            on_it = {v["uid"] for v in state["vms"] if v.get("flintlock_host") == leaving}
+            assert claim["status"]["microVM"]["uid"] in on_it, state["vms"]
+
+            # The registry retries (not in a hot loop: every few seconds, no new Event), and
+            # never publishes the Host again meanwhile.
+            async def retried() -> float:
+                metrics = await fetch(stack.registry_metrics)
+                return refused_removals(metrics) >= 2 and refused_removals(metrics)
+
+            refusals = await eventually(retried, 30, "RemoveHost retried")
+            assert await stack.wait_published(lambda p: True) == rest
+            events = [
+                e
+                for e in await kube.list(EVENTS, "default")
+                if e.get("reason") == REMOVE_REFUSED_EVENT_REASON
+                and (e.get("regarding") or {}).get("name") == leaving
+            ]
+            assert [e.get("series") for e in events] == [None], events
+
+            # CL-051: the Bound claim on the leaving Host keeps working.
+            code, out, err = await cli(stack, "exec", name, "--", "echo", "still here")
+            assert (code, out) == (0, "still here\n"), err
+            code, _, err = await cli(stack, "renew", name)
+            assert code == 0, err
+            async with stack.kube() as again:
+                body = await again.get(CLAIMS, name, DEMO_NAMESPACE)
+            assert phase(body) == "Bound", body
+        finally:
+            await set_labelled(kube, leaving, True)
+
+        # The label back: the Host is published again and the Pool placed on it again.
+        assert await stack.wait_published(lambda p: p == hosts) == hosts
+        await pool_placed_on(stack, sorted(hosts))
+        assert battery_hosts(await battery_state(stack))[leaving]["address"] == hosts[leaving]
+    registry = await fetch(stack.registry_metrics)
+    assert refused_removals(registry) >= refusals
+    print(f"\n{leaving}: RemoveHost refused {refused_removals(registry):.0f} times while leaving")
+    # IN-101: battery was never restarted for any of it.
+    assert metric(registry, "battery_host_registry_battery_restarts_total") == 0
+    assert stack.running("battery").popen.pid == battery_pid
+    await release_via_cli(stack, name)
 
 
 @pytest.mark.req("CC-003", "CC-021", "EA-013")

@@ -20,7 +20,10 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
      write every settled change to battery's config (IN-010, DP-004) and restart battery once
      (DP-006), together with a renewed client certificate (DP-007, DP-008).
    A Host leaving battery is drained first (IN-013): the Host set is published without it, and
-   battery is changed only once no battery Pool names it or the drain timeout has passed.
+   battery is changed only once no battery Pool names it or the drain timeout has passed. The
+   drain timeout runs once per leave: a `RemoveHost` battery refuses (MicroVMs still on the
+   Host) is retried every `RETRY_SECONDS` without waiting again, reported once per reason as a
+   Warning Event on the Node and a log line, and the Host stays out of the Host set meanwhile.
 6. Publish the Host set (`names.HOSTS_ANNOTATION`): the Hosts battery has whose Nodes are not
    cordoned, as `[{"name": ..., "address": ...}]`. A joining Host is published only once
    battery has it.
@@ -75,6 +78,8 @@ DRAIN_CHECK_SECONDS: Final = 0.25
 watch of Pool specs, so this one wait polls battery, bounded by the drain timeout."""
 RETRY_SECONDS: Final = 5.0
 CORDON_REASON: Final = "Node cordoned"
+REMOVE_REFUSED_EVENT_REASON: Final = "RemoveHostRefused"
+"""The reason of the Warning Event on a leaving Host's Node when battery refuses RemoveHost."""
 
 
 class BatteryNotReadyError(RuntimeError):
@@ -163,6 +168,10 @@ class Registry:
             [config.battery_config_file.parent, config.battery_tls_dir],
             on_change=lambda: self.queue.add(KEY),
         )
+        self.drain_deadlines: dict[str, float] = {}
+        """IN-013: leaving Hosts -> when their drain times out (set when the drain starts)."""
+        self._refusals: dict[str, str] = {}
+        """Leaving Hosts -> battery's last reason for refusing RemoveHost, reported once."""
         self.published_at: dict[str, float] = {}
         """When each Host was first published (monotonic), for the benchmark and logs."""
 
@@ -262,9 +271,27 @@ class Registry:
         if not self.host_api and self.window.due(now, work=bool(settled) or renewed):
             # IN-012: everything settled by the window's close goes in this one restart.
             await self._apply_with_restart(self.settler.settled(self._clock()), admissions)
-        await self._publish(admissions)
+        # IN-013: a Host whose leave has settled stays out of the Host set while battery still
+        # has it (draining, or its removal refused); it comes back only if its Node does.
+        leaving = self._leaving()
+        self._forget_leaves(keep=leaving)
+        await self._publish(admissions, excluding=leaving)
         self._metrics.pending.set(len(self.settler.pending))
         return self._next_wake()
+
+    def _leaving(self) -> set[str]:
+        """Hosts battery has whose leave has settled."""
+        return {
+            n
+            for n, a in self.settler.settled(self._clock()).items()
+            if a is None and n in self.applied
+        }
+
+    def _forget_leaves(self, keep: Set[str]) -> None:
+        for name in set(self.drain_deadlines) - set(keep):
+            del self.drain_deadlines[name]
+        for name in set(self._refusals) - set(keep):
+            del self._refusals[name]
 
     def _next_wake(self) -> float | None:
         now = self._clock()
@@ -424,9 +451,14 @@ class Registry:
 
     async def _drain(self, leaving: set[str], admissions: Mapping[str, Admission]) -> bool:
         """IN-013: publish the Hosts that stay, then wait until no battery Pool names a
-        leaving Host, or the drain timeout. True when drained."""
+        leaving Host, or the drain timeout. True when drained.
+
+        The timeout runs from the first drain of each Host: a retried removal waits no more."""
         await self._publish(admissions, excluding=leaving)
-        deadline = self._clock() + self.config.drain_timeout
+        now = self._clock()
+        deadline = max(
+            self.drain_deadlines.setdefault(n, now + self.config.drain_timeout) for n in leaving
+        )
         while True:
             pools = await self._battery.list_pools()
             named = {h for p in pools for h in p.spec.flintlock_hosts} & leaving
@@ -482,12 +514,7 @@ class Registry:
                         pass
                     except PreconditionFailedError as e:
                         self._metrics.host_calls.labels("RemoveHost", "refused").inc()
-                        log.warning(
-                            "battery refused to remove Host %s (drained: %s): %s",
-                            name,
-                            drained,
-                            e,
-                        )
+                        self._report_refusal(name, drained, str(e))
                         continue
                     self._metrics.host_calls.labels("RemoveHost", "ok").inc()
                     self.applied.pop(name, None)
@@ -500,6 +527,31 @@ class Registry:
             self.host_api = False
             self._metrics.host_api.set(0)
         self._metrics.hosts.set(len(self.applied))
+
+    def _report_refusal(self, name: str, drained: bool, reason: str) -> None:
+        """A refused RemoveHost: logged and an Event on the Node once per reason; the
+        removal is retried every RETRY_SECONDS (`_next_wake`)."""
+        if self._refusals.get(name) == reason:
+            log.debug("battery still refuses to remove Host %s: %s", name, reason)
+            return
+        self._refusals[name] = reason
+        log.warning(
+            "battery refused to remove Host %s (drained: %s): %s; retrying every %.0fs",
+            name,
+            drained,
+            reason,
+            RETRY_SECONDS,
+            extra={"host": name},
+        )
+        node = self.nodes.get(name)
+        if node is not None:
+            self._events.post(
+                node,
+                WARNING,
+                REMOVE_REFUSED_EVENT_REASON,
+                f"battery refused to remove Host {name}, retrying: {reason}",
+                action="RemoveHost",
+            )
 
     async def _redial_with_api(self, digest: str | None) -> None:
         """A renewed client certificate: `UpdateHost` makes battery read the files again."""

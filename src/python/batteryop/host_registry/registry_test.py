@@ -21,14 +21,16 @@ from batteryop.battery.models import (
     HookFailurePolicy,
     Kernel,
     MicroVMTemplate,
+    PoolRef,
     PoolSpec,
     Replenishment,
     ReplenishmentType,
     Volume,
 )
 from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON
+from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient
-from batteryop.kube.resources import CONFIGMAPS
+from batteryop.kube.resources import CONFIGMAPS, EVENTS
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
     BatteryPod,
@@ -80,6 +82,12 @@ async def battery_becomes(pod: BatteryPod, expected: set[str], timeout: float = 
             if set(await battery_hosts(pod)) == expected:
                 return
             await pod.wait_starts(seen + 1, timeout)
+
+
+def refused_removals(metrics: str) -> float:
+    """The registry's count of RemoveHost calls battery refused."""
+    sample = 'battery_host_registry_host_calls_total{result="refused",rpc="RemoveHost"} '
+    return sum(float(x[len(sample) :]) for x in metrics.splitlines() if x.startswith(sample))
 
 
 def unique(stem: str, namespace: str) -> str:
@@ -250,6 +258,56 @@ async def test_with_host_rpcs_hosts_join_and_leave_over_mtls_without_a_restart(
             metrics = registry.metrics()
             assert 'host_calls_total{result="ok",rpc="AddHost"} 1.0' in metrics
             assert 'host_calls_total{result="ok",rpc="RemoveHost"} 1.0' in metrics
+
+
+@pytest.mark.req("IN-013", "IN-101")
+async def test_a_refused_removal_is_reported_once_retried_and_keeps_the_host_unpublished(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("refused", namespace)
+    async with BatteryPod.start(kube, namespace, host_api=True) as pod:
+        cert, key, ca = pod.host_tls(a, "127.0.0.63")
+        async with (
+            FakeFlintlockd.start(address="127.0.0.63", tls=TLSFiles(cert, key, ca)) as host,
+            RegistryProcess.start(
+                pod, kubeconfig=registry_kubeconfig, drain_timeout="1s"
+            ) as registry,
+            battery_client(pod) as client,
+        ):
+            await create_host_node(kube, a, address=host.target)
+            await until_configmap(kube, namespace, has(a))
+            await client.create_pool(pool_spec((a,)))  # a Pool controller that never follows
+            await set_labelled(kube, a, False)
+            await until_configmap(kube, namespace, has())
+            # The drain times out; battery refuses (a Pool names the Host): said once, with
+            # battery's reason, on the Node.
+            event = await until_event(kube, a, REMOVE_REFUSED_EVENT_REASON)
+            assert event["type"] == "Warning", event
+            assert a in event["note"] and "still in use" in event["note"], event
+            assert a in await battery_hosts(pod)
+
+            # Retried, without waiting out the drain timeout again, and never published
+            # again meanwhile (the Pool controller would place Pools back on it).
+            async with asyncio.timeout(30):
+                while refused_removals(registry.metrics()) < 2:
+                    await asyncio.sleep(0.2)  # the registry's metrics have no watch
+            cm = await kube.get(CONFIGMAPS, names.BATTERY_CONFIG_MAP, namespace)
+            assert published(cm) == {}, published(cm)
+            events = [
+                e
+                for e in await kube.list(EVENTS, "default")
+                if e.get("reason") == REMOVE_REFUSED_EVENT_REASON
+                and (e.get("regarding") or {}).get("name") == a
+            ]
+            # Once per reason: the same refusal is neither a second Event nor a series.
+            assert [e.get("series") for e in events] == [None], events
+
+            await client.delete_pool(PoolRef(namespace="drain", name="p"))
+            async with asyncio.timeout(30):
+                while a in await battery_hosts(pod):
+                    await asyncio.sleep(0.2)  # battery's Hosts have no watch
+            assert 'host_calls_total{result="ok",rpc="RemoveHost"} 1.0' in registry.metrics()
+            assert len(pod.starts) == 1
 
 
 @pytest.mark.req("IN-103")
