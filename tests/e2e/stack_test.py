@@ -39,6 +39,7 @@ from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
 from batteryop.devstack.processes import http_status
 from batteryop.devstack.stack import Stack
+from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import (
     CERTIFICATE_SIGNING_REQUESTS,
@@ -48,7 +49,6 @@ from batteryop.kube.resources import (
     POOLS,
     SECRETS,
 )
-from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
 from batteryop.testing.host_registry_env import set_cordoned, set_labelled, until_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
