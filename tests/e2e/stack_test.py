@@ -35,7 +35,7 @@ from batteryop.api import names, samples
 from batteryop.api.conditions import CSRReason
 from batteryop.client._exceptions import ExecPermissionError
 from batteryop.client._transport import ExecRequest, GrpcExecTransport
-from batteryop.devstack import demo
+from batteryop.devstack import cluster, demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
 from batteryop.devstack.processes import http_status
 from batteryop.devstack.stack import Stack
@@ -44,12 +44,18 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import (
     CERTIFICATE_SIGNING_REQUESTS,
     CLAIMS,
+    CONFIGMAPS,
     EVENTS,
     NODES,
     POOLS,
     SECRETS,
 )
-from batteryop.testing.host_registry_env import set_cordoned, set_labelled, until_event
+from batteryop.testing.host_registry_env import (
+    publications_since,
+    set_cordoned,
+    set_labelled,
+    until_event,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -201,6 +207,7 @@ async def test_a_host_losing_its_label_is_drained_from_pools_first_and_comes_bac
             # IN-002, IN-013: the Host set loses the Host first; PO-010, PO-011: the Pool
             # follows in battery; the other Hosts stay.
             await stack.wait_published(lambda p: p == rest)
+            gone = await kube.get(CONFIGMAPS, names.BATTERY_CONFIG_MAP, cluster.NAMESPACE)
             await pool_placed_on(stack, sorted(rest))
 
             # Drain first: the registry asked battery to remove the Host only once no Pool
@@ -222,7 +229,8 @@ async def test_a_host_losing_its_label_is_drained_from_pools_first_and_comes_bac
                 return refused_removals(metrics) >= 2 and refused_removals(metrics)
 
             refusals = await eventually(retried, 30, "RemoveHost retried")
-            assert await stack.wait_published(lambda p: True) == rest
+            since = await publications_since(kube, cluster.NAMESPACE, gone)
+            assert [p for p in since if p != rest] == [], since
             events = [
                 e
                 for e in await kube.list(EVENTS, "default")

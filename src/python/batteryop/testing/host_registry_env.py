@@ -189,6 +189,28 @@ async def until_event(kube: KubeClient, node: str, reason: str, *, timeout: floa
     return await asyncio.wait_for(wait(), timeout)
 
 
+async def publications_since(
+    kube: KubeClient, namespace: str, configmap: Object
+) -> list[dict[str, str]]:
+    """Every Host set published since `configmap` up to now, by a watch replaying the
+    ConfigMap's changes from its resourceVersion."""
+    now = await kube.get(CONFIGMAPS, names.BATTERY_CONFIG_MAP, namespace)
+    seen = [published(now) or {}]
+    if now["metadata"]["resourceVersion"] == configmap["metadata"]["resourceVersion"]:
+        return seen
+    async for _, cm in kube.watch(
+        CONFIGMAPS,
+        namespace,
+        field_selector=f"metadata.name={names.BATTERY_CONFIG_MAP}",
+        resource_version=configmap["metadata"]["resourceVersion"],
+        timeout_seconds=30,
+    ):
+        seen.append(published(cm) or {})
+        if cm["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]:
+            break
+    return seen
+
+
 def published(configmap: Mapping[str, Any] | None) -> dict[str, str] | None:
     """The Host set on the ConfigMap: name -> address; None while nothing is published."""
     annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
