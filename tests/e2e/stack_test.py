@@ -182,7 +182,7 @@ def refused_removals(metrics: str) -> float:
     return sum(float(x[len(sample) :]) for x in metrics.splitlines() if x.startswith(sample))
 
 
-@pytest.mark.req("IN-002", "IN-013", "IN-101", "PO-010", "PO-011", "CL-051", "TD-110")
+@pytest.mark.req("IN-002", "IN-013", "IN-101", "IN-104", "PO-010", "PO-011", "CL-051", "TD-110")
 async def test_a_host_losing_its_label_is_drained_from_pools_first_and_comes_back_with_it(
     stack: Stack,
 ) -> None:

@@ -23,7 +23,8 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
    battery is changed only once no battery Pool names it or the drain timeout has passed. The
    drain timeout runs once per leave: a `RemoveHost` battery refuses (MicroVMs still on the
    Host) is retried every `RETRY_SECONDS` without waiting again, reported once per reason as a
-   Warning Event on the Node and a log line, and the Host stays out of the Host set meanwhile.
+   Warning Event on the Node and a log line, and the Host stays out of the Host set meanwhile
+   (IN-104).
 6. Publish the Host set (`names.HOSTS_ANNOTATION`): the Hosts battery has whose Nodes are not
    cordoned, as `[{"name": ..., "address": ...}]`. A joining Host is published only once
    battery has it.
@@ -271,7 +272,7 @@ class Registry:
         if not self.host_api and self.window.due(now, work=bool(settled) or renewed):
             # IN-012: everything settled by the window's close goes in this one restart.
             await self._apply_with_restart(self.settler.settled(self._clock()), admissions)
-        # IN-013: a Host whose leave has settled stays out of the Host set while battery still
+        # IN-013, IN-104: a Host whose leave has settled stays out of the Host set while battery still
         # has it (draining, or its removal refused); it comes back only if its Node does.
         leaving = self._leaving()
         self._forget_leaves(keep=leaving)
@@ -529,8 +530,8 @@ class Registry:
         self._metrics.hosts.set(len(self.applied))
 
     def _report_refusal(self, name: str, drained: bool, reason: str) -> None:
-        """A refused RemoveHost: logged and an Event on the Node once per reason; the
-        removal is retried every RETRY_SECONDS (`_next_wake`)."""
+        """IN-104: a refused RemoveHost is logged and an Event on the Node once per reason;
+        the removal is retried every RETRY_SECONDS (`_next_wake`)."""
         if self._refusals.get(name) == reason:
             log.debug("battery still refuses to remove Host %s: %s", name, reason)
             return

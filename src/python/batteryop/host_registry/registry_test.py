@@ -261,7 +261,7 @@ async def test_with_host_rpcs_hosts_join_and_leave_over_mtls_without_a_restart(
             assert 'host_calls_total{result="ok",rpc="RemoveHost"} 1.0' in metrics
 
 
-@pytest.mark.req("IN-013", "IN-101")
+@pytest.mark.req("IN-013", "IN-101", "IN-104")
 async def test_a_refused_removal_is_reported_once_retried_and_keeps_the_host_unpublished(
     kube: KubeClient, namespace: str, registry_kubeconfig: Path
 ) -> None:
