@@ -114,7 +114,14 @@ async def test_pools_are_placed_on_the_hosts_the_registry_publishes(
                 )
                 assert published(cm) == targets
                 await kube.create(POOLS, samples.demo_pool("demo", namespace), namespace)
-                body = await until(kube, namespace, "demo", ready, timeout=90)
+                # Ready counts provisioning MicroVMs too (PO-022): wait for one available.
+                body = await until(
+                    kube,
+                    namespace,
+                    "demo",
+                    lambda b: ready(b) and ((b or {}).get("status") or {}).get("available", 0) >= 1,
+                    timeout=90,
+                )
                 assert body["status"]["available"] >= 1
                 assert await battery_pool_hosts(pod, namespace) == [("e2e-a", "e2e-b")]
 
