@@ -22,12 +22,9 @@ import base64
 import contextlib
 import datetime
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +51,7 @@ from batteryop.manifests import csr_approver as csr_approver_manifests
 from batteryop.manifests import rbac
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.processes import module_command
+from batteryop.testing.processes import http_get, module_command, terminate
 from batteryop.tls import CertificateAuthority
 
 CLUSTERROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
@@ -442,23 +439,11 @@ class ApproverProcess:
             proc.log_path.unlink(missing_ok=True)
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{port or self.health_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return int(resp.status), resp.read().decode()
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.read().decode()
+        return http_get(f"http://127.0.0.1:{port or self.health_port}{path}")
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after 15 s; the exit code."""
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.send_signal(signal.SIGKILL)
-                self.popen.wait(timeout=10)
-        return self.popen.returncode
+        return terminate(self.popen)

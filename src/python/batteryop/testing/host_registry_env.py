@@ -28,13 +28,10 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +46,13 @@ from batteryop.manifests import rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.processes import module_command, stop_process
+from batteryop.testing.processes import (
+    http_get,
+    module_command,
+    stop_process,
+    terminate,
+    wait_until_answers,
+)
 from batteryop.tls import CertificateAuthority
 
 PEX_IN_SANDBOX = Path("src.python.batteryop.host_registry/host-registry.pex")
@@ -509,26 +512,16 @@ class RegistryProcess:
             proc.log_path.unlink(missing_ok=True)
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{port or self.health_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return int(resp.status), resp.read().decode()
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.read().decode()
+        return http_get(f"http://127.0.0.1:{port or self.health_port}{path}")
 
     async def wait_ready(self, timeout: float) -> None:
-        # A process coming up can only be asked; there is nothing to watch.
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(
-                    f"the host registry exited with {self.popen.returncode}:\n{self.logs()[-4000:]}"
-                )
-            with contextlib.suppress(OSError):
-                if (await asyncio.to_thread(self.get, "/readyz"))[0] == 200:
-                    return
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"the host registry was not ready in {timeout}s:\n{self.logs()[-4000:]}")
+        await wait_until_answers(
+            self.popen,
+            f"http://127.0.0.1:{self.health_port}/readyz",
+            timeout,
+            what="the host registry",
+            logs=self.logs,
+        )
 
     def metrics(self) -> str:
         return self.get("/metrics", self.metrics_port)[1]
@@ -537,11 +530,4 @@ class RegistryProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> int | None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
+        return terminate(self.popen)

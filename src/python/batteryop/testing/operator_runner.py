@@ -19,14 +19,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.processes import module_command
+from batteryop.testing.processes import http_get, module_command, terminate, wait_until_answers
 
 PEX_IN_SANDBOX = Path("src.python.batteryop.operator/battery-operator.pex")
 
@@ -112,28 +110,21 @@ class OperatorProcess:
         return proc
 
     def _get(self, path: str, port: int | None = None) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{port or self.health_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return int(resp.status), resp.read().decode()
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.read().decode()
+        return http_get(f"http://127.0.0.1:{port or self.health_port}{path}")
 
     async def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise OperatorStartError(
-                    f"the operator exited with {self.popen.returncode}:\n{self.logs()[-4000:]}"
-                )
-            try:
-                if (await asyncio.to_thread(self._get, "/healthz"))[0] == 200:
-                    return
-            except OSError:
-                pass
-            await asyncio.sleep(0.1)
-        self.stop()
-        raise OperatorStartError(f"no /healthz answer in {timeout}s:\n{self.logs()[-4000:]}")
+        try:
+            await wait_until_answers(
+                self.popen,
+                f"http://127.0.0.1:{self.health_port}/healthz",
+                timeout,
+                what="the operator",
+                logs=self.logs,
+                error=OperatorStartError,
+            )
+        except OperatorStartError:
+            self.stop()
+            raise
 
     async def readyz(self) -> tuple[int, str]:
         return await asyncio.to_thread(self._get, "/readyz?verbose")
@@ -155,9 +146,4 @@ class OperatorProcess:
             self.popen.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        terminate(self.popen)

@@ -6,6 +6,10 @@ imports exactly the code the parent runs (a source tree, a Pants sandbox or a pe
 as a lifeline (the fakes exit when it closes, so they die with the test), read the one JSON
 readiness line it prints on stdout, and on exit close stdin, SIGTERM, and SIGKILL after a
 grace period. Failures carry the tail of the process's log.
+
+The deployables' processes (operator, host registry, CSR approver) answer probes instead:
+`http_get` asks one, `wait_until_answers` polls it until it says 200 (a process coming up can
+only be asked; there is nothing to watch) or fails with the process's exit and log.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ import logging
 import os
 import signal
 import stat
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,3 +130,46 @@ async def stop_process(process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
+
+
+def terminate(popen: subprocess.Popen[bytes], grace: float = 15.0) -> int | None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace` seconds; the exit code."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout=10)
+    return popen.returncode
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    """The status and body `url` answers with (an HTTP error's too); OSError when nothing
+    answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+
+
+async def wait_until_answers(
+    popen: subprocess.Popen[bytes],
+    url: str,
+    timeout: float,
+    *,
+    what: str,
+    logs: Callable[[], str],
+    error: type[Exception] = RuntimeError,
+) -> None:
+    """Until `url` answers 200; `error` naming `what` if the process exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise error(f"{what} exited with {popen.returncode}:\n{logs()[-4000:]}")
+        with contextlib.suppress(OSError):
+            if (await asyncio.to_thread(http_get, url))[0] == 200:
+                return
+        await asyncio.sleep(0.1)
+    raise error(f"{what}: no answer from {url} in {timeout}s:\n{logs()[-4000:]}")
