@@ -74,7 +74,7 @@ def modinfo(ko: Path) -> dict[str, str]:
     data = ko.read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise BootError(f"{ko} is not an ELF64 kernel module")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
 
     def section(i: int) -> tuple[int, int, int]:
@@ -241,7 +241,7 @@ class Guest:
         while "\n" not in self._partial:
             try:
                 chunk = await asyncio.wait_for(self.proc.stdout.read(4096), 0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if self._partial:
                     line, self._partial = self._partial, ""
                     return line
@@ -267,8 +267,10 @@ class Guest:
 
         try:
             return await asyncio.wait_for(scan(), timeout)
-        except asyncio.TimeoutError:
-            raise BootError(f"no /{pattern}/ on the console in {timeout} s:\n" + self.tail())
+        except TimeoutError:
+            raise BootError(
+                f"no /{pattern}/ on the console in {timeout} s:\n" + self.tail()
+            ) from None
 
     def send(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -296,7 +298,7 @@ class Guest:
 
         try:
             return await asyncio.wait_for(drain(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
             raise BootError("the guest did not power off:\n" + self.tail()) from None
