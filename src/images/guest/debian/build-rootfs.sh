@@ -10,8 +10,8 @@
 # 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
 #    configure-rootfs.sh, as in the image.
 # The guest agent is not included (it cannot be downloaded here); check-rootfs.sh runs with
-# --without-agent on this tree. Packing it as an OCI image is planned(GI-030): it joins the
-# release images' buildah recipe.
+# --without-agent on this tree. `python -m batteryop.release.guest_rootfs` packs the trees of
+# both architectures as one OCI image index with the release images' buildah recipe (GI-030).
 set -euo pipefail
 here=$(dirname "$(readlink -f "$0")")
 rootfs=$here/../rootfs
