@@ -46,7 +46,9 @@ def build(trees: Mapping[str, Path], out: Path, *, tag: str, created: int) -> st
         raise ValueError(f"--tree: architecture must be one of {sorted(oci.GOARCH)}: {unknown}")
     for arch, tree in trees.items():
         if not (tree / "etc/machine-id").is_file():
-            raise ValueError(f"--tree {arch}={tree}: not a guest root filesystem (no etc/machine-id)")
+            raise ValueError(
+                f"--tree {arch}={tree}: not a guest root filesystem (no etc/machine-id)"
+            )
     platforms = [oci.Platform(arch, [tree]) for arch, tree in sorted(trees.items())]
     with tempfile.TemporaryDirectory(prefix="image-guest-rootfs-") as tmp:
         return oci.build_index(
