@@ -10,8 +10,8 @@
 # 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
 #    configure-rootfs.sh, as in the image.
 # The guest agent is not included (it cannot be downloaded here); check-rootfs.sh runs with
-# --without-agent on this tree. Packing it as an OCI image is planned(GI-030): it joins the
-# release images' buildah recipe.
+# --without-agent on this tree. `python -m batteryop.release.guest_rootfs` packs the trees of
+# both architectures as one OCI image index with the release images' buildah recipe (GI-030).
 set -euo pipefail
 here=$(dirname "$(readlink -f "$0")")
 rootfs=$here/../rootfs
@@ -57,12 +57,40 @@ for deb in "$state"/archives/*.deb; do
   count=$((count + 1))
 done
 
+# Debian 12's merged /usr (what debootstrap makes): /bin, /sbin and /lib are links into /usr,
+# so /usr/lib/systemd/... (the paths the Ubuntu image's files name) exist here too.
+for dir in bin sbin lib lib32 lib64 libx32; do
+  if [[ -d $out/$dir && ! -L $out/$dir ]]; then
+    mkdir -p "$out/usr/$dir"
+    cp -a "$out/$dir/." "$out/usr/$dir/"
+    rm -rf "${out:?}/$dir"
+    ln -s "usr/$dir" "$out/$dir"
+  fi
+done
+
 # What base-passwd's and systemd's maintainer scripts would have written.
 cp "$out/usr/share/base-passwd/passwd.master" "$out/etc/passwd"
 cp "$out/usr/share/base-passwd/group.master" "$out/etc/group"
 sed 's/^\([^:]*\):.*/\1:*:19000:0:99999:7:::/' "$out/etc/passwd" >"$out/etc/shadow"
 chmod 0640 "$out/etc/shadow"
 mkdir -p "$out/var/lib/dbus"
+# What libpam-runtime's pam-auth-update would have written from usr/share/pam-configs/unix:
+# without them login (the console's autologin) fails with "PAM Failure".
+for kind in auth account password session session-noninteractive; do
+  case $kind in
+  auth) rule="auth [success=1 default=ignore] pam_unix.so nullok" ;;
+  account) rule="account [success=1 new_authtok_reqd=done default=ignore] pam_unix.so" ;;
+  password) rule="password [success=1 default=ignore] pam_unix.so obscure yescrypt" ;;
+  session*) rule="session [default=1] pam_permit.so" ;;
+  esac
+  {
+    echo "# Written by build-rootfs.sh as pam-auth-update writes it (Unix authentication)."
+    echo "$rule"
+    echo "${rule%% *} requisite pam_deny.so"
+    echo "${rule%% *} required pam_permit.so"
+    [[ $kind != session* ]] || echo "session required pam_unix.so"
+  } >"$out/etc/pam.d/common-$kind"
+done
 
 cp -r "$rootfs/files/." "$out/"
 sh "$rootfs/configure-rootfs.sh" --root "$out"
