@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -55,16 +54,6 @@ def flux_binary() -> Path:
         (manifests / "placeholder.yaml").write_text("# not used by flux pull artifact\n")
         env = dict(os.environ)
         env["GOFLAGS"] = "-mod=mod"
-        proc = subprocess.run(
-            [gomodules.go_binary(), "build", "-o", str(Path(tmp) / "flux"), "./cmd/flux"],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-            raise gomodules.GoModuleError(f"go build ./cmd/flux failed:\n{tail}")
+        gomodules.build(tree, "./cmd/flux", Path(tmp) / "flux", env=env)
         os.replace(Path(tmp) / "flux", target)
     return target

@@ -60,23 +60,7 @@ def fluxoci_binary() -> Path:
         tree.mkdir()
         for name in SOURCES:
             shutil.copyfile(pins / name, tree / name)
-        proc = subprocess.run(
-            [
-                gomodules.go_binary(),
-                "build",
-                "-mod=readonly",
-                "-o",
-                str(Path(tmp) / "fluxoci"),
-                ".",
-            ],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-            raise gomodules.GoModuleError(f"go build of {PINS} failed:\n{tail}")
+        gomodules.build(tree, ".", Path(tmp) / "fluxoci", flags=["-mod=readonly"], timeout=900)
         os.replace(Path(tmp) / "fluxoci", target)
     return target
 

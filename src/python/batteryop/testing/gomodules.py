@@ -67,3 +67,27 @@ def download(pins: Path, modules: Iterable[str]) -> dict[str, Path]:
         tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
         raise GoModuleError(f"go mod download failed in {pins}:\n{tail}")
     return found
+
+
+def build(
+    tree: Path,
+    package: str,
+    output: Path,
+    *,
+    flags: Iterable[str] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
+) -> None:
+    """`go build [flags] -o output package` in `tree`; GoModuleError with the tail of Go's
+    output when it fails."""
+    proc = subprocess.run(
+        [go_binary(), "build", *flags, "-o", str(output), package],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise GoModuleError(f"go build {package} in {tree} failed:\n{tail}")
