@@ -18,7 +18,7 @@ from typing import Final
 
 from batteryop.api import names
 from batteryop.csr_approver.checks import service_account_username
-from batteryop.obs.flags import FlagError
+from batteryop.obs.flags import FlagError, add_process_flags
 from batteryop.obs.flags import duration as flag_duration
 
 PROG: Final = "csr-approver"
@@ -117,11 +117,7 @@ def parser() -> argparse.ArgumentParser:
     add("--exec-agent-service-account", d.exec_agent_service_account, "the only requester")
     add("--exec-agent-namespace", "", "its namespace; default: --namespace")
     add("--workers", d.workers, "requests reviewed at once")
-    add("--health-probe-bind-address", d.health_probe_bind_address, "/healthz, /readyz; 0 = off")
-    add("--metrics-bind-address", d.metrics_bind_address, "/metrics; 0 = off")
-    add("--kubeconfig", None, "kubeconfig file; default: in-cluster, else $KUBECONFIG")
-    add("--log-level", d.log_level, "debug, info, warning or error")
-    add("--log-format", d.log_format, "json or text")
+    add_process_flags(add, d)
     return p
 
 

@@ -16,7 +16,7 @@ from typing import Final
 from batteryop.api import names
 from batteryop.battery import configfile
 from batteryop.battery.config import is_loopback_host
-from batteryop.obs.flags import FlagError, duration
+from batteryop.obs.flags import FlagError, add_process_flags, duration
 
 PROG: Final = "host-registry"
 
@@ -126,11 +126,7 @@ def parser() -> argparse.ArgumentParser:
     add("--drain-timeout", "30s", "longest wait for Pools to leave a Host (IN-013)")
     add("--restart-timeout", "2m", "longest wait from signal to battery answering")
     add("--battery-call-timeout", "10s", "deadline of each battery call")
-    add("--health-probe-bind-address", d.health_probe_bind_address, "/healthz, /readyz; 0 = off")
-    add("--metrics-bind-address", d.metrics_bind_address, "/metrics; 0 = off")
-    add("--kubeconfig", None, "kubeconfig file; default: in-cluster, else $KUBECONFIG")
-    add("--log-level", d.log_level, "debug, info, warning or error")
-    add("--log-format", d.log_format, "json or text")
+    add_process_flags(add, d)
     return p
 
 

@@ -12,8 +12,9 @@ seconds): `500ms`, `30s`, `1.5m`, `168h`, `0`. A boolean is `true` or `false` (a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Final
+from typing import Final, Protocol
 
 _DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -46,3 +47,26 @@ def boolean(flag: str, value: object) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise FlagError(flag, f"{value!r} must be true or false")
+
+
+class ProcessDefaults(Protocol):
+    """The defaults of the flags every long-running deployable shares."""
+
+    @property
+    def health_probe_bind_address(self) -> str: ...
+    @property
+    def metrics_bind_address(self) -> str: ...
+    @property
+    def log_level(self) -> str: ...
+    @property
+    def log_format(self) -> str: ...
+
+
+def add_process_flags(add: Callable[[str, object, str], None], d: ProcessDefaults) -> None:
+    """The probe, metrics, kubeconfig and logging flags, through a parser's own `add(flag,
+    default, help)` (which reads each flag's environment twin)."""
+    add("--health-probe-bind-address", d.health_probe_bind_address, "/healthz, /readyz; 0 = off")
+    add("--metrics-bind-address", d.metrics_bind_address, "/metrics; 0 = off")
+    add("--kubeconfig", None, "kubeconfig file; default: in-cluster, else $KUBECONFIG")
+    add("--log-level", d.log_level, "debug, info, warning or error")
+    add("--log-format", d.log_format, "json or text")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from batteryop.api import names
 from batteryop.battery.config import is_loopback_host
-from batteryop.obs.flags import FlagError, boolean, duration
+from batteryop.obs.flags import FlagError, add_process_flags, boolean, duration
 
 ConfigError = FlagError
 """A flag has a value the operator cannot run with (the one error every deployable's flags use)."""
@@ -99,11 +99,7 @@ def parser() -> argparse.ArgumentParser:
     add("--pool-resync-interval", "30s", "refresh every Pool this often while Events are down")
     add("--namespace", os.environ.get("POD_NAMESPACE", d.namespace), "the operator's namespace")
     add("--battery-config-map", d.battery_config_map, "ConfigMap holding battery's config")
-    add("--health-probe-bind-address", d.health_probe_bind_address, "/healthz, /readyz; 0 = off")
-    add("--metrics-bind-address", d.metrics_bind_address, "/metrics; 0 = off")
-    add("--kubeconfig", None, "kubeconfig file; default: in-cluster, else $KUBECONFIG")
-    add("--log-level", d.log_level, "debug, info, warning or error")
-    add("--log-format", d.log_format, "json or text")
+    add_process_flags(add, d)
     add(
         "--bind-events",
         "true",
