@@ -20,12 +20,14 @@ from images.hostfs import have
 GUEST = Path("src/images/guest")
 MULTI_USER = r"Reached target multi-user\.target"
 
-# Each command runs on the console's root shell (autologin on ttyS0); its output is compared.
+# Each command runs on the console's root shell (autologin on ttyS0), in this order; its output
+# is compared.
 CHECKS = {
     "machine-id": "cat /etc/machine-id",
     "active": "systemctl is-active systemd-networkd.service systemd-resolved.service",
-    "links": "networkctl --no-legend list",
+    # wait-online first: until it returns, eth1 may be routable yet still "configuring".
     "online": "systemctl start systemd-networkd-wait-online.service && echo online",
+    "links": "networkctl --no-legend list",
     "eth1": "ip -4 -o addr show dev eth1",
     "eth0": "ip -4 -o addr show dev eth0",
     "resolv": "readlink /etc/resolv.conf",

@@ -1,8 +1,8 @@
 """Exec through a claim, and the `battery` command as a real process, against the whole stack.
 
-The Exec Agent is not on this branch yet, so each Host's Node report names a relaying stand-in
-(`integration.standin`, no authorization): these tests show what the client sends and that
-stdin, output and exit codes make the round trip. Once the agent lands, it replaces the stand-in.
+Each Host's Node report names a relaying stand-in (`integration.standin`, no authorization)
+rather than the Exec Agent: these tests show what the client sends and that stdin, output and
+exit codes make the round trip. The agent itself, with authorization, is in exec_agent_test.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
+from integration.consumer import HOLDER, consumer_kubeconfig, gone, host_ready, ready_pool
 from integration.stack import Stack
 from integration.standin import StandIns, start_stand_ins
 
@@ -156,6 +156,7 @@ async def test_battery_claim_ls_exec_release(stack: Stack, namespace: str, cli: 
     code, out, err = await cli("ls")
     assert code == 0, err
     assert name in out and "Bound" in out
+    await host_ready(stack, namespace, name)  # else `exec` rightly warns on stderr (CC-013)
     code, out, err = await cli("exec", name, "--", "sh", "-c", "echo from-$0 >&2; echo ok", "vm")
     assert (code, out, err) == (0, "ok\n", "from-vm\n")
     code, _, err = await cli("release", name)

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from integration.stack import Stack, ready, wait_for
+from integration.stack import Stack, condition, ready, wait_for
 from kubernetes import client as k8s
 
 from batteryop.api import names, samples
@@ -68,4 +68,20 @@ async def ready_pool(stack: Stack, namespace: str, **kwargs: Any) -> None:
 async def gone(stack: Stack, namespace: str, name: str) -> None:
     await asyncio.to_thread(
         wait_for, stack, names.CLAIM_PLURAL, namespace, name, lambda b: b is None, what="gone"
+    )
+
+
+async def host_ready(stack: Stack, namespace: str, name: str) -> None:
+    """Until claim `name` says HostReady=True: the operator has seen its Host's Node report.
+
+    A test that just (re)wrote the reports cannot know when the operator's Node watch catches
+    up; until then a claim may be Bound with HostReady=False, and the client warns (CC-013)."""
+    await asyncio.to_thread(
+        wait_for,
+        stack,
+        names.CLAIM_PLURAL,
+        namespace,
+        name,
+        lambda b: (condition(b, "HostReady") or {}).get("status") == "True",
+        what="HostReady=True",
     )

@@ -16,6 +16,7 @@ Callbacks (`on_pending`, `on_lost`, `on_host_not_ready`) run on that thread. A
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
@@ -73,11 +74,25 @@ class _Portal:
             raise
 
     def close(self) -> None:
+        """Stop the loop as `asyncio.run` does: what is still running there (gRPC's own call
+        tasks, say) is cancelled and awaited first. A task left pending when the loop closes
+        is reported on stderr ("Task was destroyed but it is pending!") once it is collected,
+        which the `battery` command would print after the remote command's own stderr."""
         if self.loop.is_closed():
             return
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):  # closing anyway
+            asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result(self._grace)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
+
+    async def _drain(self) -> None:
+        current = asyncio.current_task()
+        rest = [task for task in asyncio.all_tasks() if task is not current]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
 
 
 class Client:

@@ -1,0 +1,44 @@
+"""The blocking client's private event loop thread (`_sync._Portal`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from batteryop.client._sync import _Portal
+
+
+@pytest.mark.req("CC-100")
+def test_closing_ends_every_task_still_on_the_loop() -> None:
+    """gRPC leaves a task per call on the loop; one still pending when the loop closed was
+    reported on the `battery` command's stderr as "Task was destroyed but it is pending!"."""
+    portal = _Portal(grace=5)
+
+    async def leave_a_task() -> asyncio.Task[bool]:
+        return asyncio.get_running_loop().create_task(asyncio.Event().wait())
+
+    task = portal.call(leave_a_task())
+    assert not task.done()
+    portal.close()
+    assert task.cancelled()
+    assert portal.loop.is_closed()
+    portal.close()  # a second close does nothing
+
+
+@pytest.mark.req("CC-100")
+def test_a_call_returns_the_coroutines_answer_and_raises_its_error() -> None:
+    portal = _Portal(grace=5)
+
+    async def answer() -> int:
+        return 42
+
+    async def fail() -> None:
+        raise ValueError("nope")
+
+    try:
+        assert portal.call(answer()) == 42
+        with pytest.raises(ValueError, match="nope"):
+            portal.call(fail())
+    finally:
+        portal.close()
