@@ -28,6 +28,7 @@ CHECKS = {
     # wait-online first: until it returns, eth1 may be routable yet still "configuring".
     "online": "systemctl start systemd-networkd-wait-online.service && echo online",
     "links": "networkctl --no-legend list",
+    "eth1-status": "networkctl --no-pager status eth1; journalctl --no-pager -b -u systemd-networkd",
     "eth1": "ip -4 -o addr show dev eth1",
     "eth0": "ip -4 -o addr show dev eth0",
     "resolv": "readlink /etc/resolv.conf",
@@ -97,7 +98,7 @@ def test_the_debian_rootfs_boots_to_multi_user_under_qemu(tmp_path: Path) -> Non
     # networkctl: index, name, type, operational state, setup state.
     links = {line.split()[1]: line.split()[3:] for line in results["links"].splitlines()}
     assert links["eth0"][1] == "unmanaged", results["links"]  # GI-022
-    assert links["eth1"] == ["routable", "configured"], results["links"]  # GI-023
+    assert links["eth1"] == ["routable", "configured"], results["eth1-status"]  # GI-023
     assert results["online"] == "online"  # GI-024
     assert " inet 10.0.3." in results["eth1"]  # the lease from eth1's network
     assert results["eth0"] == ""

@@ -196,7 +196,10 @@ def qemu_command(
 
     Not `microvm`: under TCG it has no timer to calibrate the TSC against (no PIT reference,
     HPET or ACPI PM timer) and Debian's kernel stops there; q35 has an HPET. `net.ifnames=0`
-    keeps the kernel's eth0/eth1, the names a Firecracker MicroVM's interfaces have.
+    keeps the kernel's eth0/eth1, the names a Firecracker MicroVM's interfaces have. Both
+    networks are IPv4 only, as a MicroVM's are: QEMU's user network otherwise advertises IPv6
+    routers that ask for DHCPv6, which it does not serve, and networkd then keeps eth1
+    "configuring" (GI-023 is DHCP for IPv4).
     """
     return [
         "qemu-system-x86_64",
@@ -207,9 +210,9 @@ def qemu_command(
         "-append", "console=ttyS0 reboot=t panic=-1 net.ifnames=0",
         "-drive", f"id=root,file={disk},format=raw,if=none",
         "-device", "virtio-blk-pci,drive=root",
-        "-netdev", "user,id=mmds,net=10.0.2.0/24,restrict=on",
+        "-netdev", "user,id=mmds,net=10.0.2.0/24,restrict=on,ipv6=off",
         "-device", "virtio-net-pci,netdev=mmds",
-        "-netdev", "user,id=lan,net=10.0.3.0/24,restrict=on",
+        "-netdev", "user,id=lan,net=10.0.3.0/24,restrict=on,ipv6=off",
         "-device", "virtio-net-pci,netdev=lan",
     ]  # fmt: skip
 

@@ -54,6 +54,11 @@ _MAX_REMEMBERED: Final = 4096
 QUEUE_LIMIT: Final = 1000
 """Events `post` holds before it drops new ones (client-go's broadcaster buffers 1000 too)."""
 
+SENDERS: Final = 4
+"""Posted Events sent at once. One sender fell behind a burst of binds (983 of 1,000 queued
+in the churn benchmark, docs/dev/operator-performance.md); repeats of one (object, reason,
+note) still go out in the order posted, since each waits for the one before it (`record`)."""
+
 FORGET_EVERY: Final = datetime.timedelta(seconds=10)
 """How often the series memory is swept of sightings older than SERIES_WINDOW."""
 
@@ -72,6 +77,16 @@ class _Posted:
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(UTC)
+
+
+def _regarding_only(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of `obj` an Event names (`EventRecorder._event`), and nothing else."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+    }
 
 
 def micro_time(t: datetime.datetime) -> str:
@@ -115,30 +130,33 @@ class EventRecorder:
         self._clock = clock or _utcnow
         self._recorded: OrderedDict[tuple[str, str, str], _Recorded] = OrderedDict()
         # One record at a time per (object, reason, note), so a repeat never races the create
-        # of its series' Event. Posted Events go out one at a time, in order (`_send`); only
-        # callers awaiting `record` themselves can have several in flight at once.
+        # of its series' Event. Posted Events go out in the order posted, up to SENDERS at
+        # once (`_send`): a sender takes the lock of what it took before it first yields.
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._queue: asyncio.Queue[_Posted] = asyncio.Queue(maxsize=QUEUE_LIMIT)
-        self._sender: asyncio.Task[None] | None = None
+        self._senders: set[asyncio.Task[None]] = set()
         self._forgot_at: datetime.datetime | None = None
         self.dropped = 0
 
     def post(
         self, obj: Mapping[str, Any], type: str, reason: str, note: str, *, action: str
     ) -> None:
-        """`record` later, without waiting: queued, and sent in order one at a time.
+        """`record` later, without waiting: queued, and sent in order, SENDERS at a time.
 
         As client-go's event broadcaster does: a controller's own writes never wait for, or
-        compete with, a burst of its Events. A full queue drops the Event with a warning.
+        compete with, a burst of its Events. A full queue drops the Event with a warning. The
+        queue keeps only what the Event names of `obj` (`regarding`), not its whole body.
         """
         try:
-            self._queue.put_nowait(_Posted(dict(obj), type, reason, note, action))
+            self._queue.put_nowait(_Posted(_regarding_only(obj), type, reason, note, action))
         except asyncio.QueueFull:
             self.dropped += 1
             logger.warning("Dropped %s Event %s: %d Events wait already", type, reason, QUEUE_LIMIT)
             return
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.get_running_loop().create_task(self._send())
+        if len(self._senders) < min(SENDERS, self._queue.qsize()):
+            sender = asyncio.get_running_loop().create_task(self._send())
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
 
     async def _send(self) -> None:
         while not self._queue.empty():  # ends when drained; the next post starts it again
@@ -149,8 +167,8 @@ class EventRecorder:
 
     async def drain(self, timeout: float) -> None:
         """Wait (at most `timeout` seconds) until every posted Event was sent or dropped."""
-        if self._sender is not None and not self._sender.done():
-            await asyncio.wait([self._sender], timeout=timeout)
+        if self._senders:
+            await asyncio.wait(set(self._senders), timeout=timeout)
 
     async def record(
         self,

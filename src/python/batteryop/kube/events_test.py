@@ -14,7 +14,14 @@ from batteryop.api import names
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.conftest import ServiceAccountConfig
-from batteryop.kube.events import NORMAL, QUEUE_LIMIT, WARNING, EventRecorder, micro_time
+from batteryop.kube.events import (
+    NORMAL,
+    QUEUE_LIMIT,
+    SENDERS,
+    WARNING,
+    EventRecorder,
+    micro_time,
+)
 from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES
 from batteryop.testing.controlplane.server import free_port
 
@@ -179,7 +186,7 @@ async def test_failures_are_logged_and_never_raised(
     assert await events_about(kube, subject) == []
 
 
-async def test_posted_events_go_out_in_order_one_at_a_time(
+async def test_posted_events_go_out_in_order(
     kube: KubeClient, recorder: EventRecorder, subject: dict[str, Any]
 ) -> None:
     for note in ("first", "second", "first"):
@@ -191,6 +198,33 @@ async def test_posted_events_go_out_in_order_one_at_a_time(
         ("first", 2),
         ("second", None),
     ]
+
+
+async def test_posted_events_go_out_several_at_once(
+    kube: KubeClient,
+    recorder: EventRecorder,
+    subject: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    in_flight = most = 0
+    create = kube.create
+
+    async def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await create(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(kube, "create", counted)
+    for i in range(3 * SENDERS):
+        recorder.post(subject, NORMAL, "Configured", f"n{i}", action="Configure")
+    await recorder.drain(timeout=30)
+    assert most == SENDERS
+    assert len(await events_about(kube, subject)) == 3 * SENDERS
+    assert recorder.sizes() == {"series": 3 * SENDERS, "locks": 0, "queued": 0}
 
 
 async def test_a_full_queue_drops_events_and_says_so(
