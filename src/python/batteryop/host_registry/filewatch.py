@@ -105,8 +105,9 @@ class DirectoryWatch:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+            try:  # not wait_for, which can swallow a cancellation (kube/workqueue.py)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 return self.generation > generation
         return True

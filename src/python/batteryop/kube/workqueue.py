@@ -7,15 +7,18 @@ twice at once". `WorkQueue` gives exactly that:
   earliest due time wins, so a watch event never waits behind a long requeue.
 - A key is processed by at most one worker at a time. A key added while it is being
   processed is marked dirty and runs once more right after, with the newest state.
-- Workers are bounded (`workers`); a reconcile that raises is retried with a per-key
-  exponential backoff clamped to [`backoff_min`, `backoff_max`] (1-30 s by default), reset by
-  the next success.
+- Workers are bounded (`workers`); a reconcile that raises, or that answers `Retry.BACKOFF`
+  (it ended waiting on something else, and said so in its object's status), is retried with a
+  per-key exponential backoff clamped to [`backoff_min`, `backoff_max`] (1-30 s by default),
+  reset by the next reconcile that answers anything else. The two differ only in the log: a
+  raise is logged with its traceback, a `BACKOFF` answer was explained by its handler.
 - Nothing polls: idle workers sleep until the earliest due time or a new key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import heapq
 import itertools
 import logging
@@ -31,6 +34,18 @@ K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 
 
+class Retry(enum.Enum):
+    """What a handler may answer besides a delay in seconds or None."""
+
+    BACKOFF = "backoff"
+    """Not done: retry after this key's backoff, as if the handler had raised."""
+
+
+Answer = float | Retry | None
+"""A handler's answer: run again after that many seconds, after the key's backoff, or only
+when added again."""
+
+
 @dataclass(order=True)
 class _Entry(Generic[K]):
     due: float
@@ -43,7 +58,7 @@ class WorkQueue(Generic[K]):
 
     def __init__(
         self,
-        handler: Callable[[K], Awaitable[float | None]],
+        handler: Callable[[K], Awaitable[Answer]],
         *,
         name: str,
         workers: int = 4,
@@ -141,6 +156,12 @@ class WorkQueue(Generic[K]):
         """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""
         return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
 
+    def _failed(self, key: K) -> float:
+        """One more failure in a row for `key`; the delay it earns."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        return self.retry_delay(failures)
+
     # -- consumer side -----------------------------------------------------------------
 
     async def _next(self) -> K:
@@ -156,8 +177,12 @@ class WorkQueue(Generic[K]):
                     self._active.add(entry.key)
                     return entry.key
             self._changed.clear()
+            # Not `asyncio.wait_for`: on Python 3.11 it returns normally when the wait ended
+            # in the same loop step as the task's cancellation, so `stop` never ended a worker
+            # that a new key had just woken (test_stop_ends_a_worker_a_new_key_just_woke).
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
 
@@ -166,21 +191,24 @@ class WorkQueue(Generic[K]):
             key = await self._next()
             requeue: float | None = None
             try:
-                requeue = await self._handler(key)
+                answer = await self._handler(key)
             except asyncio.CancelledError:
                 self._active.discard(key)
                 raise
             except Exception:
                 self.failed += 1
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
-                requeue = self.retry_delay(failures)
+                requeue = self._failed(key)
                 log.exception(
                     "%s: reconcile of %s failed; retrying in %.1fs", self.name, key, requeue
                 )
             else:
                 self.processed += 1
-                self._failures.pop(key, None)
+                if answer is Retry.BACKOFF:
+                    requeue = self._failed(key)
+                    log.debug("%s: %s waits; retrying in %.1fs", self.name, key, requeue)
+                else:
+                    self._failures.pop(key, None)
+                    requeue = answer
             finally:
                 self._active.discard(key)
             dirty = self._dirty.pop(key, None)

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from batteryop.kube.workqueue import WorkQueue
+from batteryop.kube.workqueue import Retry, WorkQueue
 
 
 async def test_a_key_added_many_times_is_reconciled_once() -> None:
@@ -117,6 +117,56 @@ async def test_a_failing_reconcile_is_retried_and_success_resets_the_count() -> 
     await q.stop()
     assert (calls, q.failed, q.processed) == (3, 2, 1)
     assert "a" not in q._failures
+
+
+async def test_a_backoff_answer_waits_like_a_failure_and_another_answer_resets_it() -> None:
+    """`Retry.BACKOFF` (a Pool battery did not answer) is retried after the same growing delay
+    as a raise, without an error counted; any other answer starts the delay over."""
+    now = [0.0]
+    answers = [Retry.BACKOFF, Retry.BACKOFF, Retry.BACKOFF, None, Retry.BACKOFF]
+    ran: asyncio.Queue[Retry | None] = asyncio.Queue()
+
+    async def handler(key: str) -> Retry | None:
+        runs = ran.qsize() + len(delays)
+        answer = answers[runs] if runs < len(answers) else None
+        await ran.put(answer)
+        return answer
+
+    delays: list[float | None] = []
+    q: WorkQueue[str] = WorkQueue(handler, name="t", clock=lambda: now[0])
+    await q.start()
+    q.add("a")
+    while len(delays) < len(answers):
+        await ran.get()
+        while "a" in q._active:  # the worker finishes the run and queues the retry
+            await asyncio.sleep(0)
+        due = q._due.get("a")
+        delays.append(None if due is None else due - now[0])
+        if due is None:
+            q.add("a")  # a new event after the completed reconcile
+        else:
+            now[0] = due
+            q._wake()
+    await q.stop()
+    assert delays == [1.0, 2.0, 4.0, None, 1.0]
+    assert (q.failed, q.processed) == (0, 5)
+
+
+async def test_stop_ends_a_worker_a_new_key_just_woke() -> None:
+    ran: list[str] = []
+
+    async def handler(key: str) -> None:
+        ran.append(key)
+
+    q: WorkQueue[str] = WorkQueue(handler, name="t", workers=1)
+    await q.start()
+    q.add_after("later", 60)
+    for _ in range(3):
+        await asyncio.sleep(0)  # the worker now waits for "later", with a timeout
+    q.add("now")  # wakes it, and stop cancels it in the same step of the loop
+    async with asyncio.timeout(5):  # not wait_for: that would run stop a step later
+        await q.stop()
+    assert ran == []
 
 
 async def _boom(key: str) -> None:

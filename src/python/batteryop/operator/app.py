@@ -153,7 +153,6 @@ class Operator:
         out["claims:lease_checks"] = len(self.lease_checks)
         out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
         out["claims:lease_reads"] = len(self.lease_reads)
-        out["pools:backoff"] = len(self.pool_deps.backoff)
         # Remembered for an hour by design (CL-013), so it follows the churn, then empties.
         out["deleted_vms"] = len(self.deleted_vms)
         return out

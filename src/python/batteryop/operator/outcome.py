@@ -21,15 +21,28 @@ a fixed order, which is what makes each step's guarantees hold:
 4. `remove_finalizer` — a metadata merge-patch with the resourceVersion lock, last, so it only
    goes once everything before it is written (CL-020, PO-044).
 5. `requeue_after` — reconcile again after that many seconds even with no watch event; None
-   waits for the next event. Errors raised by a reconcile are retried with backoff instead.
+   waits for the next event.
+6. `backoff` — the reconcile ended waiting on something outside the object (battery did not
+   answer, or refused a deletion while MicroVMs are leased): the work queue retries the object
+   after its per-object backoff, 1 s doubling to 30 s, exactly as it retries a reconcile that
+   raised, and a later reconcile that ends any other way starts that backoff over
+   (`kube.workqueue.Retry`). `requeue_after` is then not read. Pools use this. Claims instead
+   read their retry delay from a condition's age (`backoff_since`: it survives a restart,
+   and a claim's conditions record exactly how long it has waited); both are clamped to the
+   same 1-30 s (`clamp_backoff`).
+
+`merge_patch_from` is how both controllers turn the status they read and the status they decided
+into the `status` to write: the smallest RFC 7386 merge-patch, None when nothing changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from batteryop.api.conditions import EventType
+from batteryop.api.conditions import Condition, EventType
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,11 @@ class Outcome:
     remove_finalizer: str | None = None
     events: list[EventRecord] = field(default_factory=list)
     requeue_after: float | None = None
+    backoff: bool = False
+
+    def back_off(self) -> None:
+        """Retry after this object's backoff in the work queue (6. in the module docstring)."""
+        self.backoff = True
 
     def requeue(self, seconds: float) -> None:
         """Ask for another reconcile after `seconds`; the earliest request wins."""
@@ -61,3 +79,30 @@ class Outcome:
 def clamp_backoff(seconds: float, low: float = 1.0, high: float = 30.0) -> float:
     """Backoff clamped to 1-30 s (CL-003, CL-007, CL-022: retries with backoff)."""
     return max(low, min(high, seconds))
+
+
+def backoff_since(condition: Condition, now: datetime) -> float:
+    """Seconds to wait before retrying: time since `condition` changed status, within 1-30 s.
+
+    The wait so roughly doubles while the condition holds, and survives an Operator restart,
+    since it is read from the object itself."""
+    return clamp_backoff((now - condition.last_transition_time).total_seconds())
+
+
+def merge_patch_from(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The smallest RFC 7386 merge-patch taking `before` to `after`, None if they are equal:
+    changed fields, None for removed ones, lists (conditions) whole when they differ."""
+    return _diff(before, after) or None
+
+
+def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {key: None for key in sorted(before.keys() - after.keys())}
+    for key, value in after.items():
+        old = before.get(key)
+        if old == value:
+            continue
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            patch[key] = _diff(old, value)
+        else:
+            patch[key] = value
+    return patch

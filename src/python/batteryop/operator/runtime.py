@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from batteryop.kube.errors import ConflictError, NotFoundError
 from batteryop.kube.resources import Resource
 from batteryop.operator.outcome import Outcome
-from batteryop.operator.workqueue import WorkQueue
+from batteryop.operator.workqueue import Answer, Retry, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ class Controller:
 
     # -- one reconcile -------------------------------------------------------------------
 
-    async def _handle(self, key: Key) -> float | None:
+    async def _handle(self, key: Key) -> Answer:
         body = self.cache.get(key)
         if body is None:
             return None  # deleted since it was queued
@@ -374,15 +374,20 @@ class Controller:
         result = "error"
         try:
             outcome = await self._reconcile(body)
-            requeue = await self.apply(key, body, outcome)
-            result = "requeue" if requeue is not None else "success"
-            return requeue
+            answer = await self.apply(key, body, outcome)
+            result = (
+                "backoff"
+                if answer is Retry.BACKOFF
+                else "requeue" if answer is not None else "success"
+            )
+            return answer
         finally:
             if self._on_reconciled is not None:
                 self._on_reconciled(self.name, result, time.perf_counter() - started)
 
-    async def apply(self, key: Key, body: Mapping[str, Any], outcome: Outcome) -> float | None:
-        """Write `outcome` for the object `key`, read as `body`; the requeue it asks for.
+    async def apply(self, key: Key, body: Mapping[str, Any], outcome: Outcome) -> Answer:
+        """Write `outcome` for the object `key`, read as `body`; the requeue it asks for
+        (`Retry.BACKOFF` when it asks to back off: the work queue's per-object backoff).
 
         The order is `outcome`'s (the module docstring): the finalizer add alone, with the
         resourceVersion lock (CL-001, PO-001); else status, locked to the version read
@@ -407,7 +412,7 @@ class Controller:
                 locked = True
                 current, _ = await self._write(key, patch, "status")
                 locked = False
-                if outcome.requeue_after is None:
+                if outcome.requeue_after is None and not outcome.backoff:
                     # The echo of this write queues nothing (ObjectCache): reconcile again,
                     # as the echo would have, when the chain may have stopped at the write.
                     outcome.requeue(0.0)
@@ -425,7 +430,7 @@ class Controller:
         except NotFoundError:
             self.forget(key)
             return None
-        return outcome.requeue_after
+        return Retry.BACKOFF if outcome.backoff else outcome.requeue_after
 
     async def _write_finalizers(
         self, key: Key, body: Mapping[str, Any], finalizers: list[str]

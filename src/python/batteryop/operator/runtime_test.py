@@ -15,6 +15,7 @@ from batteryop.operator.runtime import (
     Controller,
     ObjectCache,
 )
+from batteryop.operator.workqueue import Retry
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder
 
 KEY = ("ns", "c")
@@ -307,6 +308,20 @@ async def test_a_status_write_over_a_change_made_meanwhile_is_refused_and_retrie
     outcome = Outcome(status={"leaseID": "l-1"}, requeue_after=5.0)
     assert await claims.apply(KEY, now, outcome) == 5.0
     assert kube.stored(CLAIMS, "c", "ns")["status"] == {"leaseID": "l-1"}
+
+
+async def test_an_outcome_that_backs_off_writes_its_status_and_answers_backoff() -> None:
+    """Not the immediate reconcile a status write otherwise asks for (its echo queues nothing):
+    the work queue's backoff for the object (a Pool battery did not answer)."""
+    kube = FakeKube()
+    read = stored_claim(kube)
+    claims = controller(kube, CLAIMS)
+    outcome = Outcome(status={"phase": "Pending"})
+    outcome.back_off()
+    assert await claims.apply(KEY, read, outcome) is Retry.BACKOFF
+    assert kube.stored(CLAIMS, "c", "ns")["status"] == {"phase": "Pending"}
+    now = kube.stored(CLAIMS, "c", "ns")
+    assert await claims.apply(KEY, now, Outcome(status={"phase": "Pending"})) == 0.0
 
 
 async def test_apply_to_an_object_that_is_gone_forgets_it() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ConditionStatus, EventType
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.claims.status import backoff_since
+from batteryop.operator.outcome import backoff_since
 
 
 async def pending(scope: ClaimScope) -> None:

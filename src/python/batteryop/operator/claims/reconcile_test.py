@@ -47,6 +47,7 @@ from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.operator.runtime import Controller, key_of
+from batteryop.operator.workqueue import Answer
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder
@@ -311,7 +312,7 @@ async def test_a_new_claim_only_gets_its_finalizer_and_battery_is_not_called(env
 
 async def apply_over(
     stored: Mapping[str, Any], read: Mapping[str, Any], outcome: Outcome
-) -> tuple[float | None, dict[str, Any]]:
+) -> tuple[Answer, dict[str, Any]]:
     """The runtime's `Controller.apply` writes `outcome`, decided on `read`, to an API server
     holding `stored`; the requeue it returns and what the API server holds after."""
     kube = FakeKube()

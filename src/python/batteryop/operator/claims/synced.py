@@ -24,7 +24,7 @@ from batteryop.battery.errors import (
     PoolExhaustedError,
 )
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.claims.status import backoff_since
+from batteryop.operator.outcome import backoff_since
 
 ANSWERS = (NotFoundError, PoolExhaustedError, ClaimAbortedError)
 """Errors that are battery's answer about the claim, acted on by a step: Synced stays True."""

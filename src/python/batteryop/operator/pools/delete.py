@@ -10,7 +10,8 @@ Order, for a Pool with a deletionTimestamp:
 3. FAILED_PRECONDITION: battery refuses while MicroVMs are leased. GetPool for its spec and
    counts; if its spec is not yet the drained spec, UpdatePool with it, so battery replaces
    no MicroVM meanwhile (PO-042). The finalizer stays; status shows Ready False
-   `DeletionBlocked` with the leased count (PO-043); requeue with a growing backoff. The
+   `DeletionBlocked` with the leased count (PO-043); retry after the work queue's backoff
+   (`Outcome.back_off`). The
    runtime also queues the Pool when a claim on it goes (`operator.keys.pool_key_for_claim`), which
    is when DeletePool can succeed.
 
@@ -30,7 +31,6 @@ from batteryop.battery.errors import NotFoundError, PreconditionFailedError
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
-from batteryop.operator.pools.backoff import Backoff
 from batteryop.operator.pools.battery_spec import drained_spec, is_drained
 from batteryop.operator.pools.declare import get_held
 from batteryop.operator.pools.status import blocked_status, status_patch
@@ -45,7 +45,6 @@ async def delete_pool(
     api: BatteryAPI,
     *,
     now: datetime,
-    backoff: Backoff,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> Outcome:
     """One reconcile of a deleted Pool; see the module docstring for the order.
@@ -70,7 +69,7 @@ async def delete_pool(
             except NotFoundError:
                 return _released()
             logger.info("Drained Pool spec in battery", extra={"pool": str(key)})
-        return _blocked(pool, held, refusal, now=now, backoff=backoff, logger=logger, key=key)
+        return _blocked(pool, held, refusal, now=now, logger=logger, key=key)
     logger.info("Deleted Pool in battery", extra={"pool": str(key)})
     return _released()
 
@@ -81,7 +80,6 @@ def _blocked(
     refusal: PreconditionFailedError,
     *,
     now: datetime,
-    backoff: Backoff,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     key: PoolKey,
 ) -> Outcome:
@@ -90,5 +88,5 @@ def _blocked(
         extra={"pool": str(key), "leased": held.status.leased, "error": refusal.message},
     )
     outcome = Outcome(status=status_patch(pool, blocked_status(pool, held, now)))  # PO-043
-    outcome.requeue(backoff.next_delay(key))
+    outcome.back_off()
     return outcome

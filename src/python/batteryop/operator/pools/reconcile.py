@@ -9,11 +9,12 @@ The steps, in order (each module's docstring says why the order matters):
 4. `status.declared_status`: counts, Exhausted and Ready from battery's answer (PO-020..022).
 
 battery failing in transit or otherwise (`BatteryError` not handled by a step) ends the
-reconcile normally: the status stays as it was but for Ready's message, and the Pool is
-requeued after a per-Pool backoff (1 s doubling to 30 s, `backoff.Backoff`). A reconcile that
-completes resets that backoff and asks for no requeue: battery's events (PO-023) and the
-runtime's resync (PO-024) bring the Pool back, as do changes of the Pool and of the Host set
-(the runtime queues every Pool when the Host set changes: PO-011).
+reconcile normally: the status stays as it was but for Ready's message, and the outcome backs
+off (`Outcome.back_off`): the work queue retries the Pool after its per-object backoff, 1 s
+doubling to 30 s, as it retries a reconcile that raised. A reconcile that completes asks for
+no requeue, which starts that backoff over: battery's events (PO-023) and the runtime's resync
+(PO-024) bring the Pool back, as do changes of the Pool and of the Host set (the runtime
+queues every Pool when the Host set changes: PO-011).
 
 A steady Pool costs one GetPool and writes nothing (`Outcome.status` is None when unchanged).
 A Pool body the CRD would not admit raises `batteryop.api.errors.MalformedObjectError`.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +40,6 @@ from batteryop.battery.errors import BatteryError
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.outcome import Outcome
-from batteryop.operator.pools.backoff import Backoff
 from batteryop.operator.pools.declare import declare_pool
 from batteryop.operator.pools.delete import delete_pool
 from batteryop.operator.pools.finalizer import ensure_finalizer
@@ -54,15 +54,13 @@ class PoolDeps:
     """What a Pool reconcile uses besides the Pool body.
 
     `hosts` is the Host set as last published, None until the host registry has published
-    one; the runtime replaces it when a new one is published. `backoff` is the per-Pool
-    retry state, shared by every reconcile of this controller.
+    one; the runtime replaces it when a new one is published.
     """
 
     battery: BatteryAPI
     hosts: HostSet | None
     clock: Callable[[], datetime]
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
-    backoff: Backoff = field(default_factory=Backoff)
 
 
 async def reconcile_pool(body: Mapping[str, Any], deps: PoolDeps) -> Outcome:
@@ -98,30 +96,23 @@ async def _reconcile(body: Mapping[str, Any], deps: PoolDeps) -> Outcome:
     now = deps.clock()
     try:
         if pool.metadata.deleting:
-            outcome = await delete_pool(
-                pool, deps.battery, now=now, backoff=deps.backoff, logger=deps.logger
-            )
-            if outcome.requeue_after is None:
-                deps.backoff.reset(key)
-            return outcome
+            return await delete_pool(pool, deps.battery, now=now, logger=deps.logger)
         added = ensure_finalizer(pool)
         if added is not None:
             return added
         declared = await declare_pool(pool, deps.hosts, deps.battery, deps.logger)
     except BatteryError as err:
         return _unanswered(pool, key, err, now, deps)
-    deps.backoff.reset(key)
     return Outcome(status=status_patch(pool, declared_status(pool, declared, now)))
 
 
 def _unanswered(
     pool: Pool, key: PoolKey, err: BatteryError, now: datetime, deps: PoolDeps
 ) -> Outcome:
-    delay = deps.backoff.next_delay(key)
     deps.logger.warning(
-        "battery call failed for Pool",
-        extra={"pool": str(key), "error": str(err), "retry_in": delay},
+        "battery call failed for Pool; retrying with backoff",
+        extra={"pool": str(key), "error": str(err)},
     )
     outcome = Outcome(status=status_patch(pool, unanswered_status(pool, err, now)))
-    outcome.requeue(delay)
+    outcome.back_off()
     return outcome

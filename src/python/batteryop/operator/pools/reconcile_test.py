@@ -44,6 +44,7 @@ from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.hosts import HostSet
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
+from batteryop.testing.fake_kube import merge_patch
 from batteryop.testing.operator_env import (
     CallLog,
     apply_outcome,
@@ -82,12 +83,19 @@ class Env:
     deps: PoolDeps
     namespace: str
     now: list[datetime] = field(default_factory=lambda: [T0])
+    read: dict[str, Any] = field(default_factory=dict)
 
     def tick(self, seconds: float) -> None:
         self.now[0] += timedelta(seconds=seconds)
 
     async def reconcile(self, body: dict[str, Any]) -> Outcome:
+        self.read = body
         return await reconcile_pool(body, self.deps)
+
+    def status_of(self, outcome: Outcome) -> PoolStatus:
+        """The status the last reconcile's merge-patch makes of the body it read."""
+        assert outcome.status is not None, "the reconcile wrote no status"
+        return PoolStatus.from_dict(merge_patch(self.read.get("status") or {}, outcome.status))
 
     async def wait_pool(self, ref: PoolRef, ok: Callable[[Pool], bool], what: str) -> Pool:
         async def poll() -> Pool:
@@ -139,11 +147,6 @@ def deleted(body: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(body)
     out["metadata"]["deletionTimestamp"] = "2026-01-02T03:05:00Z"
     return out
-
-
-def status_of(outcome: Outcome) -> PoolStatus:
-    assert outcome.status is not None, "the reconcile wrote no status"
-    return PoolStatus.from_dict(outcome.status)
 
 
 def condition(status: PoolStatus, type: PoolConditionType) -> Condition:
@@ -211,7 +214,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
     assert held.spec.flintlock_hosts == ("host-a",), "only the amd64 Host"
     assert held.spec.size == 2
 
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert status.observed_generation == 1
     assert (status.available, status.leased, status.provisioning) == (0, 0, 0)
     assert ready(status) == (
@@ -229,7 +232,7 @@ async def test_a_pool_is_created_on_the_selected_hosts_and_reports_batterys_coun
     env.tick(7)
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool"]
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert (status.available, status.leased, status.quarantined) == (2, 0, 0)
     assert ready(status) == (
         ConditionStatus.TRUE,
@@ -263,7 +266,7 @@ async def test_a_size_change_is_sent_with_update_pool_and_observed(env: Env) -> 
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "UpdatePool"]
     assert (await env.ctl.get_pool(ref_of(body))).spec.size == 3
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert status.observed_generation == 2
     assert ready(status)[2].endswith(" of 3 MicroVMs are available, leased or provisioning")
 
@@ -296,7 +299,7 @@ async def test_a_selector_matching_no_host_is_no_eligible_host_until_one_matches
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "CreatePool"]
     assert (await env.ctl.get_pool(ref_of(body))).spec.flintlock_hosts == ()
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert ready(status) == (
         ConditionStatus.FALSE,
         PoolReason.NO_ELIGIBLE_HOST,
@@ -308,7 +311,7 @@ async def test_a_selector_matching_no_host_is_no_eligible_host_until_one_matches
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "UpdatePool"]
     assert (await env.ctl.get_pool(ref_of(body))).spec.flintlock_hosts == ("host-b",)
-    assert ready(status_of(outcome))[1] == PoolReason.BELOW_SIZE
+    assert ready(env.status_of(outcome))[1] == PoolReason.BELOW_SIZE
 
 
 @pytest.mark.req("PO-004", "PO-012")
@@ -317,7 +320,7 @@ async def test_a_refused_spec_is_rejected_with_batterys_message(env: Env) -> Non
     body["spec"]["template"]["interfaces"][0]["guestMac"] = "02:00:00:00:00:01"
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "CreatePool"]
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     state, reason, message = ready(status)
     assert (state, reason) == (ConditionStatus.FALSE, PoolReason.REJECTED), "beats NoEligibleHost"
     assert "guest_mac and static addresses are not allowed" in message
@@ -336,7 +339,7 @@ async def test_a_refused_update_keeps_the_accepted_generation_and_batterys_spec(
     body = changed(body, template=template)
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool", "UpdatePool"]
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert status.observed_generation == 1
     assert ready(status)[1] == PoolReason.REJECTED
     held = await env.ctl.get_pool(ref_of(body))
@@ -351,7 +354,7 @@ async def test_nothing_is_sent_before_the_host_set_is_published(env: Env) -> Non
     body = pool_body(env.namespace, size=1)
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["GetPool"]
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert ready(status)[:2] == (ConditionStatus.FALSE, PoolReason.NOT_IN_BATTERY)
     assert "host registry" in ready(status)[2]
     assert status.observed_generation is None
@@ -371,7 +374,7 @@ async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> N
     env.fake.set_unavailable()
     env.tick(60)
     outcome = await env.reconcile(body)
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     assert (status.available, status.observed_generation) == (1, 1), "counts kept"
     state, reason, message = ready(status)
     assert (state, reason) == (ConditionStatus.TRUE, PoolReason.AT_SIZE)
@@ -383,26 +386,26 @@ async def test_battery_unavailable_keeps_the_status_and_backs_off(env: Env) -> N
     assert condition(status, PoolConditionType.EXHAUSTED) == condition(
         before, PoolConditionType.EXHAUSTED
     )
-    assert outcome.requeue_after == 1.0
+    assert outcome.backoff, "the work queue's backoff (kube/workqueue_test.py)"
     body = await apply_outcome(body, outcome)
-    delays = [(await env.reconcile(body)).requeue_after for _ in range(6)]
-    assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    again = await env.reconcile(body)
+    assert again.backoff and again.status is None, "the same message: nothing to write"
 
     env.fake.set_unavailable(False)
     outcome = await env.reconcile(body)
-    assert outcome.requeue_after is None
-    assert ready(status_of(outcome))[2] == "1 of 1 MicroVMs are available, leased or provisioning"
-    env.fake.set_unavailable()
-    assert (await env.reconcile(body)).requeue_after == 1.0, "backoff starts again"
+    assert outcome.requeue_after is None and not outcome.backoff
+    assert (
+        ready(env.status_of(outcome))[2] == "1 of 1 MicroVMs are available, leased or provisioning"
+    )
 
 
 async def test_battery_unavailable_for_a_new_pool_is_not_in_battery(env: Env) -> None:
     env.fake.set_unavailable()
     outcome = await env.reconcile(pool_body(env.namespace))
-    state, reason, message = ready(status_of(outcome))
+    state, reason, message = ready(env.status_of(outcome))
     assert (state, reason) == (ConditionStatus.FALSE, PoolReason.NOT_IN_BATTERY)
     assert "UNAVAILABLE" in message
-    assert outcome.requeue_after == 1.0
+    assert outcome.backoff
 
 
 # --- deletion --------------------------------------------------------------------------------
@@ -424,18 +427,18 @@ async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: En
     held = await env.ctl.get_pool(ref)
     assert is_drained(held.spec), "PO-042: battery replaces nothing meanwhile"
     assert held.spec.flintlock_hosts == ("host-a",)
-    status = status_of(outcome)
+    status = env.status_of(outcome)
     state, reason, message = ready(status)
     assert (state, reason) == (ConditionStatus.FALSE, PoolReason.DELETION_BLOCKED)
     assert "1 MicroVM is leased" in message
     assert status.leased == 1
-    assert outcome.requeue_after == 1.0
+    assert outcome.backoff
     body = await apply_outcome(body, outcome)
 
     outcome = await env.reconcile(body)
     assert env.calls.take() == ["DeletePool", "GetPool"], "drained once"
     assert outcome.remove_finalizer is None
-    assert outcome.requeue_after == 2.0
+    assert outcome.backoff
 
     await env.ctl.release_vm(claimed.lease_id)
     outcome = await env.reconcile(body)
@@ -473,8 +476,8 @@ async def test_deletion_with_battery_unavailable_keeps_the_finalizer(env: Env) -
     env.fake.set_unavailable()
     outcome = await env.reconcile(deleted(body))
     assert outcome.remove_finalizer is None
-    assert outcome.requeue_after == 1.0
-    assert "UNAVAILABLE" in ready(status_of(outcome))[2]
+    assert outcome.backoff
+    assert "UNAVAILABLE" in ready(env.status_of(outcome))[2]
 
 
 # --- PO-041 ----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.outcome import merge_patch_from
 from batteryop.operator.pools.declare import Declared
 
 
@@ -161,7 +162,12 @@ def unanswered_status(pool: Pool, err: BatteryError, now: datetime) -> PoolStatu
 
 
 def status_patch(pool: Pool, status: PoolStatus) -> dict[str, Any] | None:
-    """The status subresource merge-patch: the whole status, or None if nothing changed."""
+    """The merge-patch taking the Pool's status as read to `status` (`outcome.merge_patch_from`,
+    as for claims), or None if nothing changed.
+
+    A Pool without a status reads as zero counts, so its first patch is the whole status:
+    a diff from the parsed zeros would leave the counts out of the stored object."""
     if status == pool.status:
         return None
-    return status.to_dict()
+    before = {} if pool.status == PoolStatus() else pool.status.to_dict()
+    return merge_patch_from(before, status.to_dict())

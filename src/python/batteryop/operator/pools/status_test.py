@@ -128,6 +128,11 @@ def test_counts_are_batterys_and_transition_times_move_only_with_the_status() ->
     assert exhausted_c is not None and exhausted_c.last_transition_time == T0, "still False"
     patch = status_patch(p, below)
     assert patch is not None and [c["type"] for c in patch["conditions"]] == ["Ready", "Exhausted"]
+    assert "available" not in patch, "only what changed: available stayed 1"
+    assert patch["leased"] == 0
+    fresh = pool(size=2)
+    patched = status_patch(fresh, declared_status(fresh, Declared(None, 3, ("host-a",)), T0))
+    assert patched is not None and patched["available"] == 0, "the first patch writes every count"
 
 
 def test_an_unanswered_reconcile_changes_only_readys_message() -> None:
