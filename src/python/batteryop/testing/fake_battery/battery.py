@@ -15,6 +15,7 @@ import hmac
 import logging
 import uuid
 from base64 import b64encode
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -184,8 +185,9 @@ class _Reconciler:
             # At most one VM, and only while the Pool has no VM in any phase.
             has_any = bool(self.battery.store.pool_vms(self.key)) or any(self.pending.values())
             shortfall = 0 if has_any else 1
+        placed = self.battery._placed(self.key) if shortfall > 0 else Counter[str]()
         for _ in range(max(shortfall, 0)):
-            host = self.battery._pick_host(self.key, spec, self.pending)
+            host = self.battery._pick_host(spec, placed, self.pending)
             if host is None:
                 log.debug("pool %s: no eligible host", pool_label(self.key))
                 return
@@ -701,9 +703,18 @@ class FakeBattery:
 
     # -- engine: placement and provisioning ----------------------------------------------
 
+    def _placed(self, key: PoolKey) -> Counter[str]:
+        """The Pool's MicroVMs per Host, but those going or failed."""
+        return Counter(
+            vm.host
+            for vm in self.store.pool_vms(key)
+            if vm.phase not in (Phase.DELETING, Phase.FAILED)
+        )
+
     def _pick_host(
-        self, key: PoolKey, spec: types_pb2.PoolSpec, pending: Mapping[str, int]
+        self, spec: types_pb2.PoolSpec, placed: Mapping[str, int], pending: Mapping[str, int]
     ) -> HostConnection | None:
+        """The eligible Host with the fewest of the Pool's MicroVMs, placed or on the way."""
         best: HostConnection | None = None
         best_load = 0
         for name in spec.flintlock_hosts:
@@ -711,11 +722,7 @@ class FakeBattery:
             # BA-105: a cordoned Host gets no new MicroVM; those already there keep running.
             if host is None or host.cordoned:
                 continue
-            load = pending.get(name, 0) + sum(
-                1
-                for vm in self.store.pool_vms(key)
-                if vm.host == name and vm.phase not in (Phase.DELETING, Phase.FAILED)
-            )
+            load = pending.get(name, 0) + placed.get(name, 0)
             if best is None or load < best_load:
                 best, best_load = host, load
         return best
