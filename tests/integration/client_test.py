@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from integration.consumer import HOLDER, consumer_kubeconfig, gone, ready_pool
-from integration.stack import Stack, condition, phase, wait_for
+from integration.stack import Stack, condition_is, phase, wait_for
 from integration.standin import report_nodes
 from kubernetes import client as k8s
 
@@ -259,7 +259,7 @@ async def test_the_first_host_not_ready_is_reported_and_the_claim_still_held(
                 names.CLAIM_PLURAL,
                 namespace,
                 claim.name,
-                lambda b: (condition(b, "HostReady") or {}).get("status") == "False",
+                condition_is("HostReady", status="False"),
                 timeout=30,
             )
             await claim.renew()  # what the hold loop does each heartbeat; it reads the claim

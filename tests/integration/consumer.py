@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from integration.stack import Stack, condition, ready, wait_for
+from integration.stack import Stack, condition_is, ready, wait_for
 from kubernetes import client as k8s
 
 from batteryop.api import names, samples
@@ -82,6 +82,6 @@ async def host_ready(stack: Stack, namespace: str, name: str) -> None:
         names.CLAIM_PLURAL,
         namespace,
         name,
-        lambda b: (condition(b, "HostReady") or {}).get("status") == "True",
+        condition_is("HostReady", status="True"),
         what="HostReady=True",
     )

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from integration.stack import Stack, condition, phase, wait_for, wait_for_all
+from integration.stack import Stack, condition, condition_is, phase, wait_for, wait_for_all
 
 from batteryop.api import names, samples
 
@@ -67,7 +67,7 @@ async def test_a_claim_on_the_name_of_a_pool_deleted_under_bound_and_pending_cla
         names.POOL_PLURAL,
         namespace,
         POOL,
-        lambda b: (condition(b, "Ready") or {}).get("reason") == "DeletionBlocked",
+        condition_is("Ready", reason="DeletionBlocked"),
         what="Ready=False DeletionBlocked (Bound claims hold the Pool)",
     )
     for i in range(CLAIMS):

@@ -128,6 +128,16 @@ def condition(body: dict[str, Any] | None, type: str) -> dict[str, Any] | None:
     return None
 
 
+def condition_is(type: str, **fields: str) -> Callable[[dict[str, Any] | None], bool]:
+    """A `wait_for` predicate: the object's `type` condition has each of `fields`."""
+
+    def holds(body: dict[str, Any] | None) -> bool:
+        found = condition(body, type) or {}
+        return all(found.get(key) == value for key, value in fields.items())
+
+    return holds
+
+
 def phase(body: dict[str, Any] | None) -> str | None:
     return ((body or {}).get("status") or {}).get("phase")
 
