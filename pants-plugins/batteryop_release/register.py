@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
 from pants.backend.python.util_rules.package_dists import SetupKwargs, SetupKwargsRequest
-from pants.backend.python.util_rules.pex_cli import PexPEX
 from pants.backend.python.util_rules.pex_environment import PythonExecutable
 from pants.base.build_root import BuildRoot
 from pants.core.goals.package import (
@@ -42,12 +41,8 @@ from pants.engine.addresses import UnparsedAddressInputs
 from pants.engine.env_vars import EnvironmentVars, EnvironmentVarsRequest
 from pants.engine.fs import (
     AddPrefix,
-    CreateDigest,
     Digest,
-    DigestContents,
-    FileContent,
     MergeDigests,
-    PathGlobs,
     RemovePrefix,
 )
 from pants.engine.process import Process, ProcessCacheScope, ProcessResult
@@ -70,14 +65,6 @@ logger = logging.getLogger(__name__)
 
 RELEASE_TOOL = "src/python/batteryop/release:release-tool"
 VERSIONED_DISTRIBUTIONS = ("src:battery-operator-client",)
-LOCKFILE = "3rdparty/python/default.lock"
-FOREIGN_PLATFORMS = ("manylinux2014_aarch64-cp-311-cp311", "manylinux2014_x86_64-cp-311-cp311")
-"""As the per-platform pex_binary targets name them (src/python/batteryop/release/BUILD)."""
-DEPLOYABLE_REQUIREMENTS = (
-    "grpcio", "grpcio-health-checking", "protobuf", "kopf", "kubernetes", "aiohttp",
-    "cryptography", "prometheus-client", "PyYAML", "types-PyYAML",
-)  # fmt: skip
-"""The deployables' third-party requirements (3rdparty/python/requirements.txt)."""
 PYTHON = ("CPython==3.11.*",)
 MISSING_BUILDAH = (
     "buildah not found: images and the release manifests are skipped "
@@ -199,54 +186,13 @@ async def release_version(tool: ReleaseTool, build_root: BuildRoot) -> ReleaseVe
     return ReleaseVersion(json=text, image_tag=json.loads(text)["image_tag"])
 
 
-@dataclass(frozen=True)
-class ForeignWheels:
-    """The deployables' wheels for both machines are in Pants' pex download cache."""
-
-
-@rule(desc="Fetch the locked wheels for both machines")
-async def fetch_foreign_wheels(tool: ReleaseTool, pex_pex: PexPEX) -> ForeignWheels:
-    """Download, under CPython 3.11, every locked wheel the per-platform PEX files need.
-
-    For a foreign platform Pants 2.17 runs pex (and pip) under its own Python 3.9, and pex
-    2.1.163 then checks each downloaded wheel's Requires-Python against 3.9, refusing aiohttp,
-    PyYAML, cffi and others (>=3.10). A wheel already in the pex download cache is not
-    downloaded again, so fetching them first, once per lock, with a 3.11 pex, lets Pants build.
-    """
-    lock = await Get(DigestContents, PathGlobs([LOCKFILE]))
-    (content,) = lock
-    body = b"\n".join(line for line in content.content.split(b"\n") if not line.startswith(b"//"))
-    lock_digest = await Get(Digest, CreateDigest([FileContent("lock.json", body)]))
-    platforms = []
-    for platform in FOREIGN_PLATFORMS:
-        platforms += ["--platform", platform]
-    await Get(
-        ProcessResult,
-        Process(
-            argv=(
-                tool.argv[0], pex_pex.exe, "--pex-root", ".cache/pex_root",
-                "--pip-version", "latest", "--lock", "lock.json", *platforms,
-                *DEPLOYABLE_REQUIREMENTS, "-o", "warm.pex",
-            ),  # fmt: skip
-            input_digest=await Get(Digest, MergeDigests((pex_pex.digest, lock_digest))),
-            append_only_caches=FrozenDict({"pex_root": ".cache/pex_root"}),
-            env=tool.env,
-            description="Fetch the locked wheels for linux x86_64 and aarch64",
-            level=LogLevel.INFO,
-        ),
-    )
-    return ForeignWheels()
-
-
 @rule(desc="Build a multi-architecture OCI image", level=LogLevel.DEBUG)
 async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> BuiltPackage:
     repository = field_set.repository.value
     if not tool.buildah:
         logger.warning(MISSING_BUILDAH)
         return BuiltPackage(await Get(Digest, MergeDigests(())), ())
-    version, _ = await MultiGet(
-        Get(ReleaseVersion, ReleaseTool, tool), Get(ForeignWheels, ReleaseTool, tool)
-    )
+    version = await Get(ReleaseVersion, ReleaseTool, tool)
     binaries = sorted((field_set.binaries.value or {}).items())
     built = await MultiGet(
         Get(
