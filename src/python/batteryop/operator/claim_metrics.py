@@ -1,7 +1,9 @@
 """`ClaimMetrics`: the claims gauge by phase and the time to Bound, kept as watch events arrive.
 
 Counted as phases change, so no metric walks every claim per event; each claim's first-seen
-time and phase leave with its DELETED event (sizes for the leak checks).
+time and phase leave with its DELETED event (sizes for the leak checks). A first-seen time is
+kept only while the claim can still become Bound (no phase yet, or Pending): an Expired claim
+never will, and 10,000 of them would otherwise each hold one until deleted.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from batteryop.api.conditions import ClaimPhase
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.runtime import Key, key_of
 
@@ -45,10 +48,11 @@ class ClaimMetrics:
         if event_type == "DELETED":
             self._first_seen.pop(key, None)
             return
-        bound = (body.get("status") or {}).get("phase") == "Bound"
-        if not bound:
+        if not phase or phase == ClaimPhase.PENDING:
             self._first_seen.setdefault(key, time.monotonic())
-        elif key in self._first_seen:
+            return
+        seen = self._first_seen.pop(key, None)
+        if seen is not None and phase == ClaimPhase.BOUND:
             # From the first watch event of an unbound claim to the first one showing it
             # Bound: what a consumer waits, at this process's clock resolution.
-            self._metrics.observe_claim_bound(time.monotonic() - self._first_seen.pop(key))
+            self._metrics.observe_claim_bound(time.monotonic() - seen)
