@@ -150,7 +150,7 @@ class Operator:
         out.update({f"nodes:{k}": v for k, v in self.nodes.sizes().items()})
         out.update({f"events:{k}": v for k, v in self.recorder.sizes().items()})
         out.update(self.claim_metrics.sizes())
-        out["claims:lease_checks"] = len(self.lease_checks)
+        out.update(self.lease_checks.sizes())
         out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
         out["claims:lease_reads"] = len(self.lease_reads)
         # Remembered for an hour by design (CL-013), so it follows the churn, then empties.

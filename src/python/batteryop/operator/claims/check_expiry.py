@@ -6,7 +6,9 @@ and would extend the Lease):
 
 - `leaseExpiresAt` in the future: nothing to ask; queue the claim for when it passes (CL-032).
   Unless the claim is marked in `deps.lease_checks` (battery connected again, CL-030): then
-  the Lease is read now, as below, and the mark goes once battery answered.
+  the Lease is read now, as below, and the mark goes once battery answered. A marked claim
+  takes the answer of a ListLeases of its Pool that started after it was marked, when one
+  came already (`LeaseChecks.shared`): one call per Pool checks a whole restart's claims.
 - Absent (just bound) or passed: ListLeases for the claim's Pool (shared with the other
   checks of that Pool, `lease_reads`), and look for the recorded lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
   - Not listed: battery released or expired it: Expired, `LeaseExpired` (CL-012).
@@ -51,19 +53,28 @@ async def check_expiry(scope: ClaimScope) -> None:
     if recorded is not None and recorded > scope.now and not forced:
         scope.outcome.requeue(_until(scope, recorded))  # CL-032
         return
-    try:
-        leases = await scope.deps.list_leases(scope.pool.ref)  # CL-016
-    except BatteryUnavailableError as err:
-        scope.failed(err)  # CL-017: keep Bound; retry with backoff
-        return
-    except BatteryError as err:
-        scope.failed(err)  # CL-041
-        scope.stop()
-        return
-    scope.answered("ListLeases")
+    shared = checks.shared(key, scope.pool.ref) if forced and checks is not None else None
+    if shared is not None:
+        # CL-030: a ListLeases that started after this claim was marked already answered.
+        lease = shared.get(lease_id)
+        scope.answered("ListLeases")
+    else:
+        marks = checks.asking() if checks is not None else 0
+        try:
+            leases = await scope.deps.list_leases(scope.pool.ref)  # CL-016
+        except BatteryUnavailableError as err:
+            scope.failed(err)  # CL-017: keep Bound; retry with backoff
+            return
+        except BatteryError as err:
+            scope.failed(err)  # CL-041
+            scope.stop()
+            return
+        scope.answered("ListLeases")
+        if checks is not None:
+            checks.keep(scope.pool.ref, marks, leases)
+        lease = next((lease for lease in leases if lease.lease_id == lease_id), None)
     if checks is not None:
         checks.done(key)
-    lease = next((lease for lease in leases if lease.lease_id == lease_id), None)
     if lease is None:
         expire(scope, f"battery no longer holds Lease {lease_id}")  # CL-012
         return

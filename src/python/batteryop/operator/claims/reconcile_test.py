@@ -930,6 +930,48 @@ async def test_a_lease_check_battery_answers_keeps_the_claim_bound_and_is_done(e
     assert env.calls.take() == [], "checked once, then back to the recorded expiry"
 
 
+@pytest.mark.req("CL-030", "CL-012")
+async def test_claims_marked_together_share_one_list_leases(env: Env) -> None:
+    """A restart marks every Bound claim; one ListLeases per Pool answers them all, and a
+    Lease battery ended behind our back is missing from it (issue 8: at 10,000 claims a call
+    per few claims took 383 s)."""
+    await add_pool(env, size=3)
+    bodies = [await bound_claim(env) for _ in range(3)]
+    await env.ctl.release_vm(status(bodies[2]).lease_id or "")
+    await env.fake.sweep()
+    for body in bodies:
+        env.lease_checks.require(key(body))
+    _, first = await env.step(bodies[0])
+    assert env.calls.take() == ["ListLeases"]
+    _, second = await env.step(bodies[1])
+    _, third = await env.step(bodies[2])
+    assert env.calls.take() == [], "the first check's answer serves the claims marked before it"
+    assert status(first).phase is ClaimPhase.BOUND
+    assert status(second).phase is ClaimPhase.BOUND
+    assert reason(second, ClaimConditionType.SYNCED)[0] == "True"
+    assert status(third).phase is ClaimPhase.EXPIRED
+    assert reason(third, ClaimConditionType.BOUND)[1] == ClaimReason.LEASE_EXPIRED
+    assert len(env.lease_checks) == 0
+    assert env.lease_checks.sizes()["claims:lease_answers"] == 0, "kept only while marked"
+
+
+@pytest.mark.req("CL-030", "CL-012")
+async def test_a_claim_marked_after_a_call_was_asked_for_gets_its_own(env: Env) -> None:
+    """An answer serves only marks made before its call: a later mark (a reconnect after it)
+    must not read a list that predates it."""
+    await add_pool(env, size=3)
+    waiting, early, late = [await bound_claim(env) for _ in range(3)]
+    env.lease_checks.require(key(waiting))  # stays marked, so the answer is kept
+    env.lease_checks.require(key(early))
+    await env.step(early)
+    assert env.calls.take() == ["ListLeases"]
+    env.lease_checks.require(key(late))
+    await env.step(late)
+    assert env.calls.take() == ["ListLeases"], "the kept answer predates this mark"
+    await env.step(waiting)
+    assert env.calls.take() == [], "marked before both calls: served by the kept answer"
+
+
 @pytest.mark.req("CL-030", "CL-017")
 async def test_a_lease_check_failing_in_transit_stays_due(env: Env) -> None:
     await add_pool(env)
