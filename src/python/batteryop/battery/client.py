@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -275,7 +275,7 @@ class BatteryClient:
         request = lease_pb2.ReleaseVMRequest(lease_id=lease_id)
         await self._unary("ReleaseVM", self._leases.ReleaseVM, request, _nothing)
 
-    async def list_leases(self, pool: PoolRef | None = None) -> list[Lease]:
+    async def list_leases(self, pool: PoolRef | None = None) -> Sequence[Lease]:
         """Every Lease battery holds, or one Pool's, expired-but-unswept ones included."""
         request = lease_pb2.ListLeasesRequest()
         if pool is not None:
@@ -284,7 +284,7 @@ class BatteryClient:
             "ListLeases",
             self._leases.ListLeases,
             request,
-            lambda r: [wire.lease_from_pb(lease) for lease in r.leases],
+            lambda r: wire.LeaseList(r.leases),  # each Lease converted when read
         )
 
     # --- Events --------------------------------------------------------------------------------

@@ -13,9 +13,10 @@ always forced on by battery, so none of them is modelled.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
 
 
 class ReplenishmentType(enum.StrEnum):
@@ -238,6 +239,21 @@ class Lease:
     last_heartbeat_at: datetime
     expires_at: datetime
     request_id: str = ""
+
+
+@runtime_checkable
+class LeaseLookup(Protocol):
+    """A ListLeases answer that finds a Lease by id without reading the others (the client's
+    `LeaseList`)."""
+
+    def get(self, lease_id: str) -> Lease | None: ...
+
+
+def find_lease(leases: Sequence[Lease], lease_id: str) -> Lease | None:
+    """The Lease with `lease_id` in a ListLeases answer, or None."""
+    if isinstance(leases, LeaseLookup):
+        return leases.get(lease_id)
+    return next((lease for lease in leases if lease.lease_id == lease_id), None)
 
 
 # --- Events ----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ methods, arguments and errors are those of `batteryop.battery.client.BatteryClie
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -66,7 +66,7 @@ class BatteryAPI(Protocol):
 
     async def release_vm(self, lease_id: str) -> None: ...
 
-    async def list_leases(self, pool: PoolRef | None = None) -> list[Lease]: ...
+    async def list_leases(self, pool: PoolRef | None = None) -> Sequence[Lease]: ...
 
     def events(
         self, pool: PoolRef | None = None, *, after_id: int | None = None

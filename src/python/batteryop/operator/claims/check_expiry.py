@@ -29,6 +29,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from batteryop.battery.errors import BatteryError, BatteryUnavailableError
+from batteryop.battery.models import find_lease
 from batteryop.operator.claims.expiry import expire
 from batteryop.operator.claims.scope import ClaimScope
 
@@ -56,7 +57,7 @@ async def check_expiry(scope: ClaimScope) -> None:
     shared = checks.shared(key, scope.pool.ref) if forced and checks is not None else None
     if shared is not None:
         # CL-030: a ListLeases that started after this claim was marked already answered.
-        lease = shared.get(lease_id)
+        lease = find_lease(shared, lease_id)
         scope.answered("ListLeases")
     else:
         marks = checks.asking() if checks is not None else 0
@@ -72,7 +73,7 @@ async def check_expiry(scope: ClaimScope) -> None:
         scope.answered("ListLeases")
         if checks is not None:
             checks.keep(scope.pool.ref, marks, leases)
-        lease = next((lease for lease in leases if lease.lease_id == lease_id), None)
+        lease = find_lease(leases, lease_id)
     if checks is not None:
         checks.done(key)
     if lease is None:

@@ -7,7 +7,7 @@ import it and neither imports the other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,7 +53,7 @@ class ClaimDeps:
     lease_checks: LeaseChecks | None = None
     bind_events: bool = True
 
-    async def list_leases(self, pool: PoolRef) -> list[Lease]:
+    async def list_leases(self, pool: PoolRef) -> Sequence[Lease]:
         """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""
         if self.lease_reads is not None:
             return await self.lease_reads.list_leases(pool)

@@ -28,8 +28,8 @@ longer Bound, or when it is deleted (`done`), and the kept answers go with the l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from batteryop.battery.models import Lease, PoolRef
 
@@ -41,8 +41,8 @@ ClaimKey = tuple[str, str]
 class _Answer:
     marks: int
     """Every mark numbered up to this was made before the call started."""
-    leases: Mapping[str, Lease] = field(default_factory=dict)
-    """The Pool's Leases by id."""
+    leases: Sequence[Lease]
+    """The Pool's Leases (`find_lease` reads one)."""
 
 
 class LeaseChecks:
@@ -65,16 +65,16 @@ class LeaseChecks:
         """To call just before a ListLeases is asked for: the number its answer carries."""
         return self._marks
 
-    def keep(self, pool: PoolRef, marks: int, leases: Iterable[Lease]) -> None:
+    def keep(self, pool: PoolRef, marks: int, leases: Sequence[Lease]) -> None:
         """The answer of a ListLeases of `pool` asked for when `asking()` said `marks`."""
         if not self._due:
             return
         kept = self._answers.get(pool)
         if kept is None or kept.marks < marks:
-            self._answers[pool] = _Answer(marks, {lease.lease_id: lease for lease in leases})
+            self._answers[pool] = _Answer(marks, leases)
 
-    def shared(self, key: ClaimKey, pool: PoolRef) -> Mapping[str, Lease] | None:
-        """`pool`'s Leases by id from a call that started after `key` was marked, if any."""
+    def shared(self, key: ClaimKey, pool: PoolRef) -> Sequence[Lease] | None:
+        """`pool`'s Leases from a call that started after `key` was marked, if any."""
         mark = self._due.get(key)
         kept = self._answers.get(pool)
         if mark is None or kept is None or kept.marks < mark:

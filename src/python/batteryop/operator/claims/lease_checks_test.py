@@ -32,8 +32,8 @@ def test_an_answer_serves_marks_made_before_it_was_asked_for() -> None:
     asked = checks.asking()
     checks.require(("ns", "c"))  # marked while the call is out: too late for its answer
     checks.keep(POOL, asked, [lease("l1")])
-    assert checks.shared(("ns", "a"), POOL) == {"l1": lease("l1")}
-    assert checks.shared(("ns", "b"), POOL) == {"l1": lease("l1")}
+    assert checks.shared(("ns", "a"), POOL) == [lease("l1")]
+    assert checks.shared(("ns", "b"), POOL) == [lease("l1")]
     assert checks.shared(("ns", "c"), POOL) is None
     assert checks.shared(("ns", "a"), OTHER) is None, "another Pool's answer is its own"
     assert checks.shared(("ns", "unmarked"), POOL) is None
@@ -48,7 +48,7 @@ def test_a_newer_answer_replaces_an_older_one_and_not_the_reverse() -> None:
     new = checks.asking()
     checks.keep(POOL, new, [lease("new")])
     checks.keep(POOL, old, [lease("old")])  # an older call that answered late
-    assert checks.shared(("ns", "b"), POOL) == {"new": lease("new")}
+    assert checks.shared(("ns", "b"), POOL) == [lease("new")]
 
 
 def test_nothing_is_kept_without_a_mark() -> None:

@@ -19,6 +19,7 @@ One event loop, so no lock.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from batteryop.battery.models import Lease, PoolRef
 from batteryop.battery.protocol import BatteryAPI
@@ -29,8 +30,8 @@ class LeaseReads:
 
     def __init__(self, battery: BatteryAPI) -> None:
         self._battery = battery
-        self._next: dict[PoolRef, asyncio.Future[list[Lease]]] = {}
-        self._running: dict[PoolRef, asyncio.Future[list[Lease]]] = {}
+        self._next: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
+        self._running: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
@@ -38,7 +39,7 @@ class LeaseReads:
         """Pools with a ListLeases waiting or running (for leak checks)."""
         return len(self._next.keys() | self._running.keys())
 
-    async def list_leases(self, pool: PoolRef) -> list[Lease]:
+    async def list_leases(self, pool: PoolRef) -> Sequence[Lease]:
         """battery's Leases of `pool`, from a ListLeases that started after this call."""
         waiting = self._next.get(pool)
         if waiting is None:
@@ -50,7 +51,7 @@ class LeaseReads:
         # shield: one caller giving up must not cancel the others' answer.
         return await asyncio.shield(waiting)
 
-    async def _call(self, pool: PoolRef, answer: asyncio.Future[list[Lease]]) -> None:
+    async def _call(self, pool: PoolRef, answer: asyncio.Future[Sequence[Lease]]) -> None:
         try:
             running = self._running.get(pool)
             if running is not None:
