@@ -46,17 +46,19 @@ def wait_for(
     timeout: int = 120,
     what: str = "",
 ) -> dict[str, Any] | None:
-    """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last."""
+    """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last.
+
+    A list, then a watch from the list's resourceVersion: a change made between the two is
+    delivered. (A GET, then a watch without a resourceVersion, missed a deletion that came
+    between them: the watch's initial state no longer held the object and no DELETED event
+    followed, so a claim the operator released at once was waited for in vain.)
+    """
     custom = stack.custom
-    last: dict[str, Any] | None = None
-    try:
-        last = custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, plural, name
-        )
-    except k8s.ApiException as e:
-        if e.status != 404:
-            raise
-        last = None
+    selector = f"metadata.name={name}"
+    listed = custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, plural, field_selector=selector
+    )
+    last: dict[str, Any] | None = listed["items"][0] if listed["items"] else None
     if predicate(last):
         return last
     w = watch.Watch()
@@ -66,7 +68,8 @@ def wait_for(
         names.VERSION,
         namespace,
         plural,
-        field_selector=f"metadata.name={name}",
+        field_selector=selector,
+        resource_version=listed["metadata"]["resourceVersion"],
         timeout_seconds=timeout,
     ):
         last = None if event["type"] == "DELETED" else event["object"]
