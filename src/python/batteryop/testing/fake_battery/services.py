@@ -172,7 +172,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
             vms = store.pool_vms(key)
             for vm in vms:
                 store.set_phase(vm.uid, Phase.DELETING)
-            for lease in [lease for lease in store.leases.values() if lease.pool == key]:
+            for lease in store.pool_leases(key):
                 store.remove_lease(lease.lease_id)
             await asyncio.shield(self._drain(key, vms))
             return empty_pb2.Empty()
@@ -381,11 +381,12 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         self, request: lease_pb2.ListLeasesRequest, context: Context
     ) -> lease_pb2.ListLeasesResponse:
         # BA-040, BA-041: every Lease as stored, expired-but-unswept ones included, none renewed.
-        leases = sorted(self._b.store.leases.values(), key=lambda lease: lease.lease_id)
+        store = self._b.store
         if request.HasField("pool_ref"):
-            key = _key(request.pool_ref)
-            leases = [lease for lease in leases if lease.pool == key]
-        return lease_pb2.ListLeasesResponse(leases=[lease.record() for lease in leases])
+            leases = store.pool_leases(_key(request.pool_ref))
+        else:
+            leases = sorted(store.leases.values(), key=lambda lease: lease.lease_id)
+        return lease_pb2.ListLeasesResponse(leases=[store.lease_record(lease) for lease in leases])
 
 
 class EventsService(events_pb2_grpc.EventsServicer):

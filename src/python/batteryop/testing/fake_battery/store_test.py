@@ -1,10 +1,11 @@
-"""The fake battery's Store: MicroVMs found by Pool without a walk over every MicroVM."""
+"""The fake battery's Store: MicroVMs and Leases found by Pool (and Leases by request and by
+MicroVM) without a walk over every row."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from batteryop.testing.fake_battery.store import Phase, Store, VmRow
+from batteryop.testing.fake_battery.store import LeaseRow, Phase, Store, VmRow
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -27,3 +28,55 @@ async def test_pool_vms_follows_adds_removals_and_a_replaced_state() -> None:
     store.replace(pools={}, vms={"9": row("9", b)}, leases={}, events=[], next_event_id=1)
     assert store.pool_vms(a) == []
     assert [vm.uid for vm in store.pool_vms(b)] == ["9"]
+
+
+def lease(lease_id: str, vm_uid: str, pool: tuple[str, str], request_id: str) -> LeaseRow:
+    return LeaseRow(lease_id, vm_uid, pool, T0, T0, T0, request_id)
+
+
+async def test_lease_lookups_follow_adds_removals_and_a_replaced_state() -> None:
+    store = Store(lambda: T0)
+    a, b = ("ns", "a"), ("ns", "b")
+    for uid, pool in (("1", a), ("2", b), ("3", a)):
+        store.add_vm(row(uid, pool))
+    store.add_lease(lease("l-3", "3", a, "req-3"))
+    store.add_lease(lease("l-1", "1", a, "req-1"))
+    store.add_lease(lease("l-2", "2", b, ""))
+    assert [x.lease_id for x in store.pool_leases(a)] == ["l-1", "l-3"], "in lease id order"
+    found = store.lease_for_request("req-3")
+    assert found is not None and found.lease_id == "l-3"
+    assert store.lease_for_request("") is None, "no request id, no idempotent answer"
+    store.remove_vm("1")  # the sweeper removes the MicroVM's row before its Lease
+    found = store.lease_for_vm("1")
+    assert found is not None and found.lease_id == "l-1"
+    assert store.remove_lease("l-1") is not None
+    assert store.remove_lease("l-1") is None
+    assert [x.lease_id for x in store.pool_leases(a)] == ["l-3"]
+    assert store.lease_for_request("req-1") is None and store.lease_for_vm("1") is None
+    store.remove_lease("l-2")
+    assert store.pool_leases(b) == [] and set(store.leases) == {"l-3"}
+    store.replace(
+        pools={}, vms={}, leases={"l-9": lease("l-9", "9", b, "req-9")}, events=[], next_event_id=1
+    )
+    assert store.pool_leases(a) == [] and store.lease_for_request("req-3") is None
+    assert [x.lease_id for x in store.pool_leases(b)] == ["l-9"]
+    assert store.lease_for_vm("9") is store.lease_for_request("req-9") is store.leases["l-9"]
+
+
+async def test_a_lease_record_is_built_once_and_again_after_a_renewal() -> None:
+    store = Store(lambda: T0)
+    store.add_vm(row("1", ("ns", "a")))
+    held = lease("l-1", "1", ("ns", "a"), "req-1")
+    store.add_lease(held)
+    first = store.lease_record(held)
+    assert store.lease_record(held) is first, "kept while the Lease is unchanged"
+    later = datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
+    store.renew(held, later, later)
+    renewed = store.lease_record(held)
+    assert renewed.expires_at.ToDatetime(tzinfo=UTC) == later
+    assert renewed.last_heartbeat_at.ToDatetime(tzinfo=UTC) == later
+    store.remove_lease("l-1")
+    store.add_vm(row("2", ("ns", "a")))
+    again = lease("l-1", "2", ("ns", "a"), "req-2")  # a reused id gets its own record
+    store.add_lease(again)
+    assert store.lease_record(again).vm_uid == "2"
