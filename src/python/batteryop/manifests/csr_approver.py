@@ -20,7 +20,8 @@ Role `names.CSR_APPROVER_NAME` in the Operator namespace
   name an object that does not exist yet for create), and by name, the two ConfigMaps it
   writes: get/list/watch/patch.
 
-The Deployment runs one replica of the approver's pex (`APPROVER_COMMAND`), with the trust
+The Deployment runs one replica of the approver's image, whose entrypoint runs its pex (no
+`command` here: one would replace the entrypoint, `release.images`), with the trust
 domain the Manifests configure (CT-020), its health and metrics ports, a projected token, and
 the restricted Pod security settings every container of install.yaml has.
 
@@ -40,8 +41,6 @@ Obj = dict[str, Any]
 
 APPROVER_IMAGE_NAME: Final = "csr-approver"
 """The approver's image sits beside the operator's (`<operator repo>/csr-approver`)."""
-APPROVER_COMMAND: Final = ("/bin/csr-approver",)
-"""The approver's pex (`src/python/batteryop/csr_approver:csr-approver`) in its image."""
 APPROVER_CONTAINER: Final = "csr-approver"
 COMPONENT: Final = "csr-approver"
 """`app.kubernetes.io/component` of the approver's objects."""
@@ -94,7 +93,6 @@ def container(image: str) -> Obj:
     return {
         "name": APPROVER_CONTAINER,
         "image": image,
-        "command": list(APPROVER_COMMAND),
         "args": [
             f"--trust-domain={names.DEFAULT_TRUST_DOMAIN}",  # CT-020
             f"--exec-agent-service-account={names.EXEC_AGENT_NAME}",

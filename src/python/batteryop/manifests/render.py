@@ -82,8 +82,6 @@ HOST_REGISTRY_CONTAINER: Final = "host-registry"
 BATTERY_CONTAINER: Final = "battery"
 HOST_REGISTRY_IMAGE_NAME: Final = "host-registry"
 """The host registry's image sits beside the operator's (`<operator repo>/host-registry`)."""
-HOST_REGISTRY_COMMAND: Final = ("/bin/host-registry",)
-"""The host registry's pex (`src/python/batteryop/host_registry:host-registry`) in its image."""
 BATTERY_PROCESS_NAME: Final = "poolmgrd"
 """battery's process, which the host registry signals through the shared process namespace."""
 
@@ -306,7 +304,6 @@ def host_registry_container(image: str) -> Obj:
     return {
         "name": HOST_REGISTRY_CONTAINER,
         "image": image,
-        "command": list(HOST_REGISTRY_COMMAND),
         "args": [
             f"--battery-address={BATTERY_ADDRESS}",
             f"--battery-metrics-address={BATTERY_METRICS_ADDRESS}",

@@ -177,7 +177,7 @@ def test_the_pod_holds_operator_host_registry_and_battery_sharing_processes() ->
 def test_the_host_registry_runs_its_pex_beside_battery_with_its_own_ports() -> None:
     objs = objects()
     registry = container(objs, "host-registry")
-    assert registry["command"] == ["/bin/host-registry"]
+    assert "command" not in registry, "the image's entrypoint runs the pex"
     args = registry["args"]
     assert f"--battery-config-file={render.CONFIG_FILE}" in args
     assert f"--battery-tls-dir={render.TLS_DIR}" in args
@@ -333,3 +333,27 @@ def test_main_writes_install_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[
         render.main(["--operator-image", "ghcr.io/o/op@sha256:" + "0" * 64, "-o", "-"])
     assert exit_info.value.code == 2
     assert "digest" in capsys.readouterr().err
+
+
+@pytest.mark.req("DP-103")
+def test_no_container_of_ours_replaces_its_images_entrypoint() -> None:
+    """Our images start `/usr/bin/python3.11 /app/<name>.pex` (`release.images`); a `command`
+    in the manifest would replace that entrypoint, and the images hold nothing else to run
+    (install.yaml once named `/bin/host-registry` and `/bin/csr-approver`, which no image
+    has). Each image is told apart by its own repository, so every one of ours is checked."""
+    ours = {"op": "operator", "hr": "host registry", "ea": "exec agent", "ca": "CSR approver"}
+    objs = render.render(
+        operator_image="ghcr.io/o/op:v1",
+        host_registry_image="ghcr.io/o/hr:v1",
+        exec_agent_image="ghcr.io/o/ea:v1",
+        csr_approver_image="ghcr.io/o/ca:v1",
+    )
+    seen = set()
+    for obj in objs:
+        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            repo = c["image"].removeprefix("ghcr.io/o/").split(":")[0]
+            if repo in ours:
+                seen.add(repo)
+                assert "command" not in c, f"{ours[repo]} container {c['name']} sets command"
+    assert seen == set(ours), f"containers found for {sorted(seen)} only"
