@@ -95,6 +95,20 @@ async def test_a_non_zero_exit_is_the_last_frame_after_stderr(
 
 
 @pytest.mark.req("EA-020")
+async def test_a_command_ended_by_a_signal_exits_with_128_plus_its_number(
+    agent: Agent, holders: Holders
+) -> None:
+    """flintlock reports a command killed by signal N as exit code 128+N (flintlock API §8);
+    the agent passes that code on as it came, after the output written before the signal."""
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="echo before; kill -TERM $$; echo after", shell=True)
+    async with agent.channel() as channel:
+        responses = await run_exec(channel, holding.metadata, start)
+    assert joined(responses, "stdout") == b"before\n"
+    assert_exit_last(responses, 128 + 15)
+
+
+@pytest.mark.req("EA-020")
 @pytest.mark.parametrize("after_chunks", [None, 2])
 async def test_a_stream_cut_by_flintlockd_fails_and_never_ends_with_an_exit_code(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd, after_chunks: int | None
