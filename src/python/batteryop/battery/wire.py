@@ -60,11 +60,15 @@ def _optional_time(parent: object, name: str) -> datetime | None:
     return timestamp_from_pb(getattr(parent, name))
 
 
-def _required_time(parent: object, name: str) -> datetime:
-    value = _optional_time(parent, name)
-    if value is None:
+def _require(parent: object, name: str) -> None:
+    """A field every reader of `parent` needs: ValueError naming it when unset."""
+    if not parent.HasField(name):  # type: ignore[attr-defined]
         raise ValueError(f"{type(parent).__name__}.{name} is unset")
-    return value
+
+
+def _required_time(parent: object, name: str) -> datetime:
+    _require(parent, name)
+    return timestamp_from_pb(getattr(parent, name))
 
 
 def _opt(parent: object, name: str) -> str | None:
@@ -327,8 +331,7 @@ class LeaseList(Sequence[Lease]):
     def __init__(self, records: Sequence[types_pb2.LeaseRecord]) -> None:
         for record in records:
             for name in _LEASE_TIMES:
-                if not record.HasField(name):
-                    raise ValueError(f"LeaseRecord.{name} is unset")
+                _require(record, name)  # as `lease_from_pb` would, for every record
         self._records = records
         self._leases: dict[int, Lease] = {}
         self._ids: dict[str, int] | None = None
