@@ -675,7 +675,7 @@ class FakeBattery:
         return out
 
     def lease_records(self) -> list[types_pb2.LeaseRecord]:
-        return [lease.record() for lease in sorted(self.store.leases.values(), key=_lease_id)]
+        return [lease.record() for lease in self.store.sorted_leases()]
 
     def events(self) -> list[types_pb2.Event]:
         return list(self.store.events)
@@ -948,10 +948,6 @@ class FakeBattery:
     @property
     def crashing(self) -> bool:
         return self._crashing
-
-
-def _lease_id(lease: Any) -> str:
-    return str(lease.lease_id)
 
 
 def _with_row(conn: HostConnection, row: types_pb2.Host | None) -> HostConnection:

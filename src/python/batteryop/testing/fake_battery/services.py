@@ -172,7 +172,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
             vms = store.pool_vms(key)
             for vm in vms:
                 store.set_phase(vm.uid, Phase.DELETING)
-            for lease in store.pool_leases(key):
+            for lease in store.sorted_leases(key):
                 store.remove_lease(lease.lease_id)
             await asyncio.shield(self._drain(key, vms))
             return empty_pb2.Empty()
@@ -382,10 +382,8 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
     ) -> lease_pb2.ListLeasesResponse:
         # BA-040, BA-041: every Lease as stored, expired-but-unswept ones included, none renewed.
         store = self._b.store
-        if request.HasField("pool_ref"):
-            leases = store.pool_leases(_key(request.pool_ref))
-        else:
-            leases = sorted(store.leases.values(), key=lambda lease: lease.lease_id)
+        pool = _key(request.pool_ref) if request.HasField("pool_ref") else None
+        leases = store.sorted_leases(pool)
         return lease_pb2.ListLeasesResponse(leases=[store.lease_record(lease) for lease in leases])
 
 

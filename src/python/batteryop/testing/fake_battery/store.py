@@ -343,9 +343,10 @@ class Store:
     def lease_for_vm(self, uid: str) -> LeaseRow | None:
         return self._vm_leases.get(uid)
 
-    def pool_leases(self, key: PoolKey) -> list[LeaseRow]:
-        """The Pool's Leases in lease id order (ListLeases' order, BA-040)."""
-        return sorted(self._pool_leases.get(key, {}).values(), key=lambda lease: lease.lease_id)
+    def sorted_leases(self, key: PoolKey | None = None) -> list[LeaseRow]:
+        """The Pool's Leases, or every Lease, in lease id order (ListLeases' order, BA-040)."""
+        rows = self.leases if key is None else self._pool_leases.get(key, {})
+        return sorted(rows.values(), key=lambda lease: lease.lease_id)
 
     def lease_record(self, lease: LeaseRow) -> types_pb2.LeaseRecord:
         """The Lease as ListLeases sends it; shared, so callers copy it (a response built

@@ -42,7 +42,7 @@ async def test_lease_lookups_follow_adds_removals_and_a_replaced_state() -> None
     store.add_lease(lease("l-3", "3", a, "req-3"))
     store.add_lease(lease("l-1", "1", a, "req-1"))
     store.add_lease(lease("l-2", "2", b, ""))
-    assert [x.lease_id for x in store.pool_leases(a)] == ["l-1", "l-3"], "in lease id order"
+    assert [x.lease_id for x in store.sorted_leases(a)] == ["l-1", "l-3"], "in lease id order"
     found = store.lease_for_request("req-3")
     assert found is not None and found.lease_id == "l-3"
     assert store.lease_for_request("") is None, "no request id, no idempotent answer"
@@ -51,15 +51,15 @@ async def test_lease_lookups_follow_adds_removals_and_a_replaced_state() -> None
     assert found is not None and found.lease_id == "l-1"
     assert store.remove_lease("l-1") is not None
     assert store.remove_lease("l-1") is None
-    assert [x.lease_id for x in store.pool_leases(a)] == ["l-3"]
+    assert [x.lease_id for x in store.sorted_leases(a)] == ["l-3"]
     assert store.lease_for_request("req-1") is None and store.lease_for_vm("1") is None
     store.remove_lease("l-2")
-    assert store.pool_leases(b) == [] and set(store.leases) == {"l-3"}
+    assert store.sorted_leases(b) == [] and set(store.leases) == {"l-3"}
     store.replace(
         pools={}, vms={}, leases={"l-9": lease("l-9", "9", b, "req-9")}, events=[], next_event_id=1
     )
-    assert store.pool_leases(a) == [] and store.lease_for_request("req-3") is None
-    assert [x.lease_id for x in store.pool_leases(b)] == ["l-9"]
+    assert store.sorted_leases(a) == [] and store.lease_for_request("req-3") is None
+    assert [x.lease_id for x in store.sorted_leases(b)] == ["l-9"]
     assert store.lease_for_vm("9") is store.lease_for_request("req-9") is store.leases["l-9"]
 
 
