@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,51 @@ class Stack:
         return k8s.CustomObjectsApi(self.api)
 
 
+def _followed(
+    stack: Stack,
+    plural: str,
+    namespace: str,
+    *,
+    timeout: int,
+    field_selector: str | None = None,
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """The objects of `plural` by name as listed, then again after each watch event from the
+    list's resourceVersion, until `timeout`.
+
+    Watching from the list's resourceVersion delivers every change made after the list. (A
+    GET, then a watch without a resourceVersion, missed a deletion that came between them:
+    the watch's initial state no longer held the object and no DELETED event followed, so a
+    claim the operator released at once was waited for in vain.)
+    """
+    custom = stack.custom
+    selector = {"field_selector": field_selector} if field_selector else {}
+    listed = custom.list_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, plural, **selector
+    )
+    bodies = {b["metadata"]["name"]: b for b in listed["items"]}
+    yield bodies
+    w = watch.Watch()
+    try:
+        for event in w.stream(
+            custom.list_namespaced_custom_object,
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            plural,
+            resource_version=listed["metadata"]["resourceVersion"],
+            timeout_seconds=timeout,
+            **selector,
+        ):
+            name = event["object"]["metadata"]["name"]
+            if event["type"] == "DELETED":
+                bodies.pop(name, None)
+            else:
+                bodies[name] = event["object"]
+            yield bodies
+    finally:
+        w.stop()
+
+
 def wait_for(
     stack: Stack,
     plural: str,
@@ -46,35 +91,14 @@ def wait_for(
     timeout: int = 120,
     what: str = "",
 ) -> dict[str, Any] | None:
-    """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last.
-
-    A list, then a watch from the list's resourceVersion: a change made between the two is
-    delivered. (A GET, then a watch without a resourceVersion, missed a deletion that came
-    between them: the watch's initial state no longer held the object and no DELETED event
-    followed, so a claim the operator released at once was waited for in vain.)
-    """
-    custom = stack.custom
-    selector = f"metadata.name={name}"
-    listed = custom.list_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, plural, field_selector=selector
+    """Watch one object until `predicate(body)` holds (body None: deleted); fail with the last."""
+    last: dict[str, Any] | None = None
+    followed = _followed(
+        stack, plural, namespace, timeout=timeout, field_selector=f"metadata.name={name}"
     )
-    last: dict[str, Any] | None = listed["items"][0] if listed["items"] else None
-    if predicate(last):
-        return last
-    w = watch.Watch()
-    for event in w.stream(
-        custom.list_namespaced_custom_object,
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        plural,
-        field_selector=selector,
-        resource_version=listed["metadata"]["resourceVersion"],
-        timeout_seconds=timeout,
-    ):
-        last = None if event["type"] == "DELETED" else event["object"]
+    for bodies in followed:
+        last = bodies.get(name)
         if predicate(last):
-            w.stop()
             return last
     raise AssertionError(
         f"{plural}/{name}: {what or 'condition'} not reached in {timeout}s; last: "
@@ -92,29 +116,10 @@ def wait_for_all(
     what: str = "",
 ) -> dict[str, dict[str, Any]]:
     """Watch every object of `plural` in `namespace` until `predicate(bodies by name)` holds."""
-    custom = stack.custom
-    listed = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, namespace, plural)
-    bodies = {b["metadata"]["name"]: b for b in listed["items"]}
-    if predicate(bodies):
-        return bodies
-    w = watch.Watch()
-    for event in w.stream(
-        custom.list_namespaced_custom_object,
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        plural,
-        resource_version=listed["metadata"]["resourceVersion"],
-        timeout_seconds=timeout,
-    ):
-        name = event["object"]["metadata"]["name"]
-        if event["type"] == "DELETED":
-            bodies.pop(name, None)
-        else:
-            bodies[name] = event["object"]
+    bodies: dict[str, dict[str, Any]] = {}
+    for bodies in _followed(stack, plural, namespace, timeout=timeout):
         if predicate(bodies):
-            w.stop()
-            return bodies
+            return dict(bodies)
     summary = {
         n: (phase(b), (condition(b, "Bound") or {}).get("reason")) for n, b in bodies.items()
     }
