@@ -253,15 +253,41 @@ def operator_timings(before: str, after: str) -> dict[str, float]:
     return out
 
 
+def apiserver_metrics(api: k8s.ApiClient) -> str:
+    """The API server's /metrics, as Prometheus text."""
+    response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
+    return str(response.read().decode())
+
+
+def request_kind(labels: dict[str, str]) -> str:
+    """An API server request's kind, "VERB resource[/sub]"."""
+    sub = labels.get("subresource")
+    return f'{labels.get("verb")} {labels.get("resource")}' + (f"/{sub}" if sub else "")
+
+
 def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
     """apiserver_request_total from the API server's /metrics, keyed "VERB resource[/sub]"."""
-    response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
+    return prometheus_sums(apiserver_metrics(api), "apiserver_request_total", request_kind)
 
-    def request_kind(labels: dict[str, str]) -> str:
-        sub = labels.get("subresource")
-        return f'{labels.get("verb")} {labels.get("resource")}' + (f"/{sub}" if sub else "")
 
-    return prometheus_sums(response.read().decode(), "apiserver_request_total", request_kind)
+def apiserver_request_means(before: str, after: str, kinds: list[str]) -> dict[str, float]:
+    """Mean milliseconds the API server spent on each request of `kinds` between two scrapes
+    of its /metrics (its own apiserver_request_duration_seconds, so the client's and the
+    network's share is not in it)."""
+    metric = "apiserver_request_duration_seconds"
+    sums = {
+        suffix: {
+            kind: prometheus_sums(after, metric + suffix, request_kind).get(kind, 0.0)
+            - prometheus_sums(before, metric + suffix, request_kind).get(kind, 0.0)
+            for kind in kinds
+        }
+        for suffix in ("_sum", "_count")
+    }
+    return {
+        f"{kind} mean_ms": round(1000 * sums["_sum"][kind] / sums["_count"][kind], 1)
+        for kind in kinds
+        if sums["_count"][kind] > 0
+    }
 
 
 def delete_all(custom: k8s.CustomObjectsApi, namespace: str, claim_names: list[str]) -> None:
