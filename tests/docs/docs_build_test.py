@@ -30,3 +30,9 @@ def test_docs_site_builds_strictly(tmp_path: Path) -> None:
     assert 'href="../02-claims/#CL-001"' in coverage
     assert "requirements: " in coverage and " active, " in coverage
     assert "batteryop/operator/claims/" in coverage
+    # The other hook rendered the operator's reconcile steps, in the order the code runs them.
+    operator = (tmp_path / "operator" / "index.html").read_text()
+    assert "<!-- reconcile-steps" not in operator, "a step-table marker was left as it was"
+    assert operator.index("release.release") < operator.index("bind.bind")
+    assert operator.index("bind.bind") < operator.index("synced.synced")
+    assert operator.index("delete.delete_pool") < operator.index("declare.declare")

@@ -7,7 +7,10 @@ The contracts live in `pyproject.toml` (`[tool.importlinter]`):
 - Libraries (api, battery, capi, hostconf, kube, manifests, obs, tls, traceability) never
   import a deployable, and no deployable imports another; the client imports no kopf.
 - Inside the operator, layers: `main` > `app` > runtime and inputs > the claims and Pool
-  controllers (independent of each other) > what they share (`keys`, `outcome`, `workqueue`).
+  controllers (independent of each other) > what they share (`chain`, `keys`, `outcome`,
+  `workqueue`).
+- Inside each controller, layers: the chain (`reconcile`) > its steps (independent of each
+  other, over a few shared step modules) > the scope > the deps.
 
 They are about production code, so import-linter runs over a copy of `src/python/batteryop`
 without the test modules (`*_test.py`, `conftest.py`), in a subprocess whose import path

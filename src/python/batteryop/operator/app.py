@@ -41,7 +41,8 @@ from batteryop.operator.config import OperatorConfig
 from batteryop.operator.inputs import Inputs
 from batteryop.operator.loops import TASKS, Loops
 from batteryop.operator.outcome import Outcome
-from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
+from batteryop.operator.pools.deps import PoolDeps
+from batteryop.operator.pools.reconcile import reconcile_pool
 from batteryop.operator.runtime import Controller, ObjectCache
 from batteryop.operator.supervisor import Supervisor
 

@@ -37,8 +37,8 @@ from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
 from batteryop.operator.keys import pool_key_for_claim
+from batteryop.operator.pools.deps import PoolDeps
 from batteryop.operator.pools.hook_events import hook_failed_event
-from batteryop.operator.pools.reconcile import PoolDeps
 from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
 
 log = logging.getLogger("batteryop.operator.app")

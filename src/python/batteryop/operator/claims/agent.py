@@ -1,4 +1,4 @@
-"""Step 8, agent address: where the Holder reaches the Exec Agent of its claim's Host
+"""agent address: where the Holder reaches the Exec Agent of its claim's Host
 (CL-005, CL-006).
 
 For a Bound claim, not being deleted: the Node named by `status.host.nodeName`, from the

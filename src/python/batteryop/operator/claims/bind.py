@@ -1,4 +1,4 @@
-"""Step 3, bind: ClaimVM for a claim with no Lease, guarded, and the Lease recorded at once.
+"""bind: ClaimVM for a claim with no Lease, guarded, and the Lease recorded at once.
 
 Runs for a claim (not being deleted, finalizer stored) whose status records no lease id.
 

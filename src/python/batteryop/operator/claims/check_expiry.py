@@ -1,4 +1,4 @@
-"""Step 7, check expiry: a Bound claim's Lease read back from battery when its expiry is due
+"""check expiry: a Bound claim's Lease read back from battery when its expiry is due
 (CL-012, CL-014, CL-016, CL-017, CL-032).
 
 For a Bound claim, not being deleted, with no renewal pending (a pending renewal is `renew`'s

@@ -1,4 +1,4 @@
-"""Step 5, expiry from events: a Bound claim whose MicroVM battery deleted is Expired (CL-013).
+"""expiry from events: a Bound claim whose MicroVM battery deleted is Expired (CL-013).
 
 battery's Events stream reports every MicroVM it deletes (`VM_DELETED_DUE_TO_EXPIRY`,
 `VM_DELETED_ON_RELEASE`, `VM_DELETED_ON_POOL_DELETE`). The runtime feeds each event to

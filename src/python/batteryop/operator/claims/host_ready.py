@@ -1,4 +1,4 @@
-"""Step 9, host ready: the Exec Agent's report on the claim's Host, mirrored as HostReady
+"""host ready: the Exec Agent's report on the claim's Host, mirrored as HostReady
 (CL-050, CL-051, CL-052, CL-053).
 
 For a Bound claim, not being deleted, from the Node named by `status.host.nodeName` (cache,

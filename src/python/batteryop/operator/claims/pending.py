@@ -1,4 +1,4 @@
-"""Step 4, pending: a claim `bind` could not bind stays Pending, says why, and retries.
+"""pending: a claim `bind` could not bind stays Pending, says why, and retries.
 
 Takes `bind`'s `PendingCause` and writes phase Pending with Bound=False and its reason:
 

@@ -1,4 +1,4 @@
-"""Step 1, release: a deleted claim gives its MicroVM back before its finalizer goes.
+"""release: a deleted claim gives its MicroVM back before its finalizer goes.
 
 For a claim with a deletionTimestamp, and only for it, this step is the whole chain (then
 `synced`); a deleting claim is never bound, renewed or expired:

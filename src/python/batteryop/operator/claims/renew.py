@@ -1,4 +1,4 @@
-"""Step 6, renew: the Holder's renewal relayed to battery as a Heartbeat (CL-010, CL-011,
+"""renew: the Holder's renewal relayed to battery as a Heartbeat (CL-010, CL-011,
 CL-015, CL-019).
 
 The Holder renews by writing `spec.renewTime`; `status.observedRenewTime` is the last value

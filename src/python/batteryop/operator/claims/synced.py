@@ -1,4 +1,5 @@
-"""Last step, always run: Synced reports this reconcile's battery call (CL-040, CL-041, CL-042).
+"""synced: always run, after the chain: Synced reports this reconcile's battery call
+(CL-040, CL-041, CL-042).
 
 Only when the reconcile called battery (a claim that needed no call keeps Synced as it was):
 

@@ -1,14 +1,10 @@
 """The Pool controller: a Pool declared in Kubernetes, held in battery (PO-*).
 
 `reconcile.reconcile_pool(body, PoolDeps)` reconciles one Pool and returns an `Outcome` for
-the runtime to apply; it never writes to the API server. Its steps, in order:
-
-- `delete`: a deleted Pool is DeletePool'd; refused while leased, the drained spec and
-  `DeletionBlocked` (PO-042, PO-043, PO-044).
-- `finalizer`: the finalizer is stored before battery hears of the Pool (PO-001).
-- `declare`: GetPool, then CreatePool / UpdatePool on the Hosts the selector picks (PO-002,
-  PO-004, PO-010, PO-011, PO-012), with `battery_spec` mapping the spec (RS-010).
-- `status`: battery's counts, Exhausted and Ready (PO-020, PO-021, PO-022, PO-043).
+the runtime to apply; it never writes to the API server. It has the claim controller's shape:
+a `scope.PoolScope` the steps share, each step in its own module, run in the order
+`reconcile.CHAIN` and `reconcile.LAST` define (`docs/operator.md` lists them, with each
+module's summary, from those tuples); `battery_spec` maps the spec for `declare` (RS-010).
 
 Beside it, pure helpers for the runtime: `hosts.HostSet` (the published Hosts and their Node
 labels), `hook_events.hook_failed_event` (PO-041); the Pool keys both controllers use are in

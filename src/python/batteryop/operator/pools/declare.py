@@ -1,4 +1,4 @@
-"""Step 3: battery holds the Pool's current spec on the Hosts its selector picks.
+"""declare: battery holds the Pool's current spec on the Hosts its selector picks.
 
 Order, for a Pool that has its finalizer and is not being deleted:
 
@@ -17,19 +17,20 @@ Order, for a Pool that has its finalizer and is not being deleted:
    `observedGeneration` stays where it was, so the next reconcile sends it again.
 
 Until the host registry has published a Host set, nothing is created or updated: the Pool
-is only read. Other battery failures propagate as `BatteryError` for `reconcile` to map.
+is only read. Other battery failures end the chain (`PoolScope.failed`) for `answered`
+to report.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from batteryop.api.pool import Pool
 from batteryop.battery import models as battery
 from batteryop.battery.errors import (
     AlreadyExistsError,
+    BatteryError,
     InvalidArgumentError,
     NotFoundError,
     PreconditionFailedError,
@@ -37,22 +38,18 @@ from batteryop.battery.errors import (
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.operator.pools.hosts import HostSet
+from batteryop.operator.pools.scope import Declared, PoolScope
 
 
-@dataclass(frozen=True)
-class Declared:
-    """What battery holds after step 2, for `status` to report."""
-
-    held: battery.Pool | None
-    """battery's Pool (spec and counts) as last answered; None if battery does not hold it."""
-    observed_generation: int | None
-    """The generation battery has accepted: the Pool's own once battery took its spec."""
-    selected: tuple[str, ...]
-    """The Hosts the selector picks (PO-010); battery's `flintlock_hosts` if none published."""
-    hosts_published: bool = True
-    """False while the host registry has published no Host set (nothing was sent)."""
-    rejected: str | None = None
-    """battery's message when it refused the spec (PO-004)."""
+async def declare(scope: PoolScope) -> None:
+    """The step: `declare_pool` with the scope's Pool and Host set; what battery holds goes
+    to `scope.declared` for `status`."""
+    try:
+        scope.declared = await declare_pool(
+            scope.pool, scope.deps.hosts, scope.deps.battery, scope.logger
+        )
+    except BatteryError as err:
+        scope.failed(err)
 
 
 async def get_held(api: BatteryAPI, ref: battery.PoolRef) -> battery.Pool | None:

@@ -1,6 +1,7 @@
-"""The deletion path: battery drains and removes the Pool itself (PO-042, PO-043, PO-044).
+"""delete: a deleted Pool is drained and removed by battery itself (PO-042, PO-043, PO-044).
 
-Order, for a Pool with a deletionTimestamp:
+For a Pool with a deletionTimestamp, and only for it, this step is the whole chain (then the
+`last` steps); in order:
 
 1. No Pool finalizer: nothing to do. The finalizer is stored before CreatePool (PO-001), so
    a Pool without it has nothing in battery on our account.
@@ -15,78 +16,66 @@ Order, for a Pool with a deletionTimestamp:
    runtime also queues the Pool when a claim on it goes (`operator.keys.pool_key_for_claim`), which
    is when DeletePool can succeed.
 
-Other battery failures propagate as `BatteryError` for `reconcile` to map.
+Other battery failures end the chain (`PoolScope.failed`) for `answered` to report.
 """
 
 from __future__ import annotations
 
-import logging
-from datetime import datetime
-from typing import Any
-
 from batteryop.api import names
-from batteryop.api.pool import Pool
 from batteryop.battery import models as battery
-from batteryop.battery.errors import NotFoundError, PreconditionFailedError
-from batteryop.battery.protocol import BatteryAPI
-from batteryop.operator.keys import PoolKey
-from batteryop.operator.outcome import Outcome
+from batteryop.battery.errors import BatteryError, NotFoundError, PreconditionFailedError
 from batteryop.operator.pools.battery_spec import drained_spec, is_drained
 from batteryop.operator.pools.declare import get_held
-from batteryop.operator.pools.status import blocked_status, status_patch
+from batteryop.operator.pools.scope import PoolScope
+from batteryop.operator.pools.status import blocked_status
 
 
-def _released() -> Outcome:
-    return Outcome(remove_finalizer=names.POOL_FINALIZER)  # PO-044
-
-
-async def delete_pool(
-    pool: Pool,
-    api: BatteryAPI,
-    *,
-    now: datetime,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> Outcome:
-    """One reconcile of a deleted Pool; see the module docstring for the order.
+async def delete_pool(scope: PoolScope) -> None:
+    """The step: for a deleted Pool, the order above, and the chain ends.
 
     Calls: DeletePool; when refused, GetPool and at most one UpdatePool.
     """
-    if not pool.metadata.has_finalizer(names.POOL_FINALIZER):
-        return Outcome()
-    key = PoolKey(pool.namespace, pool.name)
+    if not scope.pool.metadata.deleting:
+        return
+    scope.stop()
+    if not scope.pool.metadata.has_finalizer(names.POOL_FINALIZER):
+        return
+    try:
+        await _delete(scope)
+    except BatteryError as err:
+        scope.failed(err)
+
+
+def _released(scope: PoolScope) -> None:
+    scope.outcome.remove_finalizer = names.POOL_FINALIZER  # PO-044
+
+
+async def _delete(scope: PoolScope) -> None:
+    key, api = scope.key, scope.deps.battery
     try:
         await api.delete_pool(key.ref)
     except NotFoundError:
-        logger.info("battery no longer holds deleted Pool", extra={"pool": str(key)})
-        return _released()
+        scope.logger.info("battery no longer holds deleted Pool", extra={"pool": str(key)})
+        return _released(scope)
     except PreconditionFailedError as refusal:
         held = await get_held(api, key.ref)
         if held is None:  # released and deleted since the refusal
-            return _released()
+            return _released(scope)
         if not is_drained(held.spec):
             try:
                 held = await api.update_pool(drained_spec(held.spec))  # PO-042
             except NotFoundError:
-                return _released()
-            logger.info("Drained Pool spec in battery", extra={"pool": str(key)})
-        return _blocked(pool, held, refusal, now=now, logger=logger, key=key)
-    logger.info("Deleted Pool in battery", extra={"pool": str(key)})
-    return _released()
+                return _released(scope)
+            scope.logger.info("Drained Pool spec in battery", extra={"pool": str(key)})
+        return _blocked(scope, held, refusal)
+    scope.logger.info("Deleted Pool in battery", extra={"pool": str(key)})
+    _released(scope)
 
 
-def _blocked(
-    pool: Pool,
-    held: battery.Pool,
-    refusal: PreconditionFailedError,
-    *,
-    now: datetime,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    key: PoolKey,
-) -> Outcome:
-    logger.info(
+def _blocked(scope: PoolScope, held: battery.Pool, refusal: PreconditionFailedError) -> None:
+    scope.logger.info(
         "battery refused to delete Pool",
-        extra={"pool": str(key), "leased": held.status.leased, "error": refusal.message},
+        extra={"pool": str(scope.key), "leased": held.status.leased, "error": refusal.message},
     )
-    outcome = Outcome(status=status_patch(pool, blocked_status(pool, held, now)))  # PO-043
-    outcome.back_off()
-    return outcome
+    scope.status = blocked_status(scope.pool, held, scope.now)  # PO-043
+    scope.outcome.back_off()

@@ -1,4 +1,4 @@
-"""Step 2: the Pool's finalizer is stored before battery hears of the Pool (PO-001).
+"""finalizer: the Pool's finalizer is stored before battery hears of the Pool (PO-001).
 
 A Pool without the finalizer gets an `Outcome` that only adds it, and the reconcile stops
 there: the runtime writes it with the resourceVersion lock, caches the write's answer and
@@ -11,15 +11,16 @@ finalizer only once battery no longer holds the Pool).
 from __future__ import annotations
 
 from batteryop.api import names
-from batteryop.api.pool import Pool
-from batteryop.operator.outcome import Outcome
+from batteryop.operator.pools.scope import PoolScope
 
 
-def ensure_finalizer(pool: Pool) -> Outcome | None:
-    """An Outcome adding the Pool finalizer if `pool` lacks it (stop there), else None.
+async def ensure_finalizer(scope: PoolScope) -> None:
+    """Add the Pool finalizer if the Pool lacks it, and stop the chain there.
 
-    Only for a Pool that is not being deleted: a deleted Pool never gains a finalizer.
+    Only for a Pool that is not being deleted (`delete` ends the chain of a deleted Pool): a
+    deleted Pool never gains a finalizer.
     """
-    if pool.metadata.has_finalizer(names.POOL_FINALIZER):
-        return None
-    return Outcome(add_finalizer=names.POOL_FINALIZER)  # PO-001: stored before CreatePool
+    if scope.pool.metadata.has_finalizer(names.POOL_FINALIZER):
+        return
+    scope.outcome.add_finalizer = names.POOL_FINALIZER  # PO-001: stored before CreatePool
+    scope.stop()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from batteryop.api import names
+from batteryop.api import names, samples
 from batteryop.api.conditions import (
     Condition,
     ConditionStatus,
@@ -502,10 +502,13 @@ async def test_a_failed_create_hook_becomes_a_hook_failed_warning(env: Env) -> N
     assert event.vm_uid and event.vm_uid in record.message
 
 
-def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
+async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
+    from datetime import UTC, datetime
+
     from batteryop.api.conditions import EventType
-    from batteryop.operator.outcome import Outcome
-    from batteryop.operator.pools.reconcile import _event_on_ready_change
+    from batteryop.api.pool import Pool, PoolStatus
+    from batteryop.operator.pools.ready_event import ready_event
+    from batteryop.operator.pools.scope import PoolScope
 
     def ready(reason: str, status: str) -> dict[str, Any]:
         return {
@@ -516,15 +519,19 @@ def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
             "lastTransitionTime": "2026-11-29T00:00:00Z",
         }
 
-    body = {"status": {"conditions": [ready("BelowSize", "False")]}}
-    same = Outcome(status={"conditions": [ready("BelowSize", "False")]})
-    _event_on_ready_change(body, same)
-    assert same.events == []
-    rejected = Outcome(status={"conditions": [ready("Rejected", "False")]})
-    _event_on_ready_change(body, rejected)
-    assert [(e.type, e.reason, e.message) for e in rejected.events] == [
+    body = samples.demo_pool(name="p", namespace="ns")
+    body["status"] = {"conditions": [ready("BelowSize", "False")]}
+    deps = PoolDeps(battery=None, hosts=None, clock=lambda: datetime.now(UTC))  # type: ignore[arg-type]
+
+    async def events_for(decided: dict[str, Any]) -> list[tuple[str, str, str]]:
+        scope = PoolScope(Pool.from_dict(body), deps, deps.clock())
+        scope.status = PoolStatus.from_dict(decided)
+        await ready_event(scope)
+        return [(e.type, e.reason, e.message) for e in scope.outcome.events]
+
+    assert await events_for({"conditions": [ready("BelowSize", "False")]}) == []
+    assert await events_for({"conditions": [ready("Rejected", "False")]}) == [
         (EventType.WARNING, "Rejected", "m-Rejected")
     ]
-    at_size = Outcome(status={"conditions": [ready("AtSize", "True")]})
-    _event_on_ready_change(body, at_size)
-    assert [(e.type, e.reason) for e in at_size.events] == [(EventType.NORMAL, "AtSize")]
+    at_size = await events_for({"conditions": [ready("AtSize", "True")]})
+    assert [(t, r) for t, r, _ in at_size] == [(EventType.NORMAL, "AtSize")]

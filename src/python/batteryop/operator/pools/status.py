@@ -1,4 +1,4 @@
-"""Step 4: the Pool's status, from battery's answer only (PO-020, PO-021, PO-022).
+"""status: the Pool's status, from battery's answer only (PO-020, PO-021, PO-022).
 
 - Counts: battery's PoolStatus as answered in this reconcile, zeros while battery does not
   hold the Pool; never counted or guessed by the Operator (PO-020).
@@ -33,7 +33,7 @@ from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
 from batteryop.operator.outcome import merge_patch_from
-from batteryop.operator.pools.declare import Declared
+from batteryop.operator.pools.scope import Declared, PoolScope
 
 
 def _microvms(n: int) -> str:
@@ -105,8 +105,14 @@ def _counted(
     )
 
 
+async def report(scope: PoolScope) -> None:
+    """The step: the status of a Pool `declare` got battery's answer for."""
+    if scope.declared is not None:
+        scope.status = declared_status(scope.pool, scope.declared, scope.now)
+
+
 def declared_status(pool: Pool, declared: Declared, now: datetime) -> PoolStatus:
-    """The status of a Pool battery was asked to hold (steps 1-2 done)."""
+    """The status of a Pool battery was asked to hold (`declare` done)."""
     counts = declared.held.status if declared.held is not None else battery.PoolStatus()
     conditions = _with(
         pool.status.conditions, pool, PoolConditionType.READY, ready(pool, declared), now

@@ -11,7 +11,7 @@ from batteryop.api.pool import Pool
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryUnavailableError
 from batteryop.operator.pools.battery_spec import to_battery_spec
-from batteryop.operator.pools.declare import Declared
+from batteryop.operator.pools.scope import Declared
 from batteryop.operator.pools.status import (
     declared_status,
     exhausted,

@@ -1,0 +1,34 @@
+"""`PoolDeps`: what a Pool reconcile uses besides the Pool body, shared by every reconcile.
+
+Its own module so that the scope the steps share (`scope`) and the chain (`reconcile`) both
+import it and neither imports the other (as `claims.deps`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from batteryop.battery.protocol import BatteryAPI
+from batteryop.operator.pools.hosts import HostSet
+
+_log = logging.getLogger("batteryop.operator.pools.reconcile")
+
+
+@dataclass
+class PoolDeps:
+    """What a Pool reconcile uses besides the Pool body.
+
+    - `battery`: battery's API (`BatteryClient` in production).
+    - `hosts`: the Host set as last published, None until the host registry has published
+      one; the runtime replaces it when a new one is published (PO-011).
+    - `clock`: now, timezone-aware; read once per reconcile.
+    """
+
+    battery: BatteryAPI
+    hosts: HostSet | None
+    clock: Callable[[], datetime]
+    logger: logging.Logger | logging.LoggerAdapter[Any] = _log

@@ -1,0 +1,71 @@
+"""`PoolScope`: the working state of one Pool reconcile, shared by the steps of the chain.
+
+As `claims.scope.ClaimScope` for a claim: the Pool as read (`pool`, the base the status patch
+is computed from), the working status the steps replace (`status`), the `Outcome` being
+built, what battery holds after `declare` (`declared`), the battery failure no step acted on
+(`error`, which `answered` reports) and whether the chain has stopped. Steps never write to
+the API server and never raise for a battery failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from batteryop.api.pool import Pool, PoolStatus
+from batteryop.battery import models as battery
+from batteryop.battery.errors import BatteryError
+from batteryop.operator.keys import PoolKey
+from batteryop.operator.outcome import Outcome
+from batteryop.operator.pools.deps import PoolDeps
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What battery holds after `declare`, for `status` to report."""
+
+    held: battery.Pool | None
+    """battery's Pool (spec and counts) as last answered; None if battery does not hold it."""
+    observed_generation: int | None
+    """The generation battery has accepted: the Pool's own once battery took its spec."""
+    selected: tuple[str, ...]
+    """The Hosts the selector picks (PO-010); battery's `flintlock_hosts` if none published."""
+    hosts_published: bool = True
+    """False while the host registry has published no Host set (nothing was sent)."""
+    rejected: str | None = None
+    """battery's message when it refused the spec (PO-004)."""
+
+
+@dataclass
+class PoolScope:
+    pool: Pool
+    deps: PoolDeps
+    now: datetime
+    status: PoolStatus = field(init=False)
+    outcome: Outcome = field(default_factory=Outcome)
+    declared: Declared | None = None
+    error: BatteryError | None = None
+    stopped: bool = False
+
+    def __post_init__(self) -> None:
+        self.status = self.pool.status
+
+    @property
+    def key(self) -> PoolKey:
+        return PoolKey(self.pool.namespace, self.pool.name)
+
+    @property
+    def logger(self) -> logging.Logger | logging.LoggerAdapter[Any]:
+        return self.deps.logger
+
+    def failed(self, error: BatteryError) -> None:
+        """battery did not answer, or answered with an error no step acts on: stop here;
+        `answered` reports it."""
+        self.error = error
+        self.stopped = True
+
+    def stop(self) -> None:
+        """End the chain here; the `last` steps still run."""
+        self.stopped = True
