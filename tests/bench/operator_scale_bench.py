@@ -40,6 +40,7 @@ from bench.claim_bind_bench import (
     create,
     operator_timings,
 )
+from bench.profiles import recording
 from bench.stats import FULL, latency_figures
 from kubernetes import client as k8s
 
@@ -152,22 +153,25 @@ def sequential_binds(
     namespace: str,
     prefix: str,
     operator: OperatorProcess,
+    battery: FakeBatteryProcess,
 ) -> dict[str, Any]:
     """`SEQUENTIAL` claims one at a time, each created once the one before is Bound: create to
     Bound p50/p99, and where the time went: the create call as the client saw it, the API
     server's own mean time per claim create and status write, and the operator's mean
-    reconcile and battery call times over the same claims."""
+    reconcile and battery call times over the same claims; with BATTERYOP_BENCH_PYSPY, the
+    operator's and battery's top frames meanwhile (`profiles`)."""
     latencies, create_calls = [], []
     made = []
     api = custom.api_client
     apiserver_before, operator_before = apiserver_metrics(api), operator.metrics_text()
-    for i in range(SEQUENTIAL):
-        name = f"{prefix}-{i}"
-        sent = create(custom, namespace, name, pool_names()[0])
-        create_calls.append(time.monotonic() - sent)
-        watcher.wait([name], 60)
-        latencies.append(watcher.bound[name] - sent)
-        made.append(name)
+    with recording({"operator": operator.popen.pid, "battery": battery.pid}, prefix):
+        for i in range(SEQUENTIAL):
+            name = f"{prefix}-{i}"
+            sent = create(custom, namespace, name, pool_names()[0])
+            create_calls.append(time.monotonic() - sent)
+            watcher.wait([name], 60)
+            latencies.append(watcher.bound[name] - sent)
+            made.append(name)
     apiserver_after, operator_after = apiserver_metrics(api), operator.metrics_text()
     delete_and_wait(custom, namespace, made)
     return {
@@ -246,7 +250,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
             pid = operator.popen.pid
             result["rss_mb_empty"] = rss_mb(pid)
             result["sequential_empty"] = await asyncio.to_thread(
-                sequential_binds, custom, watcher, namespace, "seq-empty", operator
+                sequential_binds, custom, watcher, namespace, "seq-empty", operator, battery
             )
             claim_names = [f"c-{i}" for i in range(CLAIMS)]
             started = time.monotonic()
@@ -267,7 +271,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
             result[f"caches_at_{CLAIMS}"] = cache_sizes(operator.metrics_text())
             progress(result)
             result["sequential_full"] = await asyncio.to_thread(
-                sequential_binds, custom, watcher, namespace, "seq-full", operator
+                sequential_binds, custom, watcher, namespace, "seq-full", operator, battery
             )
             progress(result)
             operator, restarted_at = await restart(operator, kubeconfig, battery.target)
