@@ -50,6 +50,9 @@ from batteryop.testing.faultcodes import status_code
 log = logging.getLogger(__name__)
 
 Policy = types_pb2.HookFailurePolicy
+
+_GOING = frozenset({Phase.DELETING, Phase.FAILED})
+"""Phases of VMs that no longer count as placed on their Host (`FakeBattery._placed`)."""
 VmState = microvm_pb2.MicroVMStatus.MicroVMState
 
 
@@ -705,11 +708,7 @@ class FakeBattery:
 
     def _placed(self, key: PoolKey) -> Counter[str]:
         """The Pool's MicroVMs per Host, but those going or failed."""
-        return Counter(
-            vm.host
-            for vm in self.store.pool_vms(key)
-            if vm.phase not in (Phase.DELETING, Phase.FAILED)
-        )
+        return Counter(vm.host for vm in self.store.pool_vms(key) if vm.phase not in _GOING)
 
     def _pick_host(
         self, spec: types_pb2.PoolSpec, placed: Mapping[str, int], pending: Mapping[str, int]

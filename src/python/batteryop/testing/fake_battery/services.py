@@ -230,10 +230,8 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         if rid and (previous := store.lease_for_request(rid)) is not None:
             return await self._answer(previous, key, context)
 
-        vm = next(
-            (v for v in store.pool_vms(key) if v.phase == Phase.AVAILABLE),
-            None,
-        )
+        available = Phase.AVAILABLE
+        vm = next((v for v in store.pool_vms(key) if v.phase == available), None)
         # BA-005: picking the MicroVM and moving it out of AVAILABLE are one step; BA-001: none left
         # means RESOURCE_EXHAUSTED and no Lease.
         if vm is None or not store.set_phase(

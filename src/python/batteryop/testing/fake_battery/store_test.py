@@ -80,3 +80,41 @@ async def test_a_lease_record_is_built_once_and_again_after_a_renewal() -> None:
     again = lease("l-1", "2", ("ns", "a"), "req-2")  # a reused id gets its own record
     store.add_lease(again)
     assert store.lease_record(again).vm_uid == "2"
+
+
+async def test_counts_sort_each_phase_as_poolmgrd_does() -> None:
+    # VMCounts (battery-api.md §4): Claiming is PRE_LEASE_HOOK_RUNNING and LEASED without a
+    # committed lease row; Provisioning is PROVISIONING and CREATE_HOOK_RUNNING; DELETING and
+    # FAILED count nowhere; another Pool's VMs are not counted.
+    store = Store(lambda: T0)
+    a, b = ("ns", "a"), ("ns", "b")
+    phases = {
+        "avail-1": Phase.AVAILABLE,
+        "avail-2": Phase.AVAILABLE,
+        "hook": Phase.PRE_LEASE_HOOK_RUNNING,
+        "leased": Phase.LEASED,
+        "leased-no-row": Phase.LEASED,
+        "prov": Phase.PROVISIONING,
+        "create-hook": Phase.CREATE_HOOK_RUNNING,
+        "quarantined": Phase.QUARANTINED,
+        "deleting": Phase.DELETING,
+        "failed": Phase.FAILED,
+    }
+    for uid in phases:
+        store.add_vm(row(uid, a))
+    store.add_vm(row("other-pool", b))
+    store.add_lease(lease("l-1", "leased", a, "req-1"))
+    for uid, phase in phases.items():
+        if uid != "leased":
+            store.vms[uid].phase = phase
+    store.vms["leased-no-row"].lease_id = "l-gone"
+    counts = store.counts(a)
+    assert (
+        counts.available,
+        counts.claiming,
+        counts.leased,
+        counts.provisioning,
+        counts.quarantined,
+    ) == (2, 2, 1, 2, 1)
+    assert store.counts(b).available == 1
+    assert store.counts(("ns", "none")).available == 0
