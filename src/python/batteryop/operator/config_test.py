@@ -14,13 +14,14 @@ def test_defaults_match_the_deployment() -> None:
         timedelta(minutes=2),
     )
     assert c.claim_concurrent_reconciles == 4
-    assert c.bind_events is True
+    assert c.bind_events is False  # the Bound condition records the bind; no Event
 
 
-def test_bind_events_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bind_events_can_be_turned_on_and_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse(["--bind-events=true"]).bind_events is True
     assert parse(["--bind-events=false"]).bind_events is False
-    monkeypatch.setenv("BATTERYOP_BIND_EVENTS", "false")
-    assert parse([]).bind_events is False
+    monkeypatch.setenv("BATTERYOP_BIND_EVENTS", "true")
+    assert parse([]).bind_events is True
 
 
 @pytest.mark.req("DP-010")

@@ -51,7 +51,7 @@ class ClaimDeps:
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
     lease_reads: LeaseReads | None = None
     lease_checks: LeaseChecks | None = None
-    bind_events: bool = True
+    bind_events: bool = False
 
     async def list_leases(self, pool: PoolRef) -> Sequence[Lease]:
         """battery's Leases of `pool` (CL-016), through `lease_reads` when there is one."""
