@@ -2,9 +2,10 @@
 
 `BATTERYOP_BENCH_PYSPY` names a py-spy binary (PyPI's `py-spy`, installed apart: it is not a
 project requirement). When it is set, `recording({"operator": pid, ...}, label)` samples each
-process while its block runs (`py-spy record --nonblocking --format raw --function`, 100 samples
-a second; idle threads not sampled) and then prints, per process, the frames that used the most samples: where the time
-went in that phase. Without it the block runs unprofiled and nothing is printed.
+process while its block runs (`py-spy record --nonblocking --format raw --function`, 100
+samples a second, idle threads not sampled) and then prints, per process, the frames that
+used the most samples: where the time went in that phase. Without it the block runs
+unprofiled and nothing is printed.
 """
 
 from __future__ import annotations

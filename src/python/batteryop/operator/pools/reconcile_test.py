@@ -521,7 +521,11 @@ async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
 
     body = samples.demo_pool(name="p", namespace="ns")
     body["status"] = {"conditions": [ready("BelowSize", "False")]}
-    deps = PoolDeps(battery=None, hosts=None, clock=lambda: datetime.now(UTC))  # type: ignore[arg-type]
+    deps = PoolDeps(
+        battery=None,  # type: ignore[arg-type]  # the step calls no battery
+        hosts=None,
+        clock=lambda: datetime.now(UTC),
+    )
 
     async def events_for(decided: dict[str, Any]) -> list[tuple[str, str, str]]:
         scope = PoolScope(Pool.from_dict(body), deps, deps.clock())

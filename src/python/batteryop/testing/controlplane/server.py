@@ -49,6 +49,8 @@ from batteryop.tls import CertificateAuthority, KeyPair, new_key, public_key_pem
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMIN_USER = "batteryop-admin"
 _READY_TIMEOUT = 60.0
+PORT_ATTEMPTS = 3
+"""Starts on fresh ports after etcd or the API server found its port taken."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -128,6 +130,43 @@ class ControlPlane:
         write_secret(pki / "sa.key", KeyPair(serving.cert, sa_key).key_pem)
         (pki / "sa.pub").write_bytes(public_key_pem(sa_key))
 
+        # A free port is found by binding to port 0 and letting it go, so another process
+        # on the machine (a parallel test's server) can take it before etcd or the API
+        # server binds it. They then exit at once with "address already in use": start again
+        # on other ports, a few times, before giving up.
+        attempt = 1
+        while (
+            cp := cls._launch(
+                wd,
+                owns,
+                ca,
+                admin,
+                bins,
+                log_dir,
+                extra_apiserver_flags,
+                last=attempt == PORT_ATTEMPTS,
+            )
+        ) is None:
+            shutil.rmtree(wd / "etcd", ignore_errors=True)
+            attempt += 1
+        cp.started_in = time.monotonic() - started
+        return cp
+
+    @classmethod
+    def _launch(
+        cls,
+        wd: Path,
+        owns: bool,
+        ca: CertificateAuthority,
+        admin: KeyPair,
+        bins: Binaries,
+        log_dir: Path | None,
+        extra_apiserver_flags: Sequence[str],
+        *,
+        last: bool = False,
+    ) -> ControlPlane | None:
+        """Start both on fresh ports; None if one found its port taken (and `last` is false)."""
+        pki = wd / "pki"
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         url = f"https://127.0.0.1:{api_port}"
         cp = cls(wd, url, ca, admin, wd / "admin.kubeconfig", _owns_workdir=owns)
@@ -175,10 +214,16 @@ class ControlPlane:
                 ],
             )
             cp._wait_ready()
+        except ControlPlaneError as e:
+            if last or "address already in use" not in str(e):
+                cp.stop()
+                raise
+            cp._owns_workdir = False  # the next attempt uses the same directory
+            cp.stop()
+            return None
         except BaseException:
             cp.stop()
             raise
-        cp.started_in = time.monotonic() - started
         return cp
 
     def _spawn(self, name: str, argv: list[str]) -> None:

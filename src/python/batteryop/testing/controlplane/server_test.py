@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -268,6 +269,48 @@ def test_stop_kills_every_process_and_removes_every_file() -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert time.monotonic() - started < 15
+
+
+def test_a_port_taken_between_choosing_and_binding_starts_again_on_other_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The race, made certain: the first port etcd is given is already held by a listener.
+    from batteryop.testing.controlplane import server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    given = [taken.getsockname()[1]]
+    real = server.free_port
+    monkeypatch.setattr(server, "free_port", lambda: given.pop() if given else real())
+    try:
+        cp = ControlPlane.start()
+        try:
+            assert cp.running
+            status, _ = cp._get("/readyz", cp.ssl_context())
+            assert status == 200
+            assert not given, "the taken port was handed out"
+        finally:
+            cp.stop()
+    finally:
+        taken.close()
+
+
+def test_a_port_taken_on_every_attempt_fails_with_the_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from batteryop.testing.controlplane import server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    monkeypatch.setattr(server, "free_port", lambda: port)
+    try:
+        with pytest.raises(server.ControlPlaneError, match="address already in use"):
+            ControlPlane.start()
+    finally:
+        taken.close()
 
 
 @pytest.mark.req("TD-100")
