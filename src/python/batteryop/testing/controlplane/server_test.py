@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -271,19 +272,25 @@ def test_stop_kills_every_process_and_removes_every_file() -> None:
     assert time.monotonic() - started < 15
 
 
+@contextlib.contextmanager
+def held_port() -> Iterator[int]:
+    """A loopback port a listener holds for the block."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield int(taken.getsockname()[1])
+
+
 def test_a_port_taken_between_choosing_and_binding_starts_again_on_other_ports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The race, made certain: the first port etcd is given is already held by a listener.
     from batteryop.testing.controlplane import server
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    given = [taken.getsockname()[1]]
     real = server.free_port
-    monkeypatch.setattr(server, "free_port", lambda: given.pop() if given else real())
-    try:
+    with held_port() as port:
+        given = [port]
+        monkeypatch.setattr(server, "free_port", lambda: given.pop() if given else real())
         cp = ControlPlane.start()
         try:
             assert cp.running
@@ -292,8 +299,6 @@ def test_a_port_taken_between_choosing_and_binding_starts_again_on_other_ports(
             assert not given, "the taken port was handed out"
         finally:
             cp.stop()
-    finally:
-        taken.close()
 
 
 def test_a_port_taken_on_every_attempt_fails_with_the_cause(
@@ -301,16 +306,10 @@ def test_a_port_taken_on_every_attempt_fails_with_the_cause(
 ) -> None:
     from batteryop.testing.controlplane import server
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
-    monkeypatch.setattr(server, "free_port", lambda: port)
-    try:
+    with held_port() as port:
+        monkeypatch.setattr(server, "free_port", lambda: port)
         with pytest.raises(server.ControlPlaneError, match="address already in use"):
             ControlPlane.start()
-    finally:
-        taken.close()
 
 
 @pytest.mark.req("TD-100")
