@@ -16,11 +16,29 @@ documentation renders them (`docs/operator.md`, through `docs_hook.py`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from batteryop.api.conditions import EventType
+from batteryop.operator.outcome import Outcome
 
 
-class Scope(Protocol):
-    stopped: bool
+@dataclass(kw_only=True)
+class Scope:
+    """What every controller's scope holds for the chain: the `Outcome` being built and
+    whether a step stopped the chain. `ClaimScope` and `PoolScope` add the object as read,
+    the working status and what their own steps record."""
+
+    outcome: Outcome = field(default_factory=Outcome)
+    stopped: bool = False
+
+    def stop(self) -> None:
+        """End the chain here; the `last` steps still run."""
+        self.stopped = True
+
+    def event(self, type: EventType, reason: str, message: str) -> None:
+        """A Kubernetes Event about the object, recorded in the Outcome."""
+        self.outcome.event(type, reason, message)
 
 
 S = TypeVar("S", bound=Scope)

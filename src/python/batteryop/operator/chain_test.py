@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batteryop.operator.chain import run_chain
+from batteryop.operator.chain import Scope, run_chain
 from batteryop.operator.claims import reconcile as claims
 from batteryop.operator.docs_hook import on_page_markdown, read_steps, steps_table
 from batteryop.operator.pools import reconcile as pools
 
 
 @dataclass
-class Trace:
-    stopped: bool = False
+class Trace(Scope):
     ran: list[str] = field(default_factory=list)
 
 

@@ -20,14 +20,13 @@ from batteryop.api.conditions import (
     ClaimPhase,
     ClaimReason,
     Condition,
-    EventType,
     find_condition,
     set_condition,
 )
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.chain import Scope
 from batteryop.operator.claims.deps import ClaimDeps
 from batteryop.operator.keys import PoolKey
-from batteryop.operator.outcome import Outcome
 
 
 @dataclass(frozen=True)
@@ -47,15 +46,13 @@ class PendingCause:
 
 
 @dataclass
-class ClaimScope:
+class ClaimScope(Scope):
     claim: MicroVMClaim
     deps: ClaimDeps
     now: datetime
     status: ClaimStatus = field(init=False)
-    outcome: Outcome = field(default_factory=Outcome)
     call: BatteryCall | None = None
     pending: PendingCause | None = None
-    stopped: bool = False
     just_bound: bool = False
 
     def __post_init__(self) -> None:
@@ -111,9 +108,6 @@ class ClaimScope:
         assert found is not None
         return found
 
-    def event(self, type: EventType, reason: str, message: str) -> None:
-        self.outcome.event(type, reason, message)
-
     def answered(self, rpc: str, error: BatteryError | None = None) -> None:
         """battery answered `rpc` (with an error a step handled, or none)."""
         self.call = BatteryCall(rpc, error)
@@ -121,7 +115,3 @@ class ClaimScope:
     def failed(self, error: BatteryError) -> None:
         """A battery call failed; `synced` tells in-transit failures from the others."""
         self.call = BatteryCall(error.rpc, error)
-
-    def stop(self) -> None:
-        """End the chain here; `synced` still runs."""
-        self.stopped = True

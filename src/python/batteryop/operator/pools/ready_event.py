@@ -28,4 +28,4 @@ async def ready_event(scope: PoolScope) -> None:
     kind = EventType.NORMAL if new.status == ConditionStatus.TRUE else EventType.WARNING
     if new.reason == PoolReason.BELOW_SIZE:
         kind = EventType.NORMAL  # filling up is the normal way to Ready
-    scope.outcome.event(kind, new.reason, new.message)
+    scope.event(kind, new.reason, new.message)

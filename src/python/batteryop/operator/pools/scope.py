@@ -17,8 +17,8 @@ from typing import Any
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
+from batteryop.operator.chain import Scope
 from batteryop.operator.keys import PoolKey
-from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.deps import PoolDeps
 
 
@@ -39,15 +39,13 @@ class Declared:
 
 
 @dataclass
-class PoolScope:
+class PoolScope(Scope):
     pool: Pool
     deps: PoolDeps
     now: datetime
     status: PoolStatus = field(init=False)
-    outcome: Outcome = field(default_factory=Outcome)
     declared: Declared | None = None
     error: BatteryError | None = None
-    stopped: bool = False
 
     def __post_init__(self) -> None:
         self.status = self.pool.status
@@ -64,8 +62,4 @@ class PoolScope:
         """battery did not answer, or answered with an error no step acts on: stop here;
         `answered` reports it."""
         self.error = error
-        self.stopped = True
-
-    def stop(self) -> None:
-        """End the chain here; the `last` steps still run."""
-        self.stopped = True
+        self.stop()
