@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +143,26 @@ def create(custom: k8s.CustomObjectsApi, namespace: str, name: str, pool: str = 
     return sent
 
 
-def wait_pool_available(custom: k8s.CustomObjectsApi, namespace: str, n: int) -> None:
-    deadline = time.monotonic() + 180
+def wait_pool_available(
+    custom: k8s.CustomObjectsApi,
+    namespace: str,
+    size: int,
+    *,
+    name: str = "warm",
+    deadline: float | None = None,
+) -> None:
+    """Until the Pool `name` has `size` MicroVMs available and none provisioning, as battery
+    reports them through the Pool's status (by `deadline`, default three minutes)."""
+    deadline = time.monotonic() + 180 if deadline is None else deadline
     while time.monotonic() < deadline:
         body: Any = custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, "warm"
+            names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, name
         )
-        if (body.get("status") or {}).get("available", 0) >= n:
+        status = body.get("status") or {}
+        if status.get("available", 0) >= size and status.get("provisioning", 0) == 0:
             return
         time.sleep(0.2)
-    raise AssertionError(f"the warm Pool never had {n} available MicroVMs")
+    raise AssertionError(f"Pool {name} never had {size} available MicroVMs")
 
 
 def wait_claims_gone(custom: k8s.CustomObjectsApi, namespace: str) -> None:
@@ -233,6 +244,22 @@ def prometheus_sums(
     return sums
 
 
+def means_between(
+    before: str, after: str, metric: str, key: Callable[[dict[str, str]], str]
+) -> dict[str, tuple[float, float]]:
+    """For a Prometheus histogram or summary `metric`, scraped twice: per `key(labels)`, the
+    mean milliseconds of the observations made between the scrapes, and how many there were
+    (keys with none are left out)."""
+
+    def delta(suffix: str) -> dict[str, float]:
+        then = prometheus_sums(before, metric + suffix, key)
+        now = prometheus_sums(after, metric + suffix, key)
+        return {k: v - then.get(k, 0.0) for k, v in now.items()}
+
+    seconds, counts = delta("_sum"), delta("_count")
+    return {k: (1000 * seconds[k] / n, n) for k, n in counts.items() if n > 0}
+
+
 def operator_timings(before: str, after: str) -> dict[str, float]:
     """Mean milliseconds of battery calls by RPC and of claim reconciles, between two scrapes."""
     out: dict[str, float] = {}
@@ -240,17 +267,10 @@ def operator_timings(before: str, after: str) -> dict[str, float]:
         ("battery_operator_battery_call_seconds", "rpc", ""),
         ("battery_operator_reconcile_seconds", "controller", "reconcile_"),
     ]:
-
-        def delta(suffix: str, label: str = label, metric: str = metric) -> dict[str, float]:
-            then = prometheus_sums(before, metric + suffix, lambda labels: labels[label])
-            now = prometheus_sums(after, metric + suffix, lambda labels: labels[label])
-            return {k: v - then.get(k, 0.0) for k, v in now.items()}
-
-        seconds, counts = delta("_sum"), delta("_count")
-        for key, calls in counts.items():
-            if calls > 0:
-                out[f"{prefix}{key}_mean_ms"] = round(1000 * seconds[key] / calls, 1)
-                out[f"{prefix}{key}_n"] = calls
+        means = means_between(before, after, metric, itemgetter(label))
+        for k, (mean_ms, calls) in means.items():
+            out[f"{prefix}{k}_mean_ms"] = round(mean_ms, 1)
+            out[f"{prefix}{k}_n"] = calls
     return out
 
 
@@ -275,20 +295,8 @@ def apiserver_request_means(before: str, after: str, kinds: list[str]) -> dict[s
     """Mean milliseconds the API server spent on each request of `kinds` between two scrapes
     of its /metrics (its own apiserver_request_duration_seconds, so the client's and the
     network's share is not in it)."""
-    metric = "apiserver_request_duration_seconds"
-    sums = {
-        suffix: {
-            kind: prometheus_sums(after, metric + suffix, request_kind).get(kind, 0.0)
-            - prometheus_sums(before, metric + suffix, request_kind).get(kind, 0.0)
-            for kind in kinds
-        }
-        for suffix in ("_sum", "_count")
-    }
-    return {
-        f"{kind} mean_ms": round(1000 * sums["_sum"][kind] / sums["_count"][kind], 1)
-        for kind in kinds
-        if sums["_count"][kind] > 0
-    }
+    means = means_between(before, after, "apiserver_request_duration_seconds", request_kind)
+    return {f"{k} mean_ms": round(means[k][0], 1) for k in kinds if k in means}
 
 
 def delete_all(custom: k8s.CustomObjectsApi, namespace: str, claim_names: list[str]) -> None:

@@ -40,6 +40,7 @@ from bench.claim_bind_bench import (
     apiserver_request_means,
     create,
     operator_timings,
+    wait_pool_available,
 )
 from bench.profiles import recording
 from bench.stats import FULL, latency_figures
@@ -124,23 +125,7 @@ def make_pools(
         custom.create_namespaced_custom_object(
             names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
         )
-        wait_available(custom, namespace, name, size, deadline)
-
-
-def wait_available(
-    custom: k8s.CustomObjectsApi, namespace: str, name: str, size: int, deadline: float
-) -> None:
-    """Until the Pool has `size` MicroVMs available and none provisioning (as battery reports
-    them through the Pool's status)."""
-    while time.monotonic() < deadline:
-        body = custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, name
-        )
-        status = body.get("status") or {}
-        if status.get("available", 0) >= size and status.get("provisioning", 0) == 0:
-            return
-        time.sleep(1.0)
-    raise AssertionError(f"Pool {name} never had {size} available MicroVMs")
+        wait_pool_available(custom, namespace, size, name=name, deadline=deadline)
 
 
 def wait_replenished(
@@ -153,7 +138,7 @@ def wait_replenished(
     on 2026-12-02 did: battery's GetPool took 37 ms instead of 6.5)."""
     deadline = time.monotonic() + timeout
     for name, size in sizes.items():
-        wait_available(custom, namespace, name, size, deadline)
+        wait_pool_available(custom, namespace, size, name=name, deadline=deadline)
 
 
 def create_many(
