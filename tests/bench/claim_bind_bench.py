@@ -27,6 +27,8 @@ client (`batteryop.client`) and the Exec Agent count the claim usable.
 
 BATTERYOP_BENCH=1 runs N=100 (the issue's target: p50 <= 100 ms, p99 <= 300 ms with 100 at
 once); otherwise N=10 as a smoke run that proves the benchmark works.
+BATTERYOP_BENCH_PYSPY=<py-spy binary> prints the operator's and the fake battery's top frames
+over the bursts (`bench.profiles`).
 BATTERYOP_BENCH_BIND_EVENTS=true runs the operator with `--bind-events=true` (default: false, as
 the operator).
 """
@@ -46,6 +48,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from bench.profiles import recording
 from bench.stats import FULL, latency_figures
 from kubernetes import client as k8s
 from kubernetes import watch
@@ -395,7 +398,9 @@ def run_bench(
             sequential.append(watcher.bound[name] - sent)
             usable.append(watcher.expiry[name] - sent)
         delete_all(custom, namespace, [f"seq-{i}" for i in range(N)])
-        bursts = [burst(api, watcher, namespace, r, pids, scrape) for r in range(ROUNDS)]
+        python_pids = {k: pids[k] for k in ("operator", "fake-battery")}
+        with recording(python_pids, "bursts"):
+            bursts = [burst(api, watcher, namespace, r, pids, scrape) for r in range(ROUNDS)]
     finally:
         watcher.stop()
         api.close()
