@@ -15,7 +15,9 @@ here; each Host still gets its own channel in battery). Claims spread over `POOL
   /metrics reach the number of claims and its queue is empty) is printed.
 - `test_churn`: `CLAIMS` claims created, bound and deleted in waves of `WAVE`, the operator's
   RSS and every cache's size (`battery_operator_cache_entries`) before and after; entries of
-  deleted objects must be gone.
+  deleted objects must be gone. The operator runs through `bench.memory`, which also prints
+  what its memory is made of before and after (CPython's arenas, glibc's heap, what
+  `malloc_trim` gives back; with BATTERYOP_BENCH_TRACEMALLOC=1 the source lines that grew).
 
 Sizes are parameters: BATTERYOP_SCALE_CLAIMS (default 10,000 with BATTERYOP_BENCH=1, else 20
 as a smoke pass) and BATTERYOP_SCALE_HOSTS (default 100 from 1,000 claims, else 4). The full run takes many minutes and the machine is shared: figures from it
@@ -33,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench import memory
 from bench.claim_bind_bench import (
     PRODUCTION_LOGGING,
     BoundWatcher,
@@ -59,7 +62,6 @@ POOLS = 10 if HOSTS >= 100 else 2
 FLINTLOCKDS = ("127.0.0.31", "127.0.0.32")
 SEQUENTIAL = 50 if FULL or CLAIMS >= 200 else 3
 WAVE = 100 if CLAIMS >= 1000 else 10
-MB = 1024 * 1024
 
 
 def progress(result: dict[str, Any]) -> None:
@@ -69,13 +71,6 @@ def progress(result: dict[str, Any]) -> None:
 
 def host_names() -> dict[str, str]:
     return {f"host-{i:03d}": FLINTLOCKDS[i % len(FLINTLOCKDS)] for i in range(HOSTS)}
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise AssertionError(f"no VmRSS for {pid}")
 
 
 def cache_sizes(metrics: str) -> dict[str, float]:
@@ -216,7 +211,11 @@ def delete_and_wait(custom: k8s.CustomObjectsApi, namespace: str, claim_names: l
 
 
 @contextlib.asynccontextmanager
-async def stack(controlplane: ControlPlane, tmp_path: Path) -> Any:
+async def stack(
+    controlplane: ControlPlane,
+    tmp_path: Path,
+    command: tuple[list[str], dict[str, str]] | None = None,
+) -> Any:
     hosts = host_names()
     prepare_cluster(controlplane, hosts)
     kubeconfig = operator_kubeconfig(controlplane, tmp_path / "operator.kubeconfig")
@@ -232,7 +231,10 @@ async def stack(controlplane: ControlPlane, tmp_path: Path) -> Any:
         )
         operator = await exit_stack.enter_async_context(
             OperatorProcess.start(
-                kubeconfig=kubeconfig, battery_target=battery.target, extra_args=PRODUCTION_LOGGING
+                kubeconfig=kubeconfig,
+                battery_target=battery.target,
+                extra_args=PRODUCTION_LOGGING,
+                command=command,
             )
         )
         yield kubeconfig, battery, operator, exit_stack
@@ -255,7 +257,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
         watcher = BoundWatcher(api, namespace)
         try:
             pid = operator.popen.pid
-            result["rss_mb_empty"] = rss_mb(pid)
+            result["rss_mb_empty"] = memory.rss_mb(pid)
             result["sequential_empty"] = await asyncio.to_thread(
                 sequential_binds, custom, watcher, namespace, "seq-empty", operator, battery
             )
@@ -266,7 +268,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
             # Settled: every claim bound and its expiry recorded (CL-016), queue quiet.
             await asyncio.to_thread(watcher.wait, first, 1800, expiry=True)
             if CLAIMS >= 1000:
-                result["rss_mb_at_1000"] = rss_mb(pid)
+                result["rss_mb_at_1000"] = memory.rss_mb(pid)
                 result["caches_at_1000"] = cache_sizes(operator.metrics_text())
             progress(result)
             rest = claim_names[len(first) :]
@@ -274,7 +276,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
                 await asyncio.to_thread(create_many, custom, namespace, rest)
                 await asyncio.to_thread(watcher.wait, rest, 3600, expiry=True)
             result["bind_all_s"] = round(time.monotonic() - started, 1)
-            result[f"rss_mb_at_{CLAIMS}"] = rss_mb(pid)
+            result[f"rss_mb_at_{CLAIMS}"] = memory.rss_mb(pid)
             result[f"caches_at_{CLAIMS}"] = cache_sizes(operator.metrics_text())
             progress(result)
             replenishing = time.monotonic()
@@ -289,7 +291,7 @@ async def test_claims_at_scale(controlplane: ControlPlane, tmp_path: Path) -> No
             result["restart_to_reconciled_s"] = await asyncio.to_thread(
                 wait_reconciled, operator, CLAIMS, started_at=restarted_at
             )
-            result["rss_mb_after_restart"] = rss_mb(operator.popen.pid)
+            result["rss_mb_after_restart"] = memory.rss_mb(operator.popen.pid)
         finally:
             watcher.stop()
             api.close()
@@ -332,7 +334,9 @@ async def test_churn(controlplane: ControlPlane, tmp_path: Path) -> None:
     api = admin_client(controlplane)
     custom = k8s.CustomObjectsApi(api)
     result: dict[str, Any] = {"bench": "operator_churn", "claims": CLAIMS, "wave": WAVE}
-    async with stack(controlplane, tmp_path) as (_kubeconfig, _battery, operator, _stack):
+    reports = tmp_path / "memory.jsonl"
+    probed = memory.probe_command(reports)
+    async with stack(controlplane, tmp_path, probed) as (_kubeconfig, _battery, operator, _stack):
         k8s.CoreV1Api(api).create_namespace(
             k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))
         )
@@ -340,8 +344,9 @@ async def test_churn(controlplane: ControlPlane, tmp_path: Path) -> None:
         watcher = BoundWatcher(api, namespace)
         pid = operator.popen.pid
         try:
-            result["rss_mb_before"] = rss_mb(pid)
+            result["rss_mb_before"] = memory.rss_mb(pid)
             result["caches_before"] = cache_sizes(operator.metrics_text())
+            result["memory_before"] = await asyncio.to_thread(memory.report, pid, reports)
             started = time.monotonic()
             for wave in range(0, CLAIMS, WAVE):
                 claim_names = [f"churn-{i}" for i in range(wave, min(wave + WAVE, CLAIMS))]
@@ -356,8 +361,9 @@ async def test_churn(controlplane: ControlPlane, tmp_path: Path) -> None:
             await asyncio.to_thread(
                 wait_quiet, operator, result["caches_before"].get("claims:bodies", 0)
             )
-            result["rss_mb_after"] = rss_mb(pid)
+            result["rss_mb_after"] = memory.rss_mb(pid)
             result["caches_after"] = cache_sizes(operator.metrics_text())
+            result["memory_after"] = await asyncio.to_thread(memory.report, pid, reports)
         finally:
             watcher.stop()
             api.close()
