@@ -95,6 +95,7 @@ from batteryop.kube.errors import ConflictError as KubeConflictError
 from batteryop.kube.errors import NotFoundError as KubeNotFoundError
 from batteryop.kube.resources import CLAIMS, Resource
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
@@ -302,6 +303,7 @@ class Operator:
     calls: CallLog
     deleted_vms: DeletedVMs
     claims: Controller
+    lease_reads: LeaseReads
     slots: ClaimSlots = field(default_factory=lambda: ClaimSlots(3))
     watched: int = 0
     events_delivered: int = 0  # battery's outbox is replayed whole to a new subscriber
@@ -392,7 +394,10 @@ class ClaimsMachine(RuleBasedStateMachine):
             recorder=RecordingRecorder(),
             workers=1,
         )
-        op = Operator(client, calls, DeletedVMs(self.clock.now), claims)
+        # ListLeases shared as in the Operator; its newest answer serves for 2 s of the model's
+        # time, so checks after a short time step take a Lease from an earlier answer.
+        reads = LeaseReads(client, clock=lambda: self.clock.now().timestamp())
+        op = Operator(client, calls, DeletedVMs(self.clock.now), claims, reads)
         for body in self.api.objects.values():  # its watch starts with a listing
             claims.observe(None, copy.deepcopy(body))
         op.watched = len(self.api.events)
@@ -510,6 +515,7 @@ class ClaimsMachine(RuleBasedStateMachine):
             claim_slots=self.op.slots,
             deleted_vms=self.op.deleted_vms,
             clock=self.clock.now,
+            lease_reads=self.op.lease_reads,
         )
 
     async def _reconcile(self, uid: str, caught_up: bool, hold: bool) -> bool:
@@ -544,6 +550,8 @@ class ClaimsMachine(RuleBasedStateMachine):
         )
         for ev in outcome.events:
             self.stats.seen[f"event:{ev.reason}"] += 1
+        if after.lease_expires_at not in (None, before.lease_expires_at) and not calls:
+            self.stats.seen["expiry:from the newest ListLeases answer, no call"] += 1
         bound = after.condition(ClaimConditionType.BOUND)
         if bound is not None and after.phase is ClaimPhase.PENDING:
             self.stats.seen[f"pending:{bound.reason}"] += 1

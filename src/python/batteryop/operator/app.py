@@ -154,6 +154,8 @@ class Operator:
         out.update(self.lease_checks.sizes())
         out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
         out["claims:lease_reads"] = len(self.lease_reads)
+        # One per Pool, each kept RECENT_SECONDS after its call started.
+        out["lease_reads:recent"] = self.lease_reads.recent_answers()
         # Remembered for an hour by design (CL-013), so it follows the churn, then empties.
         out["deleted_vms"] = len(self.deleted_vms)
         return out

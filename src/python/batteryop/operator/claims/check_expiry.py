@@ -10,7 +10,10 @@ and would extend the Lease):
   takes the answer of a ListLeases of its Pool that started after it was marked, when one
   came already (`LeaseChecks.shared`): one call per Pool checks a whole restart's claims.
 - Absent (just bound) or passed: ListLeases for the claim's Pool (shared with the other
-  checks of that Pool, `lease_reads`), and look for the recorded lease id (CL-016); only that Lease is ever read, never one the claim did not record (CL-008).
+  checks of that Pool, `lease_reads`), and look for the recorded lease id (CL-016); only that
+  Lease is ever read, never one the claim did not record (CL-008). When the Pool's newest
+  answer, at most `lease_reads.RECENT_SECONDS` old, lists the Lease with an expiry ahead, that
+  answer serves (`LeaseReads.recent`); not listed, or listed as expired, always asks anew.
   - Not listed: battery released or expired it: Expired, `LeaseExpired` (CL-012).
   - Listed with an expiry that has passed: Expired too, even if battery's sweeper has not yet
     removed it (CL-014).
@@ -55,9 +58,14 @@ async def check_expiry(scope: ClaimScope) -> None:
         scope.outcome.requeue(_until(scope, recorded))  # CL-032
         return
     shared = checks.shared(key, scope.pool.ref) if forced and checks is not None else None
+    recent = None if forced else scope.deps.recently_listed(scope.pool.ref, lease_id)
     if shared is not None:
         # CL-030: a ListLeases that started after this claim was marked already answered.
         lease = find_lease(shared, lease_id)
+        scope.answered("ListLeases")
+    elif recent is not None and recent.expires_at > scope.now:
+        # A moment-old answer lists this Lease, expiry ahead: CL-016 from it (`LeaseReads`).
+        lease = recent
         scope.answered("ListLeases")
     else:
         marks = checks.asking() if checks is not None else 0

@@ -58,3 +58,8 @@ class ClaimDeps:
         if self.lease_reads is not None:
             return await self.lease_reads.list_leases(pool)
         return await self.battery.list_leases(pool)
+
+    def recently_listed(self, pool: PoolRef, lease_id: str) -> Lease | None:
+        """The Lease as a ListLeases of `pool` listed it a moment ago (`LeaseReads.recent`),
+        or None: no such answer, or it does not list the Lease."""
+        return self.lease_reads.recent(pool, lease_id) if self.lease_reads is not None else None

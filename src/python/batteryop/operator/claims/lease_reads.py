@@ -14,30 +14,66 @@ one ListLeases per Pool serves any number of checks, at most one call's time lat
 
 An error answers every caller of that call the same way (each retries as its own, CL-017).
 One event loop, so no lock.
+
+A Lease an answer *lists* is a fact however late the caller came: battery held it, with that
+expiry, when the call ran. So the newest answer of a Pool, for `RECENT_SECONDS` after its call
+started, also serves a check whose Lease it lists with an expiry still ahead (`recent`):
+that check records the same expiry it would have read a moment later, as if it had checked
+that much earlier, and its next check comes at that expiry (CL-032) like any other's. In a
+burst of binds most checks find their Lease in the answer of the check before them, so a
+Pool is listed a few times a second instead of once per claim. A Lease the answer does not
+list, or lists as expired, proves nothing about now: that check still waits for a call that
+started after it asked (CL-012, CL-014 are only ever decided on a fresh answer).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-from batteryop.battery.models import Lease, PoolRef
+from batteryop.battery.models import Lease, PoolRef, find_lease
 from batteryop.battery.protocol import BatteryAPI
+
+RECENT_SECONDS = 2.0
+"""How long after its call started a Pool's newest ListLeases answer serves the checks whose
+Lease it lists (`LeaseReads.recent`)."""
 
 
 class LeaseReads:
     """ListLeases by Pool, shared by callers that asked before the call started."""
 
-    def __init__(self, battery: BatteryAPI) -> None:
+    def __init__(
+        self,
+        battery: BatteryAPI,
+        *,
+        recent_seconds: float = RECENT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._battery = battery
         self._next: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
         self._running: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
+        self._recent: dict[PoolRef, tuple[float, Sequence[Lease]]] = {}
+        self._recent_seconds = recent_seconds
+        self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
     def __len__(self) -> int:
         """Pools with a ListLeases waiting or running (for leak checks)."""
         return len(self._next.keys() | self._running.keys())
+
+    def recent_answers(self) -> int:
+        """Pools whose newest answer is kept for `recent` (each for `RECENT_SECONDS`)."""
+        return len(self._recent)
+
+    def recent(self, pool: PoolRef, lease_id: str) -> Lease | None:
+        """The Lease `lease_id` as `pool`'s newest ListLeases answer lists it, if that call
+        started at most `RECENT_SECONDS` ago; None when it does not list it (or is older)."""
+        kept = self._recent.get(pool)
+        if kept is None or self._clock() - kept[0] > self._recent_seconds:
+            return None
+        return find_lease(kept[1], lease_id)
 
     async def list_leases(self, pool: PoolRef) -> Sequence[Lease]:
         """battery's Leases of `pool`, from a ListLeases that started after this call."""
@@ -66,6 +102,7 @@ class LeaseReads:
         self._running[pool] = answer
         try:
             self.calls += 1
+            started = self._clock()
             leases = await self._battery.list_leases(pool)
         except asyncio.CancelledError:
             answer.cancel()
@@ -75,6 +112,16 @@ class LeaseReads:
             answer.exception()  # retrieved here too, so no warning if every caller left
         else:
             answer.set_result(leases)
+            # Calls of one Pool never overlap: this answer is its newest.
+            self._recent[pool] = (started, leases)
+            asyncio.get_running_loop().call_later(
+                self._recent_seconds, self._forget_recent, pool, started
+            )
         finally:
             if self._running.get(pool) is answer:
                 del self._running[pool]
+
+    def _forget_recent(self, pool: PoolRef, started: float) -> None:
+        kept = self._recent.get(pool)
+        if kept is not None and kept[0] == started:
+            del self._recent[pool]

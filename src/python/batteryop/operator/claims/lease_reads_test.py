@@ -114,3 +114,55 @@ async def test_one_caller_giving_up_does_not_cancel_the_others() -> None:
     battery.release.set()
     assert await stayer == []  # the call started before l4; the stayer asked before it too
     assert quitter.cancelled()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.req("CL-016")
+async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() -> None:
+    battery = SlowBattery()
+    battery.leases = [lease("l1"), lease("l2")]
+    clock = Clock()
+    reads = LeaseReads(battery, recent_seconds=2.0, clock=clock)  # type: ignore[arg-type]
+    assert reads.recent(POOL, "l1") is None  # nothing listed yet
+    battery.release.set()
+    await reads.list_leases(POOL)
+    # l2's check came after the call: the answer lists l2, so it serves without a call.
+    assert reads.recent(POOL, "l2") == lease("l2")
+    assert reads.recent(OTHER, "l2") is None  # another Pool's answer never serves
+    assert reads.recent(POOL, "l9") is None  # not listed: proves nothing, ask anew (CL-012)
+    clock.now += 2.5
+    assert reads.recent(POOL, "l2") is None  # too old
+    assert battery.started == [POOL]
+
+
+async def test_the_kept_answer_is_the_newest_and_goes_after_its_time() -> None:
+    battery = SlowBattery()
+    reads = LeaseReads(battery, recent_seconds=0.05)  # type: ignore[arg-type]
+    battery.release.set()
+    await reads.list_leases(POOL)
+    battery.leases = [lease("l3")]
+    await reads.list_leases(POOL)
+    assert reads.recent(POOL, "l3") == lease("l3")
+    assert reads.recent_answers() == 1
+    await asyncio.sleep(0.1)  # the loop's timer drops it: nothing stays per Pool
+    assert reads.recent_answers() == 0
+    assert reads.recent(POOL, "l3") is None
+
+
+async def test_a_failed_call_keeps_no_answer() -> None:
+    battery = SlowBattery()
+    battery.fail = BatteryUnavailableError("ListLeases", "UNAVAILABLE", "connection refused")
+    battery.leases = [lease("l1")]
+    reads = LeaseReads(battery)  # type: ignore[arg-type]
+    battery.release.set()
+    with pytest.raises(BatteryUnavailableError):
+        await reads.list_leases(POOL)
+    assert reads.recent(POOL, "l1") is None
+    assert reads.recent_answers() == 0

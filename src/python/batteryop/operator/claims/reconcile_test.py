@@ -42,6 +42,7 @@ from batteryop.kube.resources import CLAIMS
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
+from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
@@ -93,6 +94,7 @@ class Env:
     pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     lease_checks: LeaseChecks = field(default_factory=LeaseChecks)
+    lease_reads: LeaseReads | None = None
     bind_events: bool = True
 
     def __post_init__(self) -> None:
@@ -107,6 +109,7 @@ class Env:
             deleted_vms=self.deleted,
             clock=self.clock.now,
             lease_checks=self.lease_checks,
+            lease_reads=self.lease_reads,
             bind_events=self.bind_events,
         )
 
@@ -856,6 +859,52 @@ async def test_a_lease_listed_with_a_passed_expiry_expires_the_claim(env: Env) -
     assert await lease(env, body) is not None
     assert status(body).phase is ClaimPhase.EXPIRED
     assert reason(body, ClaimConditionType.BOUND)[1] == ClaimReason.LEASE_EXPIRED
+    assert events(outcome) == [(EventType.WARNING, ClaimReason.LEASE_EXPIRED)]
+
+
+def never_aging_reads(env: Env) -> LeaseReads:
+    """The operator's shared ListLeases, whose newest answer stays recent for the test."""
+    return LeaseReads(env.battery, clock=lambda: 0.0)
+
+
+@pytest.mark.req("CL-016", "CL-012")
+async def test_a_lease_the_newest_answer_lists_is_recorded_from_it_without_a_call(
+    env: Env,
+) -> None:
+    env.lease_reads = never_aging_reads(env)
+    await add_pool(env, size=3)
+    first, second, third = claim_body(env), claim_body(env), claim_body(env)
+    _, first = await env.step(first)
+    _, second = await env.step(second)
+    env.calls.take()
+    _, first = await env.step(first)  # its ListLeases lists both Leases
+    assert env.calls.take() == ["ListLeases"]
+    _, second = await env.step(second)
+    assert env.calls.take() == [], "the answer before it listed this Lease"
+    listed = await lease(env, second)
+    assert listed is not None and status(second).lease_expires_at == listed.expires_at
+    # A Lease made after that answer is not in it: its check asks battery (CL-012 is never
+    # decided on an answer older than the check).
+    _, third = await env.step(third)
+    env.calls.take()
+    _, third = await env.step(third)
+    assert env.calls.take() == ["ListLeases"]
+    assert status(third).phase is ClaimPhase.BOUND and status(third).lease_expires_at
+
+
+@pytest.mark.req("CL-014", "CL-016")
+async def test_a_recent_answer_listing_a_passed_expiry_is_asked_again(env: Env) -> None:
+    env.lease_reads = never_aging_reads(env)
+    await add_pool(env, size=2)
+    first, second = claim_body(env), claim_body(env)
+    _, first = await env.step(first)
+    _, second = await env.step(second)
+    _, first = await env.step(first)
+    env.calls.take()
+    env.clock.advance(THRESHOLD + 1)  # both Leases passed; battery has not swept them
+    outcome, second = await env.step(second)
+    assert env.calls.take() == ["ListLeases"], "an expiry is only ever decided on a fresh answer"
+    assert status(second).phase is ClaimPhase.EXPIRED
     assert events(outcome) == [(EventType.WARNING, ClaimReason.LEASE_EXPIRED)]
 
 
