@@ -11,7 +11,8 @@ freed. `composition()` splits it, from inside the process:
   buffers live: `in_use_mb` and `free_mb` (freed but kept by glibc), and `mmap_mb` (large
   blocks mapped one by one) (`mallinfo2`).
 - `rss_mb` before and after `malloc_trim(0)`, which hands glibc's free memory back: what
-  trimming wins is memory kept, not leaked.
+  trimming wins is memory kept, not leaked. (With tracemalloc on, trimming was seen to raise
+  RSS, as it walks the heap: read it from untraced runs.)
 - With tracemalloc on (`BATTERYOP_BENCH_TRACEMALLOC=1`: slow, for small runs), the bytes
   Python's objects hold (`traced_mb`) and, against the first report, the source lines whose
   allocations grew most.
