@@ -284,8 +284,14 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         store.add_lease(lease)
         # BA-004: from here the Lease is committed and the claim answers success.
         store.emit(types_pb2.VM_CLAIMED, key, vm.uid)
-        b.notify(key, "claimed")
-        return await self._answer(lease, key, context)
+        try:
+            return await self._answer(lease, key, context)
+        finally:
+            # The Pool's reconciler tops up once the answer is on its way. poolmgrd's runs
+            # beside its RPCs; in this one event loop its pass, over every MicroVM of the
+            # Pool, and the CreateMicroVM it starts would hold the answer back (its
+            # GetMicroVM awaits meanwhile): 3.4 ms of ClaimVM at 2,000 MicroVMs a Pool.
+            b.notify(key, "claimed")
 
     async def _answer(
         self, lease: LeaseRow, key: PoolKey, context: Context
