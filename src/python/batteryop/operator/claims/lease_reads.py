@@ -113,15 +113,14 @@ class LeaseReads:
         else:
             answer.set_result(leases)
             # Calls of one Pool never overlap: this answer is its newest.
-            self._recent[pool] = (started, leases)
+            kept = self._recent[pool] = (started, leases)
             asyncio.get_running_loop().call_later(
-                self._recent_seconds, self._forget_recent, pool, started
+                self._recent_seconds, self._forget_recent, pool, kept
             )
         finally:
             if self._running.get(pool) is answer:
                 del self._running[pool]
 
-    def _forget_recent(self, pool: PoolRef, started: float) -> None:
-        kept = self._recent.get(pool)
-        if kept is not None and kept[0] == started:
+    def _forget_recent(self, pool: PoolRef, kept: tuple[float, Sequence[Lease]]) -> None:
+        if self._recent.get(pool) is kept:  # not a newer answer since
             del self._recent[pool]
