@@ -38,6 +38,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from batteryop.testing.processes import module_command
+
 REPORT_ENV = "BATTERYOP_BENCH_MEMORY_REPORT"
 """Where the probed process appends one JSON line per report."""
 TRACEMALLOC_ENV = "BATTERYOP_BENCH_TRACEMALLOC"
@@ -165,10 +167,9 @@ def _on_signal(signum: int, frame: object) -> None:
 
 def probe_command(report_path: Path) -> tuple[list[str], dict[str, str]]:
     """The argv prefix and environment that run the operator through this module."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    argv, env = module_command("bench.memory")
     env[REPORT_ENV] = str(report_path)
-    return [sys.executable, "-m", "bench.memory"], env
+    return argv, env
 
 
 def report(pid: int, path: Path, timeout: float = 120.0) -> dict[str, Any]:
