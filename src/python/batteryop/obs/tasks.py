@@ -4,7 +4,7 @@
 
 cancels each task, then waits until every one has ended. What a task returns or raises while
 it is being stopped is dropped: the caller is shutting it down, and a loop that failed earlier
-was already logged by whoever ran it (the operator's `Supervisor`, each deployable's loop).
+was already logged by the `Supervisor` (`obs/supervisor.py`) that ran it.
 """
 
 from __future__ import annotations

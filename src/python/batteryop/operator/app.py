@@ -30,6 +30,7 @@ from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.resources import CLAIMS, POOLS
 from batteryop.obs.metrics import OperatorMetrics
+from batteryop.obs.supervisor import Supervisor
 from batteryop.operator.claim_metrics import ClaimMetrics
 from batteryop.operator.claims import indexes
 from batteryop.operator.claims.expiry import DeletedVMs
@@ -44,7 +45,6 @@ from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.deps import PoolDeps
 from batteryop.operator.pools.reconcile import reconcile_pool
 from batteryop.operator.runtime import Controller, ObjectCache
-from batteryop.operator.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,17 @@
-"""`Supervisor`: the operator's background tasks, kept running and reported in `/readyz`.
+"""`Supervisor`: a deployable's long-lived tasks, kept running and reported in `/readyz`.
 
-A background task (a watch of Nodes, the battery Events follower, a resync loop) is a
-coroutine meant to run as long as the operator does. Started bare with `create_task`, one
-that raises is gone without a word. Under a `Supervisor`, a task that raises is logged with
-its traceback, reported down, and started again after a backoff (1 s doubling to 30 s, back to
-1 s once a run lasted longer than the longest wait), until `stop()`. A task that returns has
-finished: it is not started again and not reported down.
+A long-lived task (the operator's watch of Nodes, the Exec Agent's certificate renewal, the CSR
+approver's watch of CSRs) is a coroutine meant to run as long as its process does. Started bare
+with `create_task`, one that raises is gone without a word. Under a `Supervisor`, a task that
+raises is logged with its traceback, reported down, and started again after a backoff (1 s
+doubling to 30 s, back to 1 s once a run lasted longer than the longest wait), until `stop()`.
+A task that returns has finished: it is not started again and not reported down.
 
 DP-101: restarted with backoff. DP-100: `checks()` gives one readiness check per task, named
 after it, for `HealthServer`: it fails
 while the task is down (from its failure until it runs again), with the error in the line,
 so `/readyz` says which task is down: ``[-]watch-nodes failed: TaskDownError: ...``.
+Every deployable runs its long-lived tasks under one (DP-107).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from batteryop.obs.health import HealthServer
-from batteryop.operator.supervisor import Supervisor, TaskDownError
+from batteryop.obs.supervisor import Supervisor, TaskDownError
 
 
 class Sleeps:
@@ -25,7 +25,7 @@ class Sleeps:
         return await asyncio.wait_for(self._started.get(), timeout=5)
 
 
-@pytest.mark.req("DP-100", "DP-101")
+@pytest.mark.req("DP-100", "DP-101", "DP-107")
 async def test_a_failing_task_is_logged_reported_down_and_started_again_with_backoff(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
