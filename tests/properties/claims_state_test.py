@@ -51,6 +51,16 @@ Invariants, after every step:
 CI runs `CI_EXAMPLES` examples; `BATTERYOP_PROPERTIES=full` runs `FULL_EXAMPLES`. The run
 prints how many examples and steps it took, and how often the interesting states occurred.
 
+Deterministic by construction, whatever the machine's load: every precondition and choice is
+a function of the drawn data and the model (the model's `FakeClock` drives battery, the
+Operator's `LeaseReads` and `ClaimSlots`; battery's random lease ids never order a choice), and
+every real-time bound (battery calls, battery's calls to flintlockd, waiting for the Pool to
+refill) is far above what a step takes, so none decides an outcome. A failure prints its
+`@reproduce_failure(...)` line; `BATTERYOP_PROPERTIES_REPRODUCE='<that line>'` replays it:
+
+    BATTERYOP_PROPERTIES_REPRODUCE="@reproduce_failure('6.x', b'...')" \
+      ./pants test --force tests/properties:: -- -s
+
 hypothesis drives the machine synchronously; every async call goes through one
 `asyncio.Runner` kept for the module, because the fake flintlockd handles (subprocess and
 control session) belong to the loop that started them. Each example starts its own FakeBattery
@@ -59,20 +69,23 @@ and clients in that loop and closes them in `teardown`.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import collections
 import contextlib
 import copy
+import dataclasses
 import os
+import re
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, reproduce_failure, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -89,7 +102,7 @@ from batteryop.api.claim import ClaimStatus
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase
 from batteryop.api.pool import Pool
 from batteryop.api.times import format_micro_time, format_time
-from batteryop.battery import BatteryClient, PoolRef
+from batteryop.battery import BatteryClient, BatteryConfig, PoolRef
 from batteryop.battery.wire import event_from_pb
 from batteryop.kube.errors import ConflictError as KubeConflictError
 from batteryop.kube.errors import NotFoundError as KubeNotFoundError
@@ -118,7 +131,11 @@ FULL: Final = os.environ.get("BATTERYOP_PROPERTIES", "") == "full"
 CI_EXAMPLES: Final = 300  # about 30 s here
 FULL_EXAMPLES: Final = 2000
 STEPS: Final = 60 if FULL else 40  # rules per example, at most
-WAIT: Final = 15.0  # seconds: bound on waiting for the fake battery to refill the Pool
+# Real-time bounds, far above what any step takes on a loaded machine: an example must replay
+# the same way whatever the load (hypothesis replays examples while it shrinks and refuses a
+# test whose draws change), so no deadline may decide an outcome. Only the model's clock does.
+WAIT: Final = 120.0  # seconds: bound on waiting for the fake battery to refill the Pool
+CALL_TIMEOUT: Final = timedelta(seconds=120)  # the Operator's battery calls
 HOST: Final = "host-a"
 POOL: Final = "pool"
 POOL_SIZE: Final = 3
@@ -132,6 +149,14 @@ TIMINGS: Final = Timings(
     reconcile_interval=10.0,
     create_poll_interval=0.01,
     agent_poll_interval=0.01,
+    # battery's own real-time deadlines towards flintlockd, as far out as the others.
+    create_timeout=WAIT,
+    agent_timeout=WAIT,
+    agent_probe_timeout=WAIT,
+    hook_cleanup_timeout=WAIT,
+    delete_timeout=WAIT,
+    version_check_timeout=WAIT,
+    rpc_timeout=WAIT,
 )
 DELETION_EVENTS: Final = frozenset(
     {
@@ -161,6 +186,27 @@ FAULTS: Final = (
     "Heartbeats refused INVALID_ARGUMENT",
     "Heartbeats accepted",
 )
+
+REPRODUCE: Final = "BATTERYOP_PROPERTIES_REPRODUCE"
+"""Set to the `@reproduce_failure(...)` line a failed run printed to replay that example."""
+
+
+def reproduce(printed: str) -> Callable[[type[T]], type[T]] | None:
+    """The `reproduce_failure` decorator a failed run printed (None for an empty string)."""
+    if not printed.strip():
+        return None
+    found = re.search(r"reproduce_failure\((.+)\)", printed)
+    try:
+        version, blob = ast.literal_eval(f"({found.group(1)},)") if found else (None, None)
+    except (SyntaxError, ValueError):
+        version = blob = None
+    if not isinstance(version, str) or not isinstance(blob, bytes):
+        raise ValueError(
+            f"{REPRODUCE} must hold the line a failed run printed, "
+            f"@reproduce_failure('<version>', b'<blob>'); got {printed[:80]!r}"
+        )
+    return reproduce_failure(version, blob)
+
 
 SETTINGS: Final = settings(
     max_examples=FULL_EXAMPLES if FULL else CI_EXAMPLES,
@@ -304,7 +350,7 @@ class Operator:
     deleted_vms: DeletedVMs
     claims: Controller
     lease_reads: LeaseReads
-    slots: ClaimSlots = field(default_factory=lambda: ClaimSlots(3))
+    slots: ClaimSlots
     watched: int = 0
     events_delivered: int = 0  # battery's outbox is replayed whole to a new subscriber
 
@@ -376,16 +422,14 @@ class ClaimsMachine(RuleBasedStateMachine):
         self.fake = await self.stack.enter_async_context(
             FakeBattery.start(hosts={HOST: host.target}, clock=self.clock, timings=TIMINGS)
         )
-        self.ctl = await self.stack.enter_async_context(
-            BatteryClient.connect(battery_config(self.fake.target))
-        )
+        self.ctl = await self.stack.enter_async_context(BatteryClient.connect(self._config()))
         await self.ctl.create_pool(to_battery_spec(Pool.from_dict(self.pool_body), [HOST]))
         await self._settle()
         self.op = self._new_operator()
 
     def _new_operator(self) -> Operator:
         calls = CallLog()
-        client = BatteryClient.connect(battery_config(self.fake.target), observer=calls)
+        client = BatteryClient.connect(self._config(), observer=calls)
         claims = Controller(
             "claims",
             CLAIMS,
@@ -396,12 +440,34 @@ class ClaimsMachine(RuleBasedStateMachine):
         )
         # ListLeases shared as in the Operator; its newest answer serves for 2 s of the model's
         # time, so checks after a short time step take a Lease from an earlier answer.
-        reads = LeaseReads(client, clock=lambda: self.clock.now().timestamp())
-        op = Operator(client, calls, DeletedVMs(self.clock.now), claims, reads)
+        seconds = self._seconds
+        reads = LeaseReads(client, clock=seconds)
+        slots = ClaimSlots(3, clock=seconds)
+        op = Operator(client, calls, DeletedVMs(self.clock.now), claims, reads, slots)
         for body in self.api.objects.values():  # its watch starts with a listing
             claims.observe(None, copy.deepcopy(body))
         op.watched = len(self.api.events)
         return op
+
+    def _config(self) -> BatteryConfig:
+        return dataclasses.replace(battery_config(self.fake.target), call_timeout=CALL_TIMEOUT)
+
+    def _seconds(self) -> float:
+        """The model's clock as the Operator's parts read it (never the machine's)."""
+        return self.clock.now().timestamp()
+
+    def _in_claim_order(
+        self, leases: Iterable[types_pb2.LeaseRecord]
+    ) -> list[types_pb2.LeaseRecord]:
+        """Leases by the claim they were made for, in the order the claims were created, then
+        in the order the model first saw them: battery's lease ids are random UUIDs, so their
+        order would pick a different Lease each time an example is replayed."""
+        claims = {uid: i for i, uid in enumerate(self.names)}
+        seen = {lease_id: i for i, lease_id in enumerate(self.seen)}
+        return sorted(
+            leases,
+            key=lambda rec: (claims.get(rec.request_id, len(claims)), seen.get(rec.lease_id, 0)),
+        )
 
     def teardown(self) -> None:
         self.h.run(self._stop())
@@ -798,7 +864,7 @@ class ClaimsMachine(RuleBasedStateMachine):
         (its answer was lost) answers ABORTED meanwhile (CL-062); a claim recording the Lease
         learns of its end from battery's Events or Heartbeat/ListLeases (CL-012, CL-013)."""
         self._step(f"start deleting ({which})")
-        leases = sorted(self.held.values(), key=lambda rec: rec.lease_id)
+        leases = self._in_claim_order(self.held.values())
         if which == "unrecorded":
             recorded = {_status(body).lease_id for body in self.api.bodies.values()}
             leases = [rec for rec in leases if rec.lease_id not in recorded] or leases
@@ -925,7 +991,8 @@ def test_claim_invariants_hold_through_faults_restarts_and_stale_reads(harness: 
         def __init__(self) -> None:
             super().__init__(harness, stats)
 
+    replay = reproduce(os.environ.get(REPRODUCE, ""))
     try:
-        run_state_machine_as_test(Run, settings=SETTINGS)
+        run_state_machine_as_test(Run if replay is None else replay(Run), settings=SETTINGS)
     finally:
         print(f"\n{stats.summary()}")

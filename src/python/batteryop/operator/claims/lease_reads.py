@@ -114,13 +114,27 @@ class LeaseReads:
             answer.set_result(leases)
             # Calls of one Pool never overlap: this answer is its newest.
             kept = self._recent[pool] = (started, leases)
-            asyncio.get_running_loop().call_later(
-                self._recent_seconds, self._forget_recent, pool, kept
-            )
+            self._arm_forget(pool, kept)
         finally:
             if self._running.get(pool) is answer:
                 del self._running[pool]
 
+    def _arm_forget(self, pool: PoolRef, kept: tuple[float, Sequence[Lease]]) -> None:
+        """Drop `kept` once it is too old to serve, so a Pool that is gone leaves nothing."""
+        left = kept[0] + self._recent_seconds - self._clock()
+        # At least a tenth of the window: a clock that stands still on the boundary (age ==
+        # RECENT_SECONDS still serves) re-arms the timer, and must not spin the loop.
+        asyncio.get_running_loop().call_later(
+            max(left, self._recent_seconds / 10), self._forget_recent, pool, kept
+        )
+
     def _forget_recent(self, pool: PoolRef, kept: tuple[float, Sequence[Lease]]) -> None:
-        if self._recent.get(pool) is kept:  # not a newer answer since
+        if self._recent.get(pool) is not kept:  # a newer answer replaced it
+            return
+        if self._clock() - kept[0] > self._recent_seconds:
             del self._recent[pool]
+        else:
+            # The timer runs on the loop's time, the age on `clock`: an injected clock that
+            # has not moved keeps the answer (what `recent` serves never depends on the loop's
+            # time; the claim property test replays its examples by that).
+            self._arm_forget(pool, kept)

@@ -156,6 +156,25 @@ async def test_the_kept_answer_is_the_newest_and_goes_after_its_time() -> None:
     assert reads.recent(POOL, "l3") is None
 
 
+async def test_with_an_injected_clock_only_that_clock_ages_the_kept_answer() -> None:
+    """What `recent` serves depends on the injected clock alone, never on the loop's time: the
+    claim property test runs on a FakeClock and must replay each example the same way however
+    slowly the machine runs it."""
+    battery = SlowBattery()
+    clock = Clock()
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
+    battery.release.set()
+    battery.leases = [lease("l3")]
+    await reads.list_leases(POOL)
+    await asyncio.sleep(0.12)  # the loop's timer fired (twice): the clock has not moved
+    assert reads.recent(POOL, "l3") == lease("l3")
+    assert reads.recent_answers() == 1
+    clock.now += 0.06
+    assert reads.recent(POOL, "l3") is None  # too old by the clock, timer or not
+    await asyncio.sleep(0.08)  # a whole window: the next timer drops it, nothing stays
+    assert reads.recent_answers() == 0
+
+
 async def test_a_failed_call_keeps_no_answer() -> None:
     battery = SlowBattery()
     battery.fail = BatteryUnavailableError("ListLeases", "UNAVAILABLE", "connection refused")
