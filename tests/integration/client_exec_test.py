@@ -173,7 +173,7 @@ async def test_battery_errors_are_one_line_with_a_nonzero_exit(cli: Cli) -> None
     assert out == ""
     lines = [line for line in err.splitlines() if not line.startswith("battery: waiting:")]
     assert len(lines) == 1, err
-    assert lines[0].startswith("battery: error: Pool nowhere does not exist; deleted claim")
+    assert lines == [f"battery: error: Pool nowhere does not exist in namespace {cli.namespace}"]
     code, out, err = await cli("exec", "no-such-claim", "--", "true")
     assert (code, out) == (EXIT_EXEC_ERROR, "")
     assert err == "battery: error: claim no-such-claim does not exist\n"

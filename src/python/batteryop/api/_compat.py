@@ -3,17 +3,29 @@
 The library packages the client ships (`batteryop.api`, `batteryop.kube`) use `StrEnum` from
 here rather than from `enum`: on 3.11 and newer it *is* `enum.StrEnum`; on 3.10 it is a `str`
 Enum whose `str()` and format are its value, which is all the project relies on. (`datetime.UTC`
-is `UTC` from here, the same object as `datetime.timezone.utc`.)
+is `UTC` from here, the same object as `datetime.timezone.utc`.) Timeouts are caught as
+`TIMEOUT_ERRORS`: from 3.11 `asyncio.TimeoutError` is the built-in `TimeoutError`, but on 3.10
+it is a class of its own (`concurrent.futures.TimeoutError`, not an `OSError`), which is what
+`asyncio.wait_for`, `Future.result(timeout)` and aiohttp's total timeout raise there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import enum
 import sys
+from typing import Final
 
 UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11)
 """`datetime.UTC` of 3.11, the same object."""
+
+# CC-111: one name for a timeout on 3.10 (two classes) and on 3.11 and newer (one).
+TIMEOUT_ERRORS: Final[tuple[type[Exception], ...]] = (
+    TimeoutError,
+    asyncio.TimeoutError,
+)
+"""What a timeout raises on every supported Python: `except TIMEOUT_ERRORS:` (one class from 3.11)."""
 
 if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)
     from enum import StrEnum
@@ -29,4 +41,4 @@ else:  # pragma: no cover - exercised by the wheel test on CPython 3.10
             return str(self.value).__format__(spec)
 
 
-__all__ = ["UTC", "StrEnum"]
+__all__ = ["TIMEOUT_ERRORS", "UTC", "StrEnum"]

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from batteryop.api import names
-from batteryop.api._compat import UTC
+from batteryop.api._compat import TIMEOUT_ERRORS, UTC
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimReason
 from batteryop.api.errors import MalformedObjectError
@@ -90,6 +90,9 @@ LostCallback = Callable[[LeaseLostError], None]
 HostCallback = Callable[[HostNotReadyError], None]
 """Called the first time a held claim's Host reads HostReady=False (CC-013)."""
 
+_GAVE_UP: tuple[type[Exception], ...] = (ClientError, *TIMEOUT_ERRORS)
+"""How a bounded delete may fail: an API error, or its time ran out."""
+
 WATCH_SECONDS = 300
 """Length of one watch request while waiting for Bound; the wait continues across them."""
 
@@ -102,6 +105,8 @@ def _mapped(what: str, claim: str | None = None) -> Iterator[None]:
     except KubeConfigError as e:
         raise ConfigError(f"{what}: {e}", claim=claim) from e
     except KubeError as e:
+        if isinstance(e.__cause__, KubeConfigError):  # e.g. the exec plugin failed (CC-112)
+            raise ConfigError(f"{what}: {e.__cause__}", claim=claim) from e
         detail = e.message or e.reason or "no answer"
         if e.status == 0:
             detail = f"the Kubernetes API is unreachable ({detail})"
@@ -143,6 +148,7 @@ def _load_kube_config(
 @dataclass
 class _BindProgress:
     pending: Pending | None = None
+    wait_for_pool: bool = False
 
 
 class AsyncClient:
@@ -190,6 +196,7 @@ class AsyncClient:
         if self._transport is None and ca is not None:
             self._transport = GrpcExecTransport(ca, open_timeout=self.timeouts.exec_open)
         self._claims: set[AsyncClaim] = set()
+        self._cleanups: set[asyncio.Future[None]] = set()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -203,9 +210,12 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop holding every claim this client returned (without releasing them) and close."""
+        """Stop holding every claim this client returned (without releasing them) and close,
+        after the deletes of claims a cancelled caller gave up on have finished (CC-005)."""
         for claim in list(self._claims):
             await claim.detach()
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=self.timeouts.release)
         if self._transport is not None:
             await self._transport.aclose()
         await self._kube.aclose()
@@ -224,45 +234,51 @@ class AsyncClient:
         on_lost: LostCallback | None = None,
         on_host_not_ready: HostCallback | None = None,
         timeout: float | None = None,
+        wait_for_pool: bool = False,
     ) -> AsyncClaim:
         """A Bound claim on `pool` held for the ServiceAccount `holder`.
 
-        Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, None: forever).
-        When the wait ends without Bound (timeout, cancellation, any error), the claim is
-        deleted before the error is raised: `PoolExhaustedError` if the Pool was exhausted,
-        `PoolNotFoundError` if it did not exist, else `ClaimTimeoutError`.
+        Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, 300 s; None
+        there: forever). A Pool that does not exist fails at once with `PoolNotFoundError`
+        and no claim is left behind (CC-113); with `wait_for_pool` the claim waits for the
+        Pool to appear instead. When the wait ends without Bound (timeout, cancellation, any
+        error), the claim is deleted before the error is raised: `PoolExhaustedError` if the
+        Pool was exhausted, `PoolNotFoundError` if it did not exist, else `ClaimTimeoutError`.
         """
         ns = self.namespace
         body = _core.claim_body(
             ns, pool, holder, name=name, generate_name=generate_name, labels=labels
         )
+        pool_body = None if wait_for_pool else await self._read_pool(pool, None)
+        if pool_body is None and not wait_for_pool:
+            # CC-113: nothing to wait for; say so now instead of waiting out the timeout.
+            raise PoolNotFoundError(f"Pool {pool} does not exist in namespace {ns}")
         with _mapped(f"creating a claim on Pool {pool}"):
             created = _core.parse_claim(await self._kube.create(CLAIMS, body, ns))
         claim_name, uid = created.metadata.name, created.metadata.uid
-        progress = _BindProgress()
+        progress = _BindProgress(wait_for_pool=wait_for_pool)
         limit = self.timeouts.bind if timeout is None else timeout
         held: AsyncClaim | None = None
+        secret_uid: str | None = None
         try:
             # CC-001: the Secret after the claim, owned by it (its uid).
             with _mapped(f"creating Secret {names.exec_secret_name(claim_name)}", claim_name):
                 secret = await self._kube.create(
                     SECRETS, _core.exec_secret_body(claim_name, uid, ns), ns
                 )
+            secret_uid = str(secret["metadata"]["uid"])
             try:
                 bound = await asyncio.wait_for(
                     self._wait_bound(created, on_pending, progress), limit
                 )
-            except TimeoutError:
+            except TIMEOUT_ERRORS:
                 raise self._gave_up(claim_name, pool, limit, progress) from None
-            with _mapped(f"reading Pool {pool}", claim_name):
-                try:
-                    pool_body: dict[str, Any] | None = await self._kube.get(POOLS, pool, ns)
-                except NotFoundError:
-                    pool_body = None
+            if pool_body is None:
+                pool_body = await self._read_pool(pool, claim_name)
             held = AsyncClaim(
                 self,
                 bound,
-                secret_uid=str(secret["metadata"]["uid"]),
+                secret_uid=secret_uid,
                 heartbeat=_core.heartbeat_interval(pool_body),
                 on_lost=on_lost,
                 on_host_not_ready=on_host_not_ready,
@@ -274,8 +290,15 @@ class AsyncClient:
             # CC-005: whoever stops the wait, the claim does not outlive it.
             if held is not None:
                 self._claims.discard(held)
-            await self._delete_shielded(claim_name, uid)
+            await self._delete_shielded(claim_name, uid, secret_uid)
             raise
+
+    async def _read_pool(self, pool: str, claim: str | None) -> dict[str, Any] | None:
+        with _mapped(f"reading Pool {pool}", claim):
+            try:
+                return await self._kube.get(POOLS, pool, self.namespace)
+            except NotFoundError:
+                return None
 
     def _gave_up(
         self, name: str, pool: str, limit: float | None, progress: _BindProgress
@@ -363,6 +386,11 @@ class AsyncClient:
             progress.pending = p
             if on_pending is not None:
                 await _call(on_pending, p)
+        if p is not None and p.reason == ClaimReason.POOL_NOT_FOUND and not progress.wait_for_pool:
+            # CC-113: the Pool went away after the check before the create.
+            raise PoolNotFoundError(
+                f"Pool {claim.spec.pool_name} does not exist; deleted claim {name}", claim=name
+            )
         return None
 
     async def attach(
@@ -428,42 +456,66 @@ class AsyncClient:
         return sorted(infos, key=lambda i: i.name)
 
     async def release(self, name: str) -> bool:
-        """Delete the claim `name` and its Secret; False if it was already gone (CC-021)."""
+        """Delete the claim `name` and its Secret; False if it was already gone (CC-021).
+
+        The claim read here is the one deleted (uid precondition), and its Secret only if
+        that claim owns it: a newer claim of the same name keeps its Secret and tokens.
+        """
         with _mapped(f"deleting claim {name}", name):
             try:
-                await self._kube.delete(CLAIMS, name, self.namespace)
+                claim = await self._kube.get(CLAIMS, name, self.namespace)
             except NotFoundError:
-                gone = True
-            else:
-                gone = False
-            with contextlib.suppress(NotFoundError):
-                await self._kube.delete(SECRETS, names.exec_secret_name(name), self.namespace)
-        return not gone
+                return False
+            uid = str((claim.get("metadata") or {}).get("uid") or "")
+            secret_uid = await self._owned_secret_uid(name, uid)
+        await self._delete(name, uid, secret_uid)
+        return True
+
+    async def _owned_secret_uid(self, name: str, claim_uid: str) -> str | None:
+        """The uid of Secret `<name>-exec` if the claim `claim_uid` owns it, else None."""
+        try:
+            secret = await self._kube.get(SECRETS, names.exec_secret_name(name), self.namespace)
+        except NotFoundError:
+            return None
+        meta = secret.get("metadata") or {}
+        owners = meta.get("ownerReferences") or []
+        if not any(o.get("uid") == claim_uid for o in owners):
+            return None
+        return str(meta.get("uid") or "") or None
 
     # -- the IO a claim does through its client -----------------------------------------------
 
-    async def _delete(self, name: str, uid: str) -> None:
-        """Delete claim `uid` under `name` and its Secret; gone or replaced already is fine."""
+    async def _delete(self, name: str, uid: str, secret_uid: str | None) -> None:
+        """Delete claim `uid` under `name` and its Secret `secret_uid`; gone or replaced
+        already is fine. Both deletes carry a uid precondition, so a newer claim of the same
+        name keeps its Secret, whose deletion would revoke its tokens (CC-021). Without
+        `secret_uid` (never created) the Secret is left to the garbage collector."""
         with _mapped(f"deleting claim {name}", name):
             try:
                 await self._kube.delete(CLAIMS, name, self.namespace, uid=uid)
             except (NotFoundError, ConflictError):
                 pass  # gone, or a newer claim of that name that is not ours
-            with contextlib.suppress(NotFoundError, ConflictError):
-                await self._kube.delete(SECRETS, names.exec_secret_name(name), self.namespace)
+            if secret_uid:
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    await self._kube.delete(
+                        SECRETS, names.exec_secret_name(name), self.namespace, uid=secret_uid
+                    )
 
-    async def _delete_shielded(self, name: str, uid: str) -> None:
-        """`_delete`, finished even if the caller is cancelled meanwhile; failures are logged
-        (the error that stopped the caller is the one raised)."""
+    async def _delete_shielded(self, name: str, uid: str, secret_uid: str | None) -> None:
+        """`_delete`, finished even if the caller is cancelled meanwhile (again and again);
+        failures are logged (the error that stopped the caller is the one raised). `aclose()`
+        waits for a delete its caller stopped waiting for."""
         task = asyncio.ensure_future(
-            asyncio.wait_for(self._delete(name, uid), self.timeouts.release)
+            asyncio.wait_for(self._delete(name, uid, secret_uid), self.timeouts.release)
         )
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(_log_failure)
             raise
-        except (ClientError, TimeoutError) as e:
+        except _GAVE_UP as e:
             log.warning("Could not delete MicroVMClaim %s/%s: %s", self.namespace, name, e)
 
     async def _renew(self, claim: AsyncClaim) -> MicroVMClaim | None:
@@ -641,11 +693,18 @@ class AsyncClaim:
             except ClientError as e:
                 log.warning("Could not renew MicroVMClaim %s/%s: %s", self.namespace, self.name, e)
                 continue  # retried at the next heartbeat
+            except Exception:
+                # Not an API answer (a bug, or a library's own error): the loop must not end
+                # silently and let the lease lapse, so it says so and tries again (CC-010).
+                log.exception("Could not renew MicroVMClaim %s/%s", self.namespace, self.name)
+                continue
             if self._token is not None and self._token.due(datetime.now(UTC)):
                 try:
                     await self.token()  # CC-011
                 except ClientError as e:
                     log.warning("Could not refresh the token of %s: %s", self.name, e)
+                except Exception:
+                    log.exception("Could not refresh the token of %s", self.name)
 
     async def renew(self) -> None:
         """Renew now (the hold loop does this every heartbeat): set `spec.renewTime` (CC-010).
@@ -796,7 +855,7 @@ class AsyncClaim:
             return
         self._released = True
         await self.detach()
-        await self._client._delete_shielded(self.name, self.uid)
+        await self._client._delete_shielded(self.name, self.uid, self.secret_uid)
 
     async def __aenter__(self) -> AsyncClaim:
         return self

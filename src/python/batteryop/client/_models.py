@@ -16,12 +16,13 @@ DEFAULT_TOKEN_EXPIRATION = 600
 class Timeouts:
     """How long the client waits, in seconds (`None`: no limit).
 
-    `bind`: for a new claim to become Bound (then the claim is deleted, CC-005). `request`:
+    `bind`: for a new claim to become Bound (then the claim is deleted, CC-005); five minutes
+    unless set, so a claim that can never bind does not wait forever (CC-113). `request`:
     each Kubernetes API request. `release`: the delete that ends a claim, which runs even after
     the caller was cancelled. `exec_open`: dialling the Exec Agent and opening the stream.
     """
 
-    bind: float | None = None
+    bind: float | None = 300.0
     request: float = 30.0
     release: float = 30.0
     exec_open: float = 10.0

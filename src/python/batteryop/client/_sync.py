@@ -11,6 +11,9 @@ release rules instead of two that could drift (agent-sandbox's sync and async cl
 Callbacks (`on_pending`, `on_lost`, `on_host_not_ready`) run on that thread. A
 `KeyboardInterrupt` while a call blocks cancels the async call and waits (up to
 `Timeouts.release`) for its clean-up, so Ctrl-C during `claim()` still deletes the claim (CC-005).
+`release()` and `close()` are not cancelled by it: they run to their end (within the same
+bound) and the interrupt is raised after. Further interrupts during that wait are ignored, so a
+second Ctrl-C cannot cut a claim's delete short (CC-108).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
+from batteryop.api._compat import TIMEOUT_ERRORS
 from batteryop.client._async import (
     AsyncClaim,
     AsyncClient,
@@ -56,7 +61,9 @@ class _Portal:
         )
         self._thread.start()
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+    def call(self, coro: Coroutine[Any, Any, T], *, finish: bool = False) -> T:
+        """Run `coro` on the loop and return its answer. On `KeyboardInterrupt`, cancel it
+        (with `finish`: let it run on), wait for it to end, then raise the interrupt."""
         done = threading.Event()
 
         async def runner() -> T:
@@ -69,9 +76,20 @@ class _Portal:
         try:
             return future.result()
         except KeyboardInterrupt:
-            future.cancel()  # cancels the task; its clean-up (e.g. deleting a claim) runs
-            done.wait(self._grace)
+            if not finish:
+                future.cancel()  # cancels the task; its clean-up (e.g. deleting a claim) runs
+            self._wait_out(done)
             raise
+
+    def _wait_out(self, done: threading.Event) -> None:
+        """Wait up to the grace period for `done`; interrupts meanwhile do not end the wait."""
+        deadline = time.monotonic() + self._grace
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(KeyboardInterrupt):
+                done.wait(left)
 
     def close(self) -> None:
         """Stop the loop as `asyncio.run` does: what is still running there (gRPC's own call
@@ -80,7 +98,7 @@ class _Portal:
         which the `battery` command would print after the remote command's own stderr."""
         if self.loop.is_closed():
             return
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):  # closing anyway
+        with contextlib.suppress(*TIMEOUT_ERRORS, asyncio.CancelledError):  # closing anyway
             asyncio.run_coroutine_threadsafe(self._drain(), self.loop).result(self._grace)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
@@ -149,8 +167,10 @@ class Client:
     def close(self) -> None:
         """Stop holding every claim (without releasing them) and stop the client's thread."""
         if not self._portal.loop.is_closed():
-            self._portal.call(self._async.aclose())
-            self._portal.close()
+            try:
+                self._portal.call(self._async.aclose(), finish=True)
+            finally:
+                self._portal.close()
 
     def claim(
         self,
@@ -164,6 +184,7 @@ class Client:
         on_lost: LostCallback | None = None,
         on_host_not_ready: HostCallback | None = None,
         timeout: float | None = None,
+        wait_for_pool: bool = False,
     ) -> Claim:
         """See `AsyncClient.claim`."""
         held = self._portal.call(
@@ -177,6 +198,7 @@ class Client:
                 on_lost=on_lost,
                 on_host_not_ready=on_host_not_ready,
                 timeout=timeout,
+                wait_for_pool=wait_for_pool,
             )
         )
         return Claim(self._portal, held)
@@ -203,7 +225,7 @@ class Client:
 
     def release(self, name: str) -> bool:
         """See `AsyncClient.release`."""
-        return self._portal.call(self._async.release(name))
+        return self._portal.call(self._async.release(name), finish=True)
 
 
 class Claim:
@@ -277,7 +299,7 @@ class Claim:
         async def wait() -> LeaseLostError | None:
             try:
                 return await asyncio.wait_for(self._async.wait_lost(), timeout)
-            except TimeoutError:
+            except TIMEOUT_ERRORS:
                 return None
 
         return self._portal.call(wait())
@@ -325,8 +347,10 @@ class Claim:
         user: str = "",
         timeout_seconds: int = 0,
     ) -> ExecResult:
-        """See `AsyncClaim.exec_stream`; `stdin` is read on the client's thread, so a blocking
-        iterable (e.g. a file) is read off the event loop, one chunk at a time."""
+        """See `AsyncClaim.exec_stream`; `stdin` is read on a thread of its own, so a blocking
+        iterable (e.g. a terminal) is read off the event loop, one chunk at a time, and a read
+        still waiting when the remote command exits holds up neither this call nor the
+        process's exit (the thread is a daemon)."""
         source = None if stdin is None else _iterate_in_thread(stdin)
         return self._portal.call(
             self._async.exec_stream(
@@ -342,11 +366,11 @@ class Claim:
         )
 
     def detach(self) -> None:
-        self._portal.call(self._async.detach())
+        self._portal.call(self._async.detach(), finish=True)
 
     def release(self) -> None:
         """See `AsyncClaim.release`."""
-        self._portal.call(self._async.release())
+        self._portal.call(self._async.release(), finish=True)
 
     def __enter__(self) -> Claim:
         return self
@@ -361,9 +385,38 @@ class Claim:
 
 
 async def _iterate_in_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    """`chunks`, read one at a time on a daemon thread when the consumer asks for the next.
+
+    Not `asyncio.to_thread`: the default executor's threads are joined at interpreter exit,
+    so a read blocked on a terminal kept `battery exec -i` alive after the command ended.
+    """
+    loop = asyncio.get_running_loop()
     iterator = iter(chunks)
+    wanted = threading.Semaphore(0)
+    ready: asyncio.Queue[tuple[bytes | None, BaseException | None]] = asyncio.Queue()
+
+    def put(item: tuple[bytes | None, BaseException | None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(ready.put_nowait, item)
+
+    def read() -> None:
+        while True:
+            wanted.acquire()
+            try:
+                chunk = next(iterator, None)
+            except BaseException as e:
+                put((None, e))
+                return
+            put((chunk, None))
+            if chunk is None:
+                return
+
+    threading.Thread(target=read, name="battery-client-stdin", daemon=True).start()
     while True:
-        chunk: bytes | None = await asyncio.to_thread(next, iterator, None)
+        wanted.release()
+        chunk, error = await ready.get()
+        if error is not None:
+            raise error
         if chunk is None:
             return
         yield chunk

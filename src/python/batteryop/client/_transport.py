@@ -29,6 +29,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2,
     microvmexec_pb2_grpc,
 )
+from batteryop.api._compat import TIMEOUT_ERRORS
 from batteryop.client._exceptions import (
     ConfigError,
     ExecPermissionError,
@@ -154,7 +155,7 @@ class GrpcExecTransport:
             # channel that is already connected goes straight on (no task, no timer).
             if channel.get_state() != grpc.ChannelConnectivity.READY:
                 await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
-        except (TimeoutError, grpc.aio.AioRpcError) as e:
+        except (*TIMEOUT_ERRORS, grpc.aio.AioRpcError) as e:
             raise ExecUnavailableError(
                 f"could not connect to the Exec Agent at {address} within "
                 f"{self._open_timeout:g}s (is its certificate signed by the configured CA?)"

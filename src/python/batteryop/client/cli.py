@@ -12,7 +12,9 @@ and small); the spinner shows on a terminal only, elsewhere each pending reason 
 stderr. Every failure is one line on stderr, `battery: error: <cause>`, and a non-zero exit:
 1 for `claim`, `release` and `ls`; 125 for `exec` and `run`, whose other exit codes are the
 remote command's own. Ctrl-C exits 130; during `run` it releases the claim first (CC-005,
-CC-021). No token is ever printed.
+CC-021), and a second Ctrl-C while it does so only says so (CC-108). A claim waits for Bound
+at most `--timeout` seconds (default 300) and fails at once on a Pool that does not exist
+unless `--wait-for-pool` (CC-113). No token is ever printed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rich.table import Table
 
 from batteryop.api.times import format_time
 from batteryop.client._exceptions import ClientError
-from batteryop.client._models import Pending
+from batteryop.client._models import Pending, Timeouts
 from batteryop.client._sync import Claim, Client
 
 EXIT_ERROR = 1
@@ -63,13 +65,18 @@ def _errors(code: int) -> Iterator[None]:
         _fail(f"unexpected {type(e).__name__}: {e}", code)
 
 
-def _client(ctx: click.Context) -> Client:
+def _client(ctx: click.Context, bind_timeout: float | None = None) -> Client:
+    """The client of the global options; `bind_timeout` 0 waits for Bound without limit."""
     opts = ctx.obj
+    timeouts = Timeouts()
+    if bind_timeout is not None:
+        timeouts = Timeouts(bind=bind_timeout or None)
     return Client(
         namespace=opts["namespace"],
         kubeconfig=opts["kubeconfig"],
         context=opts["context"],
         serving_ca=opts["ca"],
+        timeouts=timeouts,
     )
 
 
@@ -110,7 +117,11 @@ def _describe(claim: Claim) -> str:
     show_default=True,
     help="Namespace of the claims and Pools [env BATTERY_NAMESPACE].",
 )
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file [env KUBECONFIG].")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    help="kubeconfig file, or files joined by ':' merged as kubectl does [env KUBECONFIG].",
+)
 @click.option("--context", "kube_context", help="kubeconfig context (default: current).")
 @click.option(
     "--ca",
@@ -127,8 +138,7 @@ def cli(
     ca: str | None,
 ) -> None:
     """Claim warm Firecracker MicroVMs from battery-operator Pools and run commands in them."""
-    if kubeconfig and os.pathsep in kubeconfig:
-        kubeconfig = kubeconfig.split(os.pathsep)[0]
+    # CC-112: a list of files is merged by the library (first file wins per entry).
     ctx.obj = {"namespace": namespace, "kubeconfig": kubeconfig, "context": kube_context, "ca": ca}
 
 
@@ -139,11 +149,17 @@ _HOLDER = click.option(
     show_default=True,
     help="ServiceAccount that holds the claim and may exec in it [env BATTERY_HOLDER].",
 )
-_TIMEOUT = click.option(
+_TIMEOUT = click.option(  # CC-113
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Seconds to wait for Bound before giving up (and deleting the claim).",
+    type=click.FloatRange(min=0),
+    default=Timeouts().bind,
+    show_default=True,
+    help="Seconds to wait for Bound before giving up (and deleting the claim); 0: no limit.",
+)
+_WAIT_FOR_POOL = click.option(  # CC-113
+    "--wait-for-pool",
+    is_flag=True,
+    help="Wait (up to --timeout) for a Pool that does not exist yet, instead of failing.",
 )
 
 
@@ -152,6 +168,7 @@ _TIMEOUT = click.option(
 @_HOLDER
 @click.option("--name", help="Claim name (default: generated from the Pool's).")
 @_TIMEOUT
+@_WAIT_FOR_POOL
 @click.option("--hold", is_flag=True, help="Keep renewing in the foreground until interrupted.")
 @click.pass_context
 def claim(  # CC-102
@@ -159,7 +176,8 @@ def claim(  # CC-102
     pool: str,
     holder: str,
     name: str | None,
-    timeout: float | None,
+    timeout: float,
+    wait_for_pool: bool,
     hold: bool,
 ) -> None:
     """Bind a claim on POOL and print its name.
@@ -168,10 +186,12 @@ def claim(  # CC-102
     (--hold, or a program using the library). `battery release NAME` ends it.
     """
     with _errors(EXIT_ERROR):
-        client = _client(ctx)
+        client = _client(ctx, bind_timeout=timeout)
         try:
             with _progress(pool) as on_pending:
-                held = client.claim(pool, holder, name=name, on_pending=on_pending, timeout=timeout)
+                held = client.claim(
+                    pool, holder, name=name, on_pending=on_pending, wait_for_pool=wait_for_pool
+                )
             click.echo(_describe(held), err=True)
             click.echo(held.name)
             if hold:
@@ -185,9 +205,12 @@ def claim(  # CC-102
 
 
 def _stdin_chunks() -> Iterator[bytes]:
-    stream = sys.stdin.buffer
+    """Our stdin as it comes. Read from the descriptor, not `sys.stdin.buffer`: the read may
+    still be waiting (on a terminal) when the remote command exits and we exit with it, and a
+    thread blocked inside a buffered reader holds its lock, which interpreter shutdown needs."""
+    fd = sys.stdin.fileno()
     while True:
-        chunk = stream.read1(64 * 1024) if hasattr(stream, "read1") else stream.read(64 * 1024)
+        chunk = os.read(fd, 64 * 1024)
         if not chunk:
             return
         yield chunk
@@ -311,6 +334,7 @@ def ls(ctx: click.Context) -> None:  # CC-105
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @_HOLDER
 @_TIMEOUT
+@_WAIT_FOR_POOL
 @_INTERACTIVE
 @click.pass_context
 def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
@@ -318,7 +342,8 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     pool: str,
     command: tuple[str, ...],
     holder: str,
-    timeout: float | None,
+    timeout: float,
+    wait_for_pool: bool,
     interactive: bool,
 ) -> None:
     """Claim a MicroVM from POOL, run COMMAND in it, release it; exit with COMMAND's code.
@@ -327,10 +352,12 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     """
     code = EXIT_EXEC_ERROR
     with _errors(EXIT_EXEC_ERROR):
-        client = _client(ctx)
+        client = _client(ctx, bind_timeout=timeout)
         try:
             with _progress(pool) as on_pending:
-                held = client.claim(pool, holder, on_pending=on_pending, timeout=timeout)
+                held = client.claim(
+                    pool, holder, on_pending=on_pending, wait_for_pool=wait_for_pool
+                )
             with held:  # CC-021: released on the way out, also on Ctrl-C
                 click.echo(_describe(held), err=True)
                 code = _run_in(held, command, interactive)
@@ -339,13 +366,21 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     sys.exit(code)
 
 
-def _terminate(signum: int, frame: object) -> None:
+def _interrupt(signum: int, frame: object) -> None:
+    """The first Ctrl-C (or SIGTERM) stops the command, and the clean-up (releasing a claim)
+    begins; from then on a signal only says that it is under way (CC-108)."""
+    signal.signal(signal.SIGINT, _patience)
+    signal.signal(signal.SIGTERM, _patience)
     raise KeyboardInterrupt
+
+
+def _patience(signum: int, frame: object) -> None:
+    click.echo("battery: interrupted; cleaning up, please wait", err=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: run the CLI; Ctrl-C and SIGTERM end it with 130 after clean-up."""
-    signal.signal(signal.SIGTERM, _terminate)
+    before = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         cli.main(args=argv, prog_name="battery", standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -355,6 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("battery: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for sig, handler in before.items():  # main() may run inside another program
+            signal.signal(sig, handler)
     sys.exit(0)
 
 

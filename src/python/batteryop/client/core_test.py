@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from batteryop.api import names, samples
+from batteryop.api._compat import UTC  # 3.10 too (pythons_test)
 from batteryop.client import _core
 from batteryop.client._models import Pending
 

@@ -5,12 +5,13 @@ and stops when the lease is lost."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
 
 from batteryop.api import samples
+from batteryop.api._compat import UTC  # 3.10 too (pythons_test)
 from batteryop.api.claim import MicroVMClaim
 from batteryop.client import AsyncClaim, AsyncClient, HostNotReadyError, LeaseLostError, _core
 

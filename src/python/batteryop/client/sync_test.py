@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -42,3 +45,35 @@ def test_a_call_returns_the_coroutines_answer_and_raises_its_error() -> None:
             portal.call(fail())
     finally:
         portal.close()
+
+
+STDIN_NEVER_ENDS = """
+import asyncio, os, threading
+from batteryop.client._sync import _Portal, _iterate_in_thread
+r, w = os.pipe()  # nothing is ever written: a read blocks as on a quiet terminal
+started = threading.Event()
+def chunks():
+    started.set()
+    yield os.read(r, 10)
+async def start():
+    return asyncio.ensure_future(_iterate_in_thread(chunks()).__anext__())
+portal = _Portal(grace=5)
+portal.call(start())
+assert started.wait(10)
+portal.close()  # the remote command exited: the read is still waiting
+print("closed", flush=True)
+"""
+
+
+@pytest.mark.req("CC-103")
+def test_a_stdin_read_still_waiting_does_not_hold_up_the_exit() -> None:
+    """`battery exec -i` hung after the remote command exited: stdin was read on the default
+    executor, whose threads the interpreter joins at exit."""
+    done = subprocess.run(
+        [sys.executable, "-c", STDIN_NEVER_ENDS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr

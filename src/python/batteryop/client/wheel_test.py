@@ -37,7 +37,7 @@ def make_venv(python: Path, where: Path) -> Path:
     return where / "bin"
 
 
-def pip_install(bin_dir: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
+def pip_install(bin_dir: Path, wheel: Path, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             str(bin_dir / "python"),
@@ -46,6 +46,7 @@ def pip_install(bin_dir: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
             "install",
             "--disable-pip-version-check",
             str(wheel),
+            *more,
         ],
         capture_output=True,
         text=True,

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import aiohttp
 
+from batteryop.api._compat import TIMEOUT_ERRORS
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import (
     UNAVAILABLE_STATUS,
@@ -33,6 +34,7 @@ from batteryop.kube.errors import (
     UnauthorizedError,
     from_response,
 )
+from batteryop.kube.exec_plugin import ExecCredential
 from batteryop.kube.resources import SELF_SUBJECT_ACCESS_REVIEWS, Resource
 
 Object: TypeAlias = dict[str, Any]
@@ -56,6 +58,13 @@ PATCH_CONTENT_TYPES: Final[dict[str, str]] = {
     "apply": "application/apply-patch+yaml",
 }
 
+_TRANSPORT_ERRORS: Final[tuple[type[Exception], ...]] = (
+    aiohttp.ClientError,
+    OSError,
+    *TIMEOUT_ERRORS,
+)
+"""What aiohttp may raise instead of giving an answer; each becomes `KubeUnavailableError`."""
+
 DEFAULT_PAGE_SIZE: Final = 500
 """Objects per page of `list` (as kubectl); `list` always returns every page."""
 
@@ -77,6 +86,10 @@ class KubeClient:
         # Built now, so bad certificates fail at start, not at the first request.
         self._ssl = config.ssl_context() if self._base.startswith("https://") else None
         self._session: aiohttp.ClientSession | None = None
+        # An exec plugin's client certificate is in the session's TLS context: a new
+        # certificate gets a new session; the old one closes with the client (CC-112).
+        self._session_cred: ExecCredential | None = None
+        self._retired: list[aiohttp.ClientSession] = []
         self._closed = False
 
     async def __aenter__(self) -> KubeClient:
@@ -94,8 +107,10 @@ class KubeClient:
         """Close the session; later requests fail with `KubeUnavailableError`."""
         self._closed = True
         session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        retired, self._retired = self._retired, []
+        for old in [*retired, session]:
+            if old is not None:
+                await old.close()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -181,16 +196,10 @@ class KubeClient:
         if resource_version:
             params["resourceVersion"] = resource_version
         path = res.api_path(namespace)
-        headers: dict[str, str] = {}
-        token = self.config.bearer_token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
         try:
-            session = self._open_session()
-            async with session.get(
-                self._base + path, params=params, headers=headers, timeout=timeout
-            ) as resp:
+            resp = await self._open_watch(path, params, timeout)
+            async with resp:
                 if resp.status >= 400:
                     raw = await resp.read()
                     try:
@@ -215,11 +224,25 @@ class KubeClient:
                             int(obj.get("code") or 500), obj, verb="watch", path=path
                         )
                     yield kind, obj
-        except (aiohttp.ClientError, OSError) as e:
-            reason = "Timeout" if isinstance(e, TimeoutError) else "ConnectionFailed"
+        except _TRANSPORT_ERRORS as e:
+            reason = "Timeout" if isinstance(e, TIMEOUT_ERRORS) else "ConnectionFailed"
             raise KubeUnavailableError(
                 UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb="watch", path=path
             ) from e
+
+    async def _open_watch(
+        self, path: str, params: Mapping[str, str], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        session, headers, cred = await self._login("watch", path)
+        resp = await session.get(self._base + path, params=params, headers=headers, timeout=timeout)
+        if resp.status == 401 and self._refused(cred):
+            # The exec plugin's credential was refused: once more with a new one (CC-112).
+            resp.release()
+            session, headers, _ = await self._login("watch", path)
+            resp = await session.get(
+                self._base + path, params=params, headers=headers, timeout=timeout
+            )
+        return resp
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -356,7 +379,50 @@ class KubeClient:
 
     # -- the one place requests are made ------------------------------------------------------
 
-    def _open_session(self) -> aiohttp.ClientSession:
+    async def _login(
+        self, verb: str, path: str
+    ) -> tuple[aiohttp.ClientSession, dict[str, str], ExecCredential | None]:
+        """The session and headers of one request, with the credential it carries: the exec
+        plugin's (run when none is kept or it expired, CC-112), else the config's token."""
+        headers: dict[str, str] = {}
+        cred: ExecCredential | None = None
+        try:
+            plugin = self.config.exec_plugin
+            if plugin is not None:
+                cred = await plugin.acredential()
+                token = cred.token
+            else:
+                token = self.config.bearer_token()
+            session = self._open_session(cred)
+        except KubeConfigError as e:
+            raise UnauthorizedError(
+                UNAVAILABLE_STATUS, "Unauthorized", str(e), verb=verb, path=path
+            ) from e
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return session, headers, cred
+
+    def _refused(self, cred: ExecCredential | None) -> bool:
+        """After a 401: forget the exec plugin's credential `cred`; whether to try again."""
+        plugin = self.config.exec_plugin
+        if plugin is None or cred is None:
+            return False
+        plugin.invalidate(cred)
+        return True
+
+    def _open_session(self, cred: ExecCredential | None = None) -> aiohttp.ClientSession:
+        if (
+            cred is not None
+            and cred.cert_data is not None
+            and cred is not self._session_cred
+            and self._base.startswith("https://")
+        ):
+            # A (new) client certificate from the exec plugin: a session that presents it.
+            self._ssl = self.config.ssl_context(cred)
+            self._session_cred = cred
+            if self._session is not None:
+                self._retired.append(self._session)
+                self._session = None
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
             self._session = aiohttp.ClientSession(
@@ -381,33 +447,20 @@ class KubeClient:
             raise KubeUnavailableError(
                 UNAVAILABLE_STATUS, "ClientClosed", "the client is closed", verb=verb, path=path
             )
-        headers: dict[str, str] = {}
-        try:
-            token = self.config.bearer_token()
-        except KubeConfigError as e:
-            raise UnauthorizedError(
-                UNAVAILABLE_STATUS, "Unauthorized", str(e), verb=verb, path=path
-            ) from e
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         data: bytes | None = None
         if body is not None:
             data = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        try:
-            session = self._open_session()
-            async with session.request(
-                method, self._base + path, params=params, data=data, headers=headers
-            ) as resp:
-                status = resp.status
-                raw = await resp.read()
-                retry_after = resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, OSError) as e:
-            # TimeoutError is an OSError; aiohttp's own timeouts subclass it.
-            reason = "Timeout" if isinstance(e, TimeoutError) else "ConnectionFailed"
-            raise KubeUnavailableError(
-                UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb=verb, path=path
-            ) from e
+        for attempt in (1, 2):
+            session, headers, cred = await self._login(verb, path)
+            if data is not None:
+                headers["Content-Type"] = content_type
+            status, raw, retry_after = await self._send(
+                session, verb, method, path, params, data, headers
+            )
+            # A 401 means nothing was done: with an exec plugin's credential, try once more
+            # with a new one (CC-112).
+            if not (status == 401 and attempt == 1 and self._refused(cred)):
+                break
         try:
             parsed: Any = json.loads(raw) if raw else None
         except ValueError:
@@ -426,6 +479,30 @@ class KubeClient:
                 status, "InvalidResponse", "the answer is not a JSON object", verb=verb, path=path
             )
         return parsed
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        verb: str,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        data: bytes | None,
+        headers: dict[str, str],
+    ) -> tuple[int, bytes, str | None]:
+        """One request; its status, body and Retry-After. aiohttp's errors become ours."""
+        try:
+            async with session.request(
+                method, self._base + path, params=params, data=data, headers=headers
+            ) as resp:
+                return resp.status, await resp.read(), resp.headers.get("Retry-After")
+        except _TRANSPORT_ERRORS as e:
+            # aiohttp's total timeout raises asyncio.TimeoutError: the built-in TimeoutError
+            # (an OSError) from 3.11, a class of its own on 3.10 (the client wheel runs there).
+            reason = "Timeout" if isinstance(e, TIMEOUT_ERRORS) else "ConnectionFailed"
+            raise KubeUnavailableError(
+                UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb=verb, path=path
+            ) from e
 
 
 def _body_namespace(res: Resource, body: Mapping[str, Any]) -> str | None:

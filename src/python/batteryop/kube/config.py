@@ -11,8 +11,9 @@ for every request, so a token the kubelet rotated is used as soon as it is writt
 
 Supported kubeconfig fields: `server`, `certificate-authority(-data)`,
 `insecure-skip-tls-verify`, `client-certificate(-data)`, `client-key(-data)`, `token`,
-`tokenFile`; relative paths are relative to the file that names them. Exec plugins, auth
-providers and basic auth are refused with `KubeConfigError` rather than silently ignored.
+`tokenFile`, and `exec` credential plugins (`batteryop.kube.exec_plugin`: EKS, GKE, AKS, OIDC
+logins; CC-112); relative paths are relative to the file that names them. Auth providers and
+basic auth are refused with `KubeConfigError` rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import yaml
 
 from batteryop.api._compat import UTC
 from batteryop.kube.errors import KubeConfigError
+from batteryop.kube.exec_plugin import ExecCredential, ExecPlugin
 
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a Pod's ServiceAccount token, CA and namespace are mounted."""
@@ -47,7 +49,9 @@ class KubeConfig:
     """The API server's URL, the CA to trust, and the client's credentials.
 
     `ca_data`, `cert_data` and `key_data` are PEM. `token_file` wins over `token` and is read
-    per request. `insecure` turns off server certificate checks (never in production).
+    per request. `exec_plugin`, when set, gives the token or client certificate instead
+    (kept until it expires). `insecure` turns off server certificate checks (never in
+    production).
     """
 
     server: str
@@ -57,6 +61,7 @@ class KubeConfig:
     cert_data: bytes | None = None
     key_data: bytes | None = field(default=None, repr=False)
     insecure: bool = False
+    exec_plugin: ExecPlugin | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.server.startswith(("https://", "http://")):
@@ -67,7 +72,10 @@ class KubeConfig:
     # -- credentials -------------------------------------------------------------------------
 
     def bearer_token(self) -> str | None:
-        """The token to send now: the token file's current content, else `token`."""
+        """The token to send now: the exec plugin's, the token file's current content, else
+        `token`."""
+        if self.exec_plugin is not None:
+            return self.exec_plugin.credential().token
         if self.token_file:
             try:
                 token = Path(self.token_file).read_text(encoding="utf-8").strip()
@@ -80,20 +88,24 @@ class KubeConfig:
             return token
         return self.token or None
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """A TLS client context trusting `ca_data` (else the system CAs), with the client cert.
+    def ssl_context(self, credential: ExecCredential | None = None) -> ssl.SSLContext:
+        """A TLS client context trusting `ca_data` (else the system CAs), with the client cert
+        (an exec plugin's `credential`, when it carries one, instead of `cert_data`).
 
         `ssl` loads a certificate chain only from files, so the certificate and key are
         written to a private (0700) temporary directory for the duration of the call.
         """
+        cert_data, key_data = self.cert_data, self.key_data
+        if credential is not None and credential.cert_data is not None:
+            cert_data, key_data = credential.cert_data, credential.key_data
         try:
             ctx = ssl.create_default_context(
                 cadata=self.ca_data.decode("ascii") if self.ca_data else None
             )
-            if self.cert_data is not None and self.key_data is not None:
+            if cert_data is not None and key_data is not None:
                 with tempfile.TemporaryDirectory(prefix="batteryop-kube-") as tmp:
-                    cert = _write_private(Path(tmp, "client.crt"), self.cert_data)
-                    key = _write_private(Path(tmp, "client.key"), self.key_data)
+                    cert = _write_private(Path(tmp, "client.crt"), cert_data)
+                    key = _write_private(Path(tmp, "client.key"), key_data)
                     ctx.load_cert_chain(cert, key)
         except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
             raise KubeConfigError(self.server, f"unusable CA or client certificate: {e}") from e
@@ -104,7 +116,10 @@ class KubeConfig:
 
     def login_expiry(self) -> datetime.datetime | None:
         """When a login with these credentials should be made again: a token file's token
-        expires (its `exp` claim, read now); anything else does not."""
+        expires (its `exp` claim, read now), an exec plugin's credential at its expiry;
+        anything else does not."""
+        if self.exec_plugin is not None:
+            return self.exec_plugin.credential().expires_at
         token = self.bearer_token()
         return token_expiry(token) if self.token_file and token else None
 
@@ -143,19 +158,17 @@ class KubeConfig:
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeConfig:
         """The `context` (default: current-context) of the kubeconfig at `path`.
 
-        Without `path`, $KUBECONFIG (a list of files joined by the path separator, merged as
-        kubectl does: the first file to name an entry or a current-context wins), else
-        ~/.kube/config.
+        Without `path`, $KUBECONFIG, else ~/.kube/config. `path` or $KUBECONFIG may be a list
+        of files joined by the path separator, merged as kubectl does: the first file to name
+        an entry (cluster, user, context) or a current-context wins, and missing files of the
+        list are skipped (CC-112).
         """
-        if path is not None:
-            files = [Path(path).expanduser()]
-        else:
-            env = os.environ.get("KUBECONFIG", "")
-            files = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-            files = files or [Path(DEFAULT_KUBECONFIG).expanduser()]
+        listed = os.environ.get("KUBECONFIG", "") if path is None else path
+        files = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+        files = files or [Path(DEFAULT_KUBECONFIG).expanduser()]
         merged = _Merged()
         for f in files:
-            if path is None and len(files) > 1 and not f.exists():
+            if len(files) > 1 and not f.exists():
                 continue  # kubectl skips missing entries of a KUBECONFIG list
             merged.add(f, _read_yaml(f))
         return merged.config(cls, context, source=os.pathsep.join(str(f) for f in files))
@@ -219,11 +232,16 @@ class _Merged:
         server = str(cluster.get("server") or "")
         if not server:
             raise KubeConfigError(source, f"cluster of context {name!r} has no server")
-        for unsupported in ("exec", "auth-provider", "username"):
+        for unsupported in ("auth-provider", "username"):
             if user.get(unsupported):
                 raise KubeConfigError(
                     source, f"user of context {name!r}: {unsupported} is not supported"
                 )
+        plugin = None
+        if user.get("exec"):  # CC-112
+            if not isinstance(user["exec"], Mapping):
+                raise KubeConfigError(source, f"user of context {name!r}: exec is not a mapping")
+            plugin = ExecPlugin(user["exec"], source=source, base_dir=user_dir, cluster=cluster)
         token_file = user.get("tokenFile")
         return cls(
             server=server,
@@ -233,6 +251,7 @@ class _Merged:
             cert_data=_data_or_file(user, "client-certificate", user_dir, source),
             key_data=_data_or_file(user, "client-key", user_dir, source),
             insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+            exec_plugin=plugin,
         )
 
 

@@ -90,6 +90,7 @@ async def test_kubeconfig_paths_are_relative_to_the_file_and_token_files_are_rea
     assert await whoami(config) == f"system:serviceaccount:{namespace}:robot"
 
 
+@pytest.mark.req("CC-112")
 def test_kubeconfig_lists_merge_with_the_first_file_winning(
     controlplane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,6 +110,9 @@ def test_kubeconfig_lists_merge_with_the_first_file_winning(
     other = KubeConfig.from_kubeconfig(context="other")
     # The context and cluster come from the second file, the user "user" from the first.
     assert (other.server, other.token) == ("https://other.example:6443", "first-token")
+    # CC-112: the same list given as the path (the `battery --kubeconfig` value) merges alike.
+    listed = KubeConfig.from_kubeconfig(os.pathsep.join(files))
+    assert (listed.server, listed.token) == (controlplane.url, "first-token")
 
 
 def test_without_kubeconfig_set_the_home_file_is_read(
@@ -128,7 +132,7 @@ def test_without_kubeconfig_set_the_home_file_is_read(
 @pytest.mark.parametrize(
     ("user", "problem"),
     [
-        ({"exec": {"command": "aws"}}, "exec is not supported"),
+        ({"exec": {"command": "aws"}}, "exec plugin 'aws': apiVersion '\\(none\\)'"),
         ({"auth-provider": {"name": "oidc"}}, "auth-provider is not supported"),
         ({"client-certificate-data": "not base64!"}, "not base64"),
     ],
