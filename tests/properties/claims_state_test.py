@@ -114,7 +114,7 @@ from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.operator.runtime import Controller
-from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
+from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings, WaitTimeoutError
 from batteryop.testing.fake_battery.store import Phase
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder, merge_patch
@@ -136,6 +136,7 @@ STEPS: Final = 60 if FULL else 40  # rules per example, at most
 # test whose draws change), so no deadline may decide an outcome. Only the model's clock does.
 WAIT: Final = 120.0  # seconds: bound on waiting for the fake battery to refill the Pool
 CALL_TIMEOUT: Final = timedelta(seconds=120)  # the Operator's battery calls
+NUDGE: Final = 5.0  # seconds the Pool may stay short before battery is asked for a pass
 HOST: Final = "host-a"
 POOL: Final = "pool"
 POOL_SIZE: Final = 3
@@ -482,13 +483,28 @@ class ClaimsMachine(RuleBasedStateMachine):
             await self.stack.aclose()
 
     async def _settle(self) -> None:
-        """Wait until battery refilled the Pool, so every example replays the same way."""
+        """Wait until battery refilled the Pool, so every example replays the same way.
+
+        A provision can fail on the machine's time (flintlockd not reached in time when the
+        machine is starved); battery tries again at its next tick, which the model's clock may
+        never reach. So while the Pool stays short, battery is asked for that pass now, every
+        `NUDGE` seconds: a pass only tops the Pool up, which is what the model waits for."""
         key = (self.namespace, POOL)
-        await self.fake.wait_for(
-            lambda: self.fake.store.counts(key).available >= POOL_SIZE,
-            within=WAIT,
-            what=f"{POOL_SIZE} available MicroVMs in {self.pool_ref}",
-        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            try:
+                await self.fake.wait_for(
+                    lambda: self.fake.store.counts(key).available >= POOL_SIZE,
+                    within=min(NUDGE, max(deadline - loop.time(), 0.0)),
+                    what=f"{POOL_SIZE} available MicroVMs in {self.pool_ref}",
+                )
+                return
+            except WaitTimeoutError:
+                if loop.time() >= deadline:
+                    raise
+                self.stats.seen["settle:battery asked for another pass"] += 1
+                self.fake.notify(key, "tick")
 
     def _step(self, what: str) -> None:
         self.stats.steps += 1

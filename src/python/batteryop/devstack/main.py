@@ -8,7 +8,9 @@
 (`batteryop.devstack.stack`) with a progress display, applies the demo Pool, runs the demo
 through the `battery` CLI of the client wheel (`demo`), prints each step's time and how to use
 `kubectl` and `battery` against the stack, and waits. Ctrl-C (SIGINT), SIGTERM or `down` stop
-every process and remove the state directory; the log folder stays. Exit codes: 0 after a
+every process and remove the state directory; the log folder stays. Should the stack be killed
+before it is done (Pants kills what `run` runs a while after Ctrl-C; `kill -9`), its reaper
+does the same (`batteryop.devstack.reaper`). Exit codes: 0 after a
 clean stop, 1 when the stack or the demo failed (one line naming the cause, and the log
 folder), 2 on bad arguments.
 """
@@ -29,7 +31,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from batteryop.devstack import demo
+from batteryop.devstack import demo, reaper
 from batteryop.devstack.artifacts import Artifacts, ArtifactsError
 from batteryop.devstack.processes import ComponentError
 from batteryop.devstack.stack import Stack
@@ -144,6 +146,8 @@ async def up(args: argparse.Namespace, console: Console) -> int:
         return 1
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = (args.log_dir or DEFAULT_LOG_ROOT / stamp).resolve()
+    # Before anything else starts: whatever ends this process, the reaper cleans up after it.
+    guard = reaper.start(state, log_dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -161,7 +165,7 @@ async def up(args: argparse.Namespace, console: Console) -> int:
             client_venv=not args.no_demo,
             progress=live or LineProgress(),
         )
-        state.write_state(log_dir=str(log_dir))
+        state.write_state(log_dir=str(log_dir), reaper=guard.pid, reaper_started=guard.started)
         console.print(f"devstack: starting; logs in {log_dir}")
         if live is not None:
             live.live.start()

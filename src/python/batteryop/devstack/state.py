@@ -155,17 +155,18 @@ class StateDir:
         self.write_state()
         return cleaned
 
-    def remove(self) -> list[str]:
-        """Kill every recorded process still running and delete the directory."""
+    def remove(self, left_by: str = "an earlier run") -> list[str]:
+        """Kill every recorded process still running and delete the directory. Returns what
+        was cleaned up, one line each, naming `left_by` as what left it."""
         cleaned = []
         for proc in self.recorded():
             if proc.alive():
                 proc.kill()
-                cleaned.append(f"killed {proc.name} (pid {proc.pid}) left by an earlier run")
+                cleaned.append(f"killed {proc.name} (pid {proc.pid}) left by {left_by}")
         if self.path.exists():
             shutil.rmtree(self.path, ignore_errors=True)
             if not cleaned:
-                cleaned.append(f"removed {self.path} left by an earlier run")
+                cleaned.append(f"removed {self.path} left by {left_by}")
         return cleaned
 
     def down(self, timeout: float = DOWN_TIMEOUT_SECONDS) -> str:
