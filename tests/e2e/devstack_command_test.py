@@ -1,5 +1,6 @@
-"""The stack's command as a user runs it: a crash (kill -9) is cleaned up by the next start, and
-Ctrl-C stops every process and leaves nothing but the log folder.
+"""The stack's command as a user runs it: a crash (kill -9 of the stack and its reaper) is cleaned
+up by the next start, and SIGINT stops every process and leaves nothing but the log folder.
+(readme_command_test runs the README's command through Pants in a terminal.)
 
 The command runs with its own TMPDIR, so whatever it or its processes put into a temporary
 directory is seen here too.
@@ -69,7 +70,12 @@ async def test_a_crashed_stack_is_cleaned_up_by_the_next_start_and_ctrl_c_leaves
     await read_until(first, "devstack: up in")
     left = list(StateDir(state).recorded())
     assert {r.name for r in left} >= {"operator", "battery", "csr-approver", "host-registry"}, left
-    first.kill()  # kill -9: nothing of it gets to clean up
+    reaper = (StateDir(state).read() or {}).get("reaper")
+    assert isinstance(reaper, int), "the stack records its reaper"
+    # kill -9 of the stack and of its reaper (a stack alone killed is cleaned up by its reaper:
+    # reaper_test): nothing of it gets to clean up.
+    os.kill(reaper, signal.SIGKILL)
+    first.kill()
     await first.wait()
     assert any(r.alive() for r in left), "kill -9 should leave its processes running"
 
