@@ -2,8 +2,8 @@
 stops it: Ctrl-C, Ctrl-C twice, or SIGTERM. Each time every process ends and nothing is left
 but the log folder.
 
-The sandbox Pants gives this test is a copy of the repository (`//:whole-repository`), so the
-command runs there as in a fresh clone: `./pants` with a pantsd of its own, which builds the
+The sandbox Pants gives this test holds a copy of the repository (`//:whole-repository`, under
+`repository/`), where the command runs as in a fresh clone: `./pants` with a pantsd of its own, which builds the
 pexes and runs the stack as `pants run` does for a user. It runs in a pseudo-terminal whose
 foreground process group is the command, as a shell's job is: Ctrl-C is the byte 0x03 typed
 into the terminal, and the terminal driver sends SIGINT to that group; nothing here signals the
@@ -40,7 +40,7 @@ CTRL_C = b"\x03"
 
 
 def readme_main_command() -> str:
-    text = Path("README.md").read_text()
+    text = Path("repository/README.md").read_text()
     block = re.search(r"## Setup: two commands\s+```bash\n(.*?)```", text, re.S)
     assert block, "README.md has no 'Setup: two commands' bash block"
     return next(line.strip() for line in block.group(1).splitlines() if line.strip())
@@ -49,7 +49,7 @@ def readme_main_command() -> str:
 class Terminal:
     """A command on a pseudo-terminal, as its foreground job; what it prints is kept."""
 
-    def __init__(self, command: str, env: dict[str, str]) -> None:
+    def __init__(self, command: str, env: dict[str, str], cwd: Path) -> None:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
         self.popen = subprocess.Popen(
@@ -58,6 +58,7 @@ class Terminal:
             stdout=slave,
             stderr=slave,
             env=env,
+            cwd=cwd,
             start_new_session=True,  # a session of its own, the terminal its controlling one
             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
@@ -136,8 +137,8 @@ async def ended(pid: int, timeout: float) -> None:
 
 @pytest.fixture(scope="module")
 def repository() -> Iterator[Path]:
-    """The sandbox (a copy of the repository); its pantsd is stopped when the module ends."""
-    root = Path.cwd()
+    """The copy of the repository; its pantsd is stopped when the module ends."""
+    root = Path("repository").resolve()
     assert (root / "pants").is_file() and (root / "pants.toml").is_file(), "not a repository copy"
     # A clone has a commit: the release targets take their version from it.
     git = ["git", "-c", "user.name=readme-test", "-c", "user.email=readme-test@localhost"]
@@ -168,7 +169,7 @@ class Run:
         self.state = StateDir(tmp / DEFAULT_STATE_DIR.name)
         self.logs_before = set((repository / ".devstack/logs").glob("*"))
         self.repository = repository
-        self.terminal = Terminal(readme_main_command(), env)
+        self.terminal = Terminal(readme_main_command(), env, cwd=repository)
         self.processes: list[Recorded] = []
         self.reaper: int | None = None
 
@@ -207,7 +208,7 @@ async def test_ctrl_c_in_a_terminal_stops_the_readme_command_and_leaves_only_log
     run = Run(repository, tmp_path / "tmp")
     try:
         await run.until_running()
-        assert "demo: $ battery run" in run.terminal.text, run.terminal.text[-3000:]
+        assert "demo: $ battery exec" in run.terminal.text, run.terminal.text[-3000:]
         run.terminal.type(CTRL_C)
         await run.assert_nothing_left()
         assert "devstack: stopped and cleaned up" in run.terminal.text, run.terminal.text[-3000:]
