@@ -116,6 +116,8 @@ class ClaimReason(StrEnum):
     """Bound=False while Pending: the Pool is being deleted, so no ClaimVM (CL-063)."""
     CLAIM_ABORTED = "ClaimAborted"
     """Bound=False while Pending: battery answered ABORTED (CL-062)."""
+    HOST_CORDONED = "HostCordoned"
+    """Bound=False while Pending: ClaimVM answered only on cordoned Hosts (CL-103, CL-104)."""
     BATTERY_UNAVAILABLE = "BatteryUnavailable"
     """Bound=False while Pending, or Synced=False: a call failed in transit (CL-007, CL-040)."""
     LEASE_EXPIRED = "LeaseExpired"

@@ -27,9 +27,12 @@ second one (CL-061). The guard:
    still lease a MicroVM, which then holds the Pool's deletion like any Bound claim.
 3. Take a ClaimVM slot (`deps.claim_slots`); if none is free, queue again after the slot wait
    and end, so the worker serves renewals meanwhile (CL-018).
-4. ClaimVM(Pool, request_id = uid). On success write the lease id, MicroVM uid, Host name as
-   node name, bind time, observedRenewTime = spec.renewTime (so the bind itself is not taken
-   for a renewal) and no expiry, phase Bound, Bound=True (CL-002), and only an id from this
+4. ClaimVM(Pool, request_id = uid), through `cordoned.claim_off_cordoned`: an answer on a Host
+   whose cached Node is cordoned is given back with ReleaseVM and claimed again, a few times
+   at most (CL-103; the one battery call before the status write that CL-002 allows). On
+   success write the lease id, MicroVM uid, Host name as node name, bind time,
+   observedRenewTime = spec.renewTime (so the bind itself is not taken for a renewal) and no
+   expiry, phase Bound, Bound=True (CL-002), and only an id from this
    answer (CL-008), in the locked write; then stop the chain: no other battery call comes
    before the status write (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
    it lands, the Lease exists only in battery: that window is what CL-061 closes, and
@@ -37,8 +40,9 @@ second one (CL-061). The guard:
    landed (`EXPIRY_READ_DELAY_SECONDS`, zero) to read its expiry (CL-016): a client counts a
    claim usable only once its expiry is recorded, so every second of delay here is a second
    of every claim's latency.
-5. PoolExhausted, NotFound, in transit, ABORTED: handed to `pending` (CL-003, CL-004, CL-007,
-   CL-062). Any other error: the phase stays, `synced` reports BatteryError and backs off.
+5. PoolExhausted, NotFound, in transit, ABORTED, only cordoned Hosts or a failed give-back:
+   handed to `pending` (CL-003, CL-004, CL-007, CL-062, CL-103, CL-104). Any other error:
+   the phase stays, `synced` reports BatteryError and backs off.
 """
 
 from __future__ import annotations
@@ -57,6 +61,12 @@ from batteryop.battery.errors import (
     ClaimAbortedError,
     NotFoundError,
     PoolExhaustedError,
+)
+from batteryop.battery.models import ClaimedVM
+from batteryop.operator.claims.cordoned import (
+    CordonedHostsError,
+    GiveBackFailedError,
+    claim_off_cordoned,
 )
 from batteryop.operator.claims.scope import ClaimScope, PendingCause
 
@@ -127,8 +137,23 @@ async def bind(scope: ClaimScope) -> None:
         if not acquired:  # taken during the read
             _wait_for_slot(scope)
             return
+        given_back: list[ClaimedVM] = []
         try:
-            claimed = await scope.deps.battery.claim_vm(pool.ref, request_id=uid)  # CL-060
+            claimed = await claim_off_cordoned(  # CL-060, CL-103
+                scope.deps.battery,
+                pool.ref,
+                request_id=uid,
+                node=scope.deps.node,
+                given_back=given_back,
+            )
+        except CordonedHostsError as err:
+            scope.answered("ReleaseVM")
+            scope.pending = PendingCause(ClaimReason.HOST_CORDONED, str(err))  # CL-103
+            return
+        except GiveBackFailedError as err:
+            scope.failed(err.error)
+            scope.pending = PendingCause(ClaimReason.HOST_CORDONED, str(err))  # CL-104
+            return
         except PoolExhaustedError as err:
             scope.answered(err.rpc, err)
             scope.pending = PendingCause(  # CL-003
@@ -158,6 +183,12 @@ async def bind(scope: ClaimScope) -> None:
             scope.logger.warning("ClaimVM failed", extra=scope.log_extra(error=str(err)))
             scope.stop()
             return
+        finally:
+            for back in given_back:
+                scope.logger.info(
+                    "Gave back a MicroVM on a cordoned Host",
+                    extra=scope.log_extra(microvm=back.vm_uid, node=back.host.name),
+                )
     scope.answered("ClaimVM")
 
     node = claimed.host.name

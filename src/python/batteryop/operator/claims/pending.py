@@ -8,6 +8,8 @@ Takes `bind`'s `PendingCause` and writes phase Pending with Bound=False and its 
 - `BatteryUnavailable`: ClaimVM failed in transit (CL-007).
 - `ClaimAborted`: battery answered ABORTED, the Lease of an earlier ClaimVM for this claim is
   being released (CL-062).
+- `HostCordoned`: every ClaimVM answer was on a cordoned Host and was given back, or giving
+  one back failed (CL-103, CL-104).
 
 The retry waits the time the claim has already been pending, measured from Bound's
 lastTransitionTime and clamped to 1-30 s, so the wait grows while the claim waits and an
