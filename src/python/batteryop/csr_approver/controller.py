@@ -15,8 +15,11 @@ One review (`_review`), from the newest copy of the request:
    (CT-013), a pass as `Approved` (reason `ExecAgentOwnNode`) through `/approval`.
 4. Approved, by us a moment ago or by anyone else: a failure is written as `Failed` through
    `/status` and the request is never signed (CT-006, CT-008). A pass is signed with its CA
-   (CT-002) after pinning its address if its Node has no pin yet (CT-015, CT-016), and the
-   certificate is written through `/status`.
+   (CT-002); its address is pinned (a Node without a pin) or its pin's expiry moved to the new
+   certificate's (CT-015, CT-016), then the certificate is written through `/status`.
+
+A serving request from a Node without a pin first releases the pins of gone Nodes whose
+certificates have all expired (CT-100; `pins` says why then, and not on a watch of Nodes).
 
 Serving requests are reviewed one at a time (`_serving_lock`), so two Nodes asking for the same
 unpinned address are decided in order, the second denied, instead of both approved and the
@@ -53,7 +56,7 @@ from batteryop.csr_approver.checks import (
 )
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.csr_approver.metrics import ApproverMetrics
-from batteryop.csr_approver.pins import Pins, add_pin, read_pins
+from batteryop.csr_approver.pins import Pins, pin_certificate, read_pins, release_gone
 from batteryop.csr_approver.publish import bundle, publish
 from batteryop.csr_approver.request import Request
 from batteryop.csr_approver.signing import CA, CAError, ca_secret_for, issue
@@ -278,13 +281,44 @@ class Approver:
             pins = await read_pins(
                 self._kube, self.config.namespace, self.config.address_pins_config_map
             )
+            if node is not None and node.name not in pins.entries:
+                pins = await self._release_pins(pins)  # CT-100
+            self._count_pins(pins)
         facts = Facts(
             trust_domain=self.config.trust_domain,
             exec_agent_username=self.config.exec_agent_username,
             node=node,
-            pins=pins.data,
+            pins=pins.addresses,
         )
         return facts, pins
+
+    async def _release_pins(self, pins: Pins) -> Pins:
+        """CT-100: before a Node without a pin is reviewed (it may be about to pin, or ask for an
+        address a gone Node held), drop the pins of gone Nodes whose certificates expired."""
+        pins, released = await release_gone(
+            self._kube,
+            self.config.namespace,
+            self.config.address_pins_config_map,
+            pins,
+            now=self._clock(),
+            unknown_expiry=self.config.certificate_max_duration,
+        )
+        for node, pin in released.items():
+            log.info(
+                "Released address pin",
+                extra={
+                    "node": node,
+                    "address": pin.address,
+                    "not_after": pin.not_after.isoformat() if pin.not_after else None,
+                },
+            )
+            if self._metrics:
+                self._metrics.address_pins_released.inc()
+        return pins
+
+    def _count_pins(self, pins: Pins) -> None:
+        if self._metrics:
+            self._metrics.address_pins.set(len(pins.entries))
 
     async def _review(self, name: str, request: Request, obj: Object) -> None:
         facts, pins = await self._facts(request)
@@ -329,17 +363,6 @@ class Approver:
             # Loading the CA queues every open request again.
             log.info("Waiting for the CA to sign", extra={"csr": name, "secret": secret})
             return
-        if approval.pin and approval.ip is not None:
-            # CT-016: the pin is stored before the certificate.
-            await add_pin(
-                self._kube,
-                self.config.namespace,
-                self.config.address_pins_config_map,
-                pins,
-                approval.node,
-                str(approval.ip),
-            )
-            log.info("Pinned address", extra={"node": approval.node, "address": str(approval.ip)})
         cert = issue(
             ca,
             approval,
@@ -348,6 +371,23 @@ class Approver:
             max_duration=self.config.certificate_max_duration,
             requested_seconds=request.expiration_seconds,
         )
+        if approval.ip is not None:
+            # CT-016: the pin, and its expiry (the newest certificate's), stored before the
+            # certificate, so a pin never expires before a certificate signed under it (CT-100).
+            pins = await pin_certificate(
+                self._kube,
+                self.config.namespace,
+                self.config.address_pins_config_map,
+                pins,
+                approval.node,
+                str(approval.ip),
+                cert.not_valid_after_utc,
+            )
+            self._count_pins(pins)
+            if approval.pin:
+                log.info(
+                    "Pinned address", extra={"node": approval.node, "address": str(approval.ip)}
+                )
         body = copy.deepcopy(obj)
         body.setdefault("status", {})["certificate"] = base64.b64encode(
             cert.public_bytes(serialization.Encoding.PEM)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,11 +18,14 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from prometheus_client import CollectorRegistry
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
+from batteryop.csr_approver.metrics import ApproverMetrics
+from batteryop.csr_approver.pins import Pins, read_pins
 from batteryop.kube.client import KubeClient
-from batteryop.kube.errors import ForbiddenError, NotFoundError
+from batteryop.kube.errors import ForbiddenError
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, NODES, SECRETS
 from batteryop.testing.csr_approver_env import (
     APPROVER_CLUSTER_RULES,
@@ -59,11 +63,12 @@ def signed(obj: dict[str, Any]) -> bool:
 
 
 async def pins(cluster: Cluster) -> dict[str, str]:
-    try:
-        cm = await cluster.kube.get(CONFIGMAPS, names.ADDRESS_PINS_CONFIG_MAP, cluster.namespace)
-    except NotFoundError:
-        return {}
-    return dict(cm.get("data") or {})
+    """Node name to pinned address, as stored."""
+    return (await stored_pins(cluster)).addresses
+
+
+async def stored_pins(cluster: Cluster) -> Pins:
+    return await read_pins(cluster.kube, cluster.namespace, names.ADDRESS_PINS_CONFIG_MAP)
 
 
 # -- approved and signed ----------------------------------------------------------------------
@@ -316,13 +321,111 @@ async def test_an_address_pinned_to_another_node_is_denied_and_pins_never_change
             pem = request_pem(ec_key(), ("10.32.0.6", host_id(second)))
             name = await cluster.create_csr(agent_a, csr_body(cluster.name("free"), SERVING, pem))
             await until_csr(cluster.kube, name, signed, "signed")
-        # host-b's Node goes away; its pin stays (CT-016), so its address stays refused.
+        # host-b's Node goes away; its pin stays while its certificate is valid (CT-100).
         await cluster.kube.delete(NODES, first)
         async with cluster.client_as(second) as agent_a:
             pem = request_pem(ec_key(), ("10.32.0.6", host_id(second)))
             name = await cluster.create_csr(agent_a, csr_body(cluster.name("again"), SERVING, pem))
             await until_csr(cluster.kube, name, signed, "signed")
     assert await pins(cluster) == {first: "10.32.0.5", second: "10.32.0.6"}
+
+
+# -- pins released (CT-100) -------------------------------------------------------------------
+
+
+class Now:
+    """The approver's clock: it moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.time = datetime.datetime.now(datetime.UTC)
+
+    def __call__(self) -> datetime.datetime:
+        return self.time
+
+    def advance(self, minutes: int) -> None:
+        self.time += datetime.timedelta(minutes=minutes)
+
+
+async def serving_request(cluster: Cluster, node: str, address: str, stem: str) -> dict[str, Any]:
+    """A ten-minute flintlockd-serving request from `node`'s agent for `address`, finished."""
+    async with cluster.client_as(node) as agent:
+        pem = request_pem(ec_key(), (address, host_id(node)))
+        body = csr_body(cluster.name(stem), SERVING, pem, expiration_seconds=600)
+        name = await cluster.create_csr(agent, body)
+        return await until_csr(cluster.kube, name, finished, "finished")
+
+
+def not_after(obj: dict[str, Any]) -> datetime.datetime:
+    return x509.load_pem_x509_certificate(certificate_pem(obj)).not_valid_after_utc
+
+
+def denied_for_pin(obj: dict[str, Any]) -> bool:
+    denied = condition(obj, CSRCondition.DENIED)
+    return denied is not None and denied["reason"] == CSRReason.ADDRESS_PINNED
+
+
+@pytest.mark.req("CT-015", "CT-016", "CT-100")
+async def test_a_pin_is_released_once_its_node_is_gone_and_its_certificates_have_expired(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = Now()
+    registry = CollectorRegistry()
+    address = "10.40.0.1"
+    old = await cluster.node("host-old", address)
+    new = await cluster.node("host-new", address)  # a replacement Machine, given the address
+    caplog.set_level(logging.INFO, logger="batteryop.csr_approver")
+    async with running(cluster, clock=now, metrics=ApproverMetrics(registry)):
+        first = await serving_request(cluster, old, address, "old-1")
+        assert signed(first)
+        assert (await stored_pins(cluster)).entries[old].not_after == not_after(first)
+
+        # Kept while its Node exists, though every certificate signed under it has expired.
+        now.advance(minutes=11)
+        assert denied_for_pin(await serving_request(cluster, new, address, "new-1"))
+
+        # A renewal moves the pin's expiry to the newest certificate's.
+        renewed = await serving_request(cluster, old, address, "old-2")
+        assert not_after(renewed) > not_after(first)
+        assert (await stored_pins(cluster)).entries[old].not_after == not_after(renewed)
+
+        # Kept after its Node is deleted, while the renewed certificate is still valid.
+        await cluster.kube.delete(NODES, old)
+        now.advance(minutes=5)  # past the first certificate, not the renewed one
+        assert denied_for_pin(await serving_request(cluster, new, address, "new-2"))
+        assert await pins(cluster) == {old: address}
+
+        # Released once both hold; the Node reusing the address is approved and pinned.
+        now.advance(minutes=6)
+        approved = await serving_request(cluster, new, address, "new-3")
+    assert signed(approved)
+    assert condition(approved, CSRCondition.APPROVED) is not None
+    assert await pins(cluster) == {new: address}
+    released = [r for r in caplog.records if r.getMessage() == "Released address pin"]
+    assert [(r.__dict__["node"], r.__dict__["address"]) for r in released] == [(old, address)]
+    assert registry.get_sample_value("battery_csr_approver_address_pins_released_total") == 1
+    assert registry.get_sample_value("battery_csr_approver_address_pins") == 1
+
+
+@pytest.mark.req("CT-016", "CT-100")
+async def test_the_pins_config_map_does_not_grow_as_nodes_come_and_go(cluster: Cluster) -> None:
+    now = Now()
+    registry = CollectorRegistry()
+    metrics = ApproverMetrics(registry)
+    cycles = 8
+    sizes = []
+    for i in range(cycles):
+        address = f"10.41.0.{i + 1}"  # never reused: the ConfigMap is bounded all the same
+        node = await cluster.node(f"churn-{i}", address)
+        # A new approver each cycle: what it releases comes from the ConfigMap alone.
+        async with running(cluster, clock=now, metrics=metrics):
+            assert signed(await serving_request(cluster, node, address, f"churn-{i}"))
+        sizes.append(len(await pins(cluster)))
+        await cluster.kube.delete(NODES, node)
+        now.advance(minutes=11)
+    assert sizes == [1] * cycles
+    assert registry.get_sample_value("battery_csr_approver_address_pins_released_total") == (
+        cycles - 1
+    )
 
 
 # -- approved by someone else; other signers; restarts --------------------------------------

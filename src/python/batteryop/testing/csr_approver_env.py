@@ -37,6 +37,7 @@ from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.csr_approver.controller import Approver
+from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import (
@@ -371,14 +372,15 @@ async def running(
     *,
     credentials: KubeConfig | None = None,
     clock: Callable[[], datetime.datetime] | None = None,
+    metrics: ApproverMetrics | None = None,
 ) -> AsyncIterator[Approver]:
     """The approver, in this process, until the block ends; the admin's credentials unless
-    `credentials` are given; its signing time from `clock` when given."""
+    `credentials` are given; its time (signing, pin expiry) from `clock` when given."""
     async with KubeClient(credentials or KubeConfig.from_dict(c.cp.kubeconfig())) as kube:
         if clock is None:
-            approver = Approver(config or c.config(), kube)
+            approver = Approver(config or c.config(), kube, metrics=metrics)
         else:
-            approver = Approver(config or c.config(), kube, clock=clock)
+            approver = Approver(config or c.config(), kube, metrics=metrics, clock=clock)
         stop = asyncio.Event()
         task = asyncio.create_task(approver.run(stop))
         try:
