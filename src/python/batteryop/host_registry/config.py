@@ -50,6 +50,9 @@ class RegistryConfig:
     restart_window: float = 60.0  # IN-012
     drain_timeout: float = 30.0  # IN-013
     restart_timeout: float = 120.0  # DP-006: signal to answering
+    host_resync_interval: float = 30.0
+    """IN-105: how often battery's Host list is read again (`ListHosts`) besides each time
+    the connection to battery is made again."""
     call_timeout: float = 10.0
     health_probe_bind_address: str = ":8082"
     metrics_bind_address: str = ":8083"
@@ -84,6 +87,7 @@ class RegistryConfig:
         for flag, value in (
             ("--restart-timeout", self.restart_timeout),
             ("--battery-call-timeout", self.call_timeout),
+            ("--host-resync-interval", self.host_resync_interval),
         ):
             if value <= 0:
                 raise ConfigError(flag, "must be greater than zero")
@@ -126,6 +130,11 @@ def parser() -> argparse.ArgumentParser:
     add("--drain-timeout", "30s", "longest wait for Pools to leave a Host (IN-013)")
     add("--restart-timeout", "2m", "longest wait from signal to battery answering")
     add("--battery-call-timeout", "10s", "deadline of each battery call")
+    add(
+        "--host-resync-interval",
+        "30s",
+        "read battery's Host list this often, and on each reconnect (IN-105)",
+    )
     add_process_flags(add, d)
     return p
 
@@ -146,6 +155,7 @@ def parse(argv: Sequence[str] | None = None) -> RegistryConfig:
         drain_timeout=seconds("--drain-timeout", str(a.drain_timeout)),
         restart_timeout=seconds("--restart-timeout", str(a.restart_timeout)),
         call_timeout=seconds("--battery-call-timeout", str(a.battery_call_timeout)),
+        host_resync_interval=seconds("--host-resync-interval", str(a.host_resync_interval)),
         health_probe_bind_address=str(a.health_probe_bind_address),
         metrics_bind_address=str(a.metrics_bind_address),
         kubeconfig=Path(str(a.kubeconfig)) if a.kubeconfig else None,

@@ -20,6 +20,7 @@ def test_the_manifests_flags_parse_to_the_pods_names() -> None:
     assert config.battery_address == render.BATTERY_ADDRESS
     assert config.battery_config_map == names.BATTERY_CONFIG_MAP
     assert (config.settle_time, config.restart_window, config.drain_timeout) == (30, 60, 30)
+    assert config.host_resync_interval == 30  # IN-105: the default, not a manifest flag
     battery = next(c for c in pod["containers"] if c["name"] == render.BATTERY_CONTAINER)
     # The restart finds battery by name and by its -config flag naming the same file.
     assert f"-config={config.battery_config_file}" in battery["args"]
@@ -33,6 +34,7 @@ def test_the_manifests_flags_parse_to_the_pods_names() -> None:
         (["--restart-window=1d"], "--restart-window"),
         (["--battery-tls-dir=tls"], "--battery-tls-dir"),
         (["--log-format=xml"], "--log-format"),
+        (["--host-resync-interval=0s"], "--host-resync-interval"),
     ],
 )
 def test_bad_flags_name_the_flag(args: list[str], flag: str) -> None:

@@ -9,9 +9,16 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
    restart left pending (`restart-pending`); learn whether battery answers the host RPCs.
 2. Admit every Node (`admission.admit`); a report with an invalid address gets a Warning Event
    on its Node, once per address, and never reaches battery (IN-103).
-3. Cordon and uncordon Hosts battery has as their Nodes are cordoned (`HostAdmin.CordonHost`,
+3. Check battery's own Host list (IN-105), when due: at start, each time the connection to
+   battery is made again (`_follow_connection`: battery restarted, or the channel dropped), and
+   every `--host-resync-interval`. With the host RPCs, `written` is the record of the Hosts the
+   registry put into battery (it follows every AddHost, UpdateHost and RemoveHost that
+   succeeded, IN-107): a Host in it that battery lacks, whose Node is still a Host at that
+   address, is added again at once; a Host battery holds that the registry removed, whose Node
+   is not a Host, is removed again at once. Each repair is counted
+   (`drift_repairs_total{action}`) and logged with the Host's name.
+4. Cordon and uncordon Hosts battery has as their Nodes are cordoned (`HostAdmin.CordonHost`,
    `UncordonHost`), at once and without a restart (IN-100).
-4. Write back battery's config if something reverted the ConfigMap (IN-014), no restart.
 5. Settle (IN-011). Then either
    - battery answers `AddHost`/`RemoveHost` (battery after v0.4.0): apply each settled change
      with them, never restarting (IN-101); a renewed client certificate re-dials every Host
@@ -25,9 +32,12 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
    Host) is retried every `RETRY_SECONDS` without waiting again, reported once per reason as a
    Warning Event on the Node and a log line, and the Host stays out of the Host set meanwhile
    (IN-104).
-6. Publish the Host set (`names.HOSTS_ANNOTATION`): the Hosts battery has whose Nodes are not
-   cordoned, as `[{"name": ..., "address": ...}]`. A joining Host is published only once
-   battery has it.
+6. Write battery's config (the ConfigMap) again if it is not `written`: something reverted it
+   (IN-014), or a host RPC changed the record (IN-107); no restart.
+7. Publish the Host set (`names.HOSTS_ANNOTATION`): the Hosts battery has, as last read and
+   changed since, whose Nodes are not cordoned and that are not on their way out, as
+   `[{"name": ..., "address": ...}]` (IN-106). A joining Host is published only once battery
+   has it; a Host battery lost stays published only if adding it again succeeded first.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ from batteryop.battery.errors import (
     PreconditionFailedError,
     UnimplementedError,
 )
-from batteryop.battery.models import HostTLS
+from batteryop.battery.models import HostTLS, PoolRef
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.host_registry.admission import (
     INVALID_ADDRESS_EVENT_REASON,
@@ -69,7 +79,7 @@ from batteryop.kube.events import WARNING, EventRecorder
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CONFIGMAPS, NODES
 from batteryop.kube.workqueue import WorkQueue
-from batteryop.obs.tasks import cancel_all
+from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +91,13 @@ RETRY_SECONDS: Final = 5.0
 CORDON_REASON: Final = "Node cordoned"
 REMOVE_REFUSED_EVENT_REASON: Final = "RemoveHostRefused"
 """The reason of the Warning Event on a leaving Host's Node when battery refuses RemoveHost."""
+TASKS: Final = ("watch-nodes", "watch-battery-config", "follow-battery-connection")
+"""The long-lived tasks, by the name the `Supervisor` and `/readyz` give them (DP-107); the
+reconcile runs in the work queue, which retries it with backoff itself."""
+CONNECTION_POOL: Final = PoolRef(namespace="batteryop-host-registry", name="_connection")
+"""The Pool of the Events subscription that tells when battery's connection is made again: no
+Kubernetes Pool has this name (`_` is not allowed), and battery streams nothing, and answers no
+error, for a Pool it does not have (battery-api.md §3.3), so the stream carries only its state."""
 
 
 class BatteryNotReadyError(RuntimeError):
@@ -157,7 +174,13 @@ class Registry:
         self.cordoned: set[str] = set()
         """Hosts cordoned in battery."""
         self.written: dict[str, str] = {}
-        """Hosts in the config text the registry last wrote (or found)."""
+        """Hosts in the config text the registry last wrote (or found). With the host RPCs, the
+        Hosts the registry put into battery: it follows every AddHost, UpdateHost and RemoveHost
+        that succeeded (IN-107), and battery's Host list is checked against it (IN-105)."""
+        self.next_check_at: float | None = None
+        """IN-105: when battery's Host list is read again (monotonic); set at resume."""
+        self._check_trigger = "start"
+        """What made the next check due: start, reconnect, periodic or retry (a metric label)."""
         self.host_api: bool | None = None
         self.recorded_digest: str | None = None
         self._reported_invalid: dict[str, str] = {}
@@ -175,6 +198,10 @@ class Registry:
         """Leaving Hosts -> battery's last reason for refusing RemoveHost, reported once."""
         self.published_at: dict[str, float] = {}
         """When each Host was first published (monotonic), for the benchmark and logs."""
+        self.supervisor = Supervisor()
+        """Runs `TASKS` (DP-107): `supervisor.checks()` belong in `/readyz`."""
+        for task in TASKS:
+            self.supervisor.add(task)
 
     @property
     def ready(self) -> bool:
@@ -213,32 +240,58 @@ class Registry:
     async def run(self, stop: asyncio.Event) -> None:
         self._watch.start()
         await self.queue.start()
-        tasks = [
-            asyncio.create_task(
-                list_watch(
-                    self._kube, NODES, on_list=self._on_node_list, on_event=self._on_node_event
-                ),
-                name="host-registry-nodes",
-            ),
-            asyncio.create_task(
-                list_watch(
-                    self._kube,
-                    CONFIGMAPS,
-                    namespace=self.config.namespace,
-                    field_selector=f"metadata.name={self.config.battery_config_map}",
-                    on_list=self._on_configmap_list,
-                    on_event=self._on_configmap_event,
-                ),
-                name="host-registry-configmap",
-            ),
-        ]
+        loops = (self._watch_nodes, self._watch_battery_config, self._follow_connection)
+        for name, loop in zip(TASKS, loops, strict=True):
+            self.supervisor.start(name, loop)
         try:
             await stop.wait()
         finally:
-            await cancel_all(tasks)
+            await self.supervisor.stop()
             await self.queue.stop()
             self._watch.close()
             await self._events.drain(timeout=2.0)
+
+    async def _watch_nodes(self) -> None:
+        await list_watch(
+            self._kube, NODES, on_list=self._on_node_list, on_event=self._on_node_event
+        )
+
+    async def _watch_battery_config(self) -> None:
+        """The battery config ConfigMap, by name (RBAC allows nothing wider)."""
+        await list_watch(
+            self._kube,
+            CONFIGMAPS,
+            namespace=self.config.namespace,
+            field_selector=f"metadata.name={self.config.battery_config_map}",
+            on_list=self._on_configmap_list,
+            on_event=self._on_configmap_event,
+        )
+
+    def request_check(self, trigger: str) -> None:
+        """IN-105: read battery's Host list again at the next reconcile, now."""
+        self._check_trigger = trigger
+        self.next_check_at = self._clock()
+        self.queue.add(KEY)
+
+    async def _follow_connection(self) -> None:
+        """IN-105: each time the connection to battery is made (again), check its Host list.
+
+        battery does not event Host changes, and a restarted battery may come back with fewer
+        Hosts than it had (a lost database, a stale config file). An Events subscription knows
+        when its stream is open again after battery went away (`EventStream.generation`); its
+        Pool (`CONNECTION_POOL`) has no events, so battery replays nothing to it."""
+        stream = self._battery.events(CONNECTION_POOL)
+        seen = 0
+        try:
+            while True:
+                await stream.wait_subscribed()
+                if stream.generation != seen:
+                    seen = stream.generation
+                    log.debug("Connected to battery; checking its Hosts", extra={"streams": seen})
+                    self.request_check("reconnect")
+                await stream.wait_unsubscribed()
+        finally:
+            await stream.aclose()
 
     # -- the reconcile --------------------------------------------------------------------
 
@@ -258,9 +311,10 @@ class Registry:
         admissions = {name: admit(node) for name, node in self.nodes.items()}
         self._report_invalid(admissions)
         wanted = {n: a.address for n, a in admissions.items() if a.address is not None}
+        if self.next_check_at is not None and now >= self.next_check_at:
+            await self._check_battery(wanted)
         self.settler.observe(wanted, self.applied, now)
         await self._sync_cordons(admissions)
-        await self._write_back()
         settled = self.settler.settled(now)
         digest = certificate_digest(self.config.client_certificate)
         renewed = digest is not None and digest != self.recorded_digest
@@ -272,6 +326,7 @@ class Registry:
         if not self.host_api and self.window.due(now, work=bool(settled) or renewed):
             # IN-012: everything settled by the window's close goes in this one restart.
             await self._apply_with_restart(self.settler.settled(self._clock()), admissions)
+        await self._write_back()  # IN-014, IN-107
         # IN-013, IN-104: a Host whose leave has settled stays out of the Host set while battery still
         # has it (draining, or its removal refused); it comes back only if its Node does.
         leaving = self._leaving()
@@ -281,12 +336,16 @@ class Registry:
         return self._next_wake()
 
     def _leaving(self) -> set[str]:
-        """Hosts battery has whose leave has settled."""
-        return {
+        """Hosts battery has whose leave has settled; with the host RPCs also those the
+        registry removed that battery holds again, until they are removed again (IN-105)."""
+        leaving = {
             n
             for n, a in self.settler.settled(self._clock()).items()
             if a is None and n in self.applied
         }
+        if self.host_api:
+            leaving |= set(self.applied) - set(self.written)
+        return leaving
 
     def _forget_leaves(self, keep: Set[str]) -> None:
         for name in set(self.drain_deadlines) - set(keep):
@@ -299,6 +358,8 @@ class Registry:
         times = [t for t in (self.settler.next_settles(now), self.window.closes_at) if t]
         if self.settler.pending and not times:
             times.append(now + RETRY_SECONDS)  # settled but blocked (e.g. a refused removal)
+        if self.next_check_at is not None:
+            times.append(self.next_check_at)  # IN-105
         return max(0.0, min(times) - now) if times else None
 
     # -- 1. resume ------------------------------------------------------------------------
@@ -347,6 +408,13 @@ class Registry:
         if not self.written and not self.host_api:
             # IN-014: a reverted file, but the Hosts were recorded; battery's own list first.
             self.written = dict(self.applied) or published_entries(cm)
+        if self.host_api:
+            # IN-107: what battery holds at start counts as put there by the registry, so a
+            # Host whose Node left meanwhile leaves by settling and draining, as any other.
+            for name, address in self.applied.items():
+                self.written.setdefault(name, address)
+        self._check_trigger = "start"
+        self.next_check_at = self._clock()
         annotations = (cm.get("metadata") or {}).get("annotations") or {}
         self.recorded_digest = annotations.get(names.CLIENT_CERTIFICATE_SHA256_ANNOTATION)
         if self.recorded_digest is None:
@@ -394,7 +462,84 @@ class Registry:
                 action="AdmitHost",
             )
 
-    # -- 3. cordons -----------------------------------------------------------------------
+    # -- 3. battery's own Host list -------------------------------------------------------
+
+    async def _check_battery(self, wanted: Mapping[str, str]) -> None:
+        """IN-105: read battery's Host list again; with the host RPCs, repair what drifted from
+        `written`. The next check is one `--host-resync-interval` later, or `RETRY_SECONDS`
+        when battery did not answer or refused a repair."""
+        trigger = self._check_trigger
+        try:
+            await self._learn_battery()
+        except BatteryUnavailableError as e:
+            log.info("battery does not answer; its Hosts are checked again later: %s", e)
+            self.next_check_at = self._clock() + RETRY_SECONDS
+            return
+        self._metrics.host_checks.labels(trigger).inc()
+        retry = await self._repair(wanted) if self.host_api else False
+        self._metrics.hosts.set(len(self.applied))
+        self._check_trigger = "retry" if retry else "periodic"
+        wait = RETRY_SECONDS if retry else self.config.host_resync_interval
+        self.next_check_at = self._clock() + wait
+
+    async def _repair(self, wanted: Mapping[str, str]) -> bool:
+        """IN-105: add again the Hosts battery lost, remove again the Hosts it holds that the
+        registry removed. True when a repair failed and is to be tried again soon."""
+        retry = False
+        for name in sorted(set(self.written) - set(self.applied)):
+            address = self.written[name]
+            if wanted.get(name) != address:
+                # Not a Host at that address any more: battery lost what was leaving anyway, or
+                # a new address settles first (IN-011).
+                del self.written[name]
+                continue
+            log.warning(
+                "battery lost Host %s; adding it again",
+                name,
+                extra={"host": name, "address": address},
+            )
+            try:
+                await self._put(name, address)
+            except UnimplementedError:
+                self._lose_host_api()
+                return False
+            except BatteryUnavailableError:
+                raise
+            except BatteryError as e:
+                self._metrics.host_calls.labels("AddHost", "error").inc()
+                log.warning(
+                    "battery refused to add Host %s again: %s; trying again in %.0fs",
+                    name,
+                    e,
+                    RETRY_SECONDS,
+                    extra={"host": name},
+                )
+                retry = True
+                continue
+            self._metrics.drift_repairs.labels("add").inc()
+            log.info("Added Host to battery again", extra={"host": name, "address": address})
+        for name in sorted(set(self.applied) - set(self.written)):
+            if name in wanted:
+                self.written[name] = self.applied[name]  # put there by someone: adopted
+                continue
+            log.warning(
+                "battery holds Host %s, which the registry removed; removing it again",
+                name,
+                extra={"host": name},
+            )
+            try:
+                removed = await self._remove(name, drained=False)
+            except UnimplementedError:
+                self._lose_host_api()
+                return False
+            if not removed:
+                retry = True
+                continue
+            self._metrics.drift_repairs.labels("remove").inc()
+            log.info("Removed Host from battery again", extra={"host": name})
+        return retry
+
+    # -- 4. cordons -----------------------------------------------------------------------
 
     async def _sync_cordons(self, admissions: Mapping[str, Admission]) -> None:
         for name in sorted(self.applied):
@@ -416,7 +561,7 @@ class Registry:
             except PreconditionFailedError as e:
                 log.warning("battery does not know Host %s: %s", name, e)
 
-    # -- 4. write back --------------------------------------------------------------------
+    # -- 6. write back --------------------------------------------------------------------
 
     def _config_text(self, hosts: Mapping[str, str]) -> str:
         return configfile.render_text(
@@ -488,20 +633,7 @@ class Registry:
             for name, address in sorted(settled.items()):
                 if address is None:
                     continue
-                if name in self.applied:
-                    await self._battery.update_host(name, address, tls=self._tls())
-                    rpc = "UpdateHost"
-                else:
-                    try:
-                        await self._battery.add_host(name, address, tls=self._tls())
-                        rpc = "AddHost"
-                    except AlreadyExistsError:
-                        await self._battery.update_host(name, address, tls=self._tls())
-                        rpc = "UpdateHost"
-                self._metrics.host_calls.labels(rpc, "ok").inc()
-                self.applied[name] = address
-                self.cordoned.discard(name)
-                self.settler.applied({name})
+                rpc = await self._put(name, address)
                 log.info(
                     "Added Host to battery" if rpc == "AddHost" else "Updated Host in battery",
                     extra={"host": name, "address": address},
@@ -509,25 +641,56 @@ class Registry:
             if leaving:
                 drained = await self._drain(leaving, admissions)
                 for name in sorted(leaving):
-                    try:
-                        await self._battery.remove_host(name)
-                    except NotFoundError:
-                        pass
-                    except PreconditionFailedError as e:
-                        self._metrics.host_calls.labels("RemoveHost", "refused").inc()
-                        self._report_refusal(name, drained, str(e))
-                        continue
-                    self._metrics.host_calls.labels("RemoveHost", "ok").inc()
-                    self.applied.pop(name, None)
-                    self.cordoned.discard(name)
-                    self.settler.applied({name})
-                    log.info("Removed Host from battery", extra={"host": name})
+                    if await self._remove(name, drained=drained):
+                        log.info("Removed Host from battery", extra={"host": name})
         except UnimplementedError:
-            # IN-102, BA-108: no host RPCs after all; config and restart from now on.
-            log.info("battery answers UNIMPLEMENTED for host RPCs; restarting it instead")
-            self.host_api = False
-            self._metrics.host_api.set(0)
+            self._lose_host_api()
         self._metrics.hosts.set(len(self.applied))
+
+    def _lose_host_api(self) -> None:
+        # IN-102, BA-108: no host RPCs after all; config and restart from now on.
+        log.info("battery answers UNIMPLEMENTED for host RPCs; restarting it instead")
+        self.host_api = False
+        self._metrics.host_api.set(0)
+
+    async def _put(self, name: str, address: str) -> str:
+        """Make battery hold `name` at `address`: UpdateHost when it has it, else AddHost
+        (UpdateHost if it turns out to have it after all). Recorded in `applied` and, IN-107,
+        in `written`. The RPC used."""
+        if name in self.applied:
+            await self._battery.update_host(name, address, tls=self._tls())
+            rpc = "UpdateHost"
+        else:
+            try:
+                await self._battery.add_host(name, address, tls=self._tls())
+                rpc = "AddHost"
+            except AlreadyExistsError:
+                await self._battery.update_host(name, address, tls=self._tls())
+                rpc = "UpdateHost"
+        self._metrics.host_calls.labels(rpc, "ok").inc()
+        self.applied[name] = address
+        self.written[name] = address
+        self.cordoned.discard(name)
+        self.settler.applied({name})
+        return rpc
+
+    async def _remove(self, name: str, *, drained: bool) -> bool:
+        """RemoveHost; true once battery no longer has `name` (recorded in `applied` and,
+        IN-107, `written`). A refusal is reported (IN-104) and answers false."""
+        try:
+            await self._battery.remove_host(name)
+        except NotFoundError:
+            pass
+        except PreconditionFailedError as e:
+            self._metrics.host_calls.labels("RemoveHost", "refused").inc()
+            self._report_refusal(name, drained, str(e))
+            return False
+        self._metrics.host_calls.labels("RemoveHost", "ok").inc()
+        self.applied.pop(name, None)
+        self.written.pop(name, None)
+        self.cordoned.discard(name)
+        self.settler.applied({name})
+        return True
 
     def _report_refusal(self, name: str, drained: bool, reason: str) -> None:
         """IN-104: a refused RemoveHost is logged and an Event on the Node once per reason;
@@ -648,7 +811,7 @@ class Registry:
         except BatteryUnavailableError:
             pass
 
-    # -- 6. publish -----------------------------------------------------------------------
+    # -- 7. publish -----------------------------------------------------------------------
 
     async def _publish(
         self, admissions: Mapping[str, Admission], excluding: Set[str] = frozenset()

@@ -5,8 +5,9 @@ metrics, then run until SIGTERM.
         --battery-config-file=/etc/battery/config/config.json --battery-tls-dir=/etc/battery/tls
 
 Exits 2 with one line naming the flag on a bad setting; 0 after SIGTERM or SIGINT. Readiness
-(`/readyz`) is true once it has read what battery has and resumed; liveness (`/healthz`) is
-the event loop answering.
+(`/readyz`) is true once it has read what battery has and resumed, and while each of its
+long-lived tasks runs (`controller.TASKS`, DP-107: a failed one is named until it runs again);
+liveness (`/healthz`) is the event loop answering.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ async def run(config: RegistryConfig, stop: asyncio.Event) -> None:
             async with serving_probes(
                 health_bind_address=config.health_probe_bind_address,
                 metrics_bind_address=config.metrics_bind_address,
-                checks={"registry": lambda: registry.ready},
+                checks={"registry": lambda: registry.ready, **registry.supervisor.checks()},
                 registry=metrics_registry,
             ):
                 await registry.run(stop)

@@ -1,7 +1,8 @@
 """The host registry's Prometheus metrics, on a registry the entry point (or a test) creates.
 
 Labels are bounded: the battery RPC name and its result, the reason a Node was refused (a
-`Refusal` value). Node names are never labels.
+`Refusal` value), what made the registry read battery's Host list again and which way a drift
+was repaired. Node names are never labels: the log line of each repair names the Host.
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ class RegistryMetrics:
         self.host_api = Gauge(
             "battery_host_api",
             "1 while battery answers AddHost/RemoveHost (no restarts).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.host_checks = Counter(
+            "host_list_checks_total",
+            "Reads of battery's Host list (ListHosts) against the Hosts the registry added, by "
+            "trigger: start, reconnect (battery's connection made again) or periodic (IN-105).",
+            ["trigger"],
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.drift_repairs = Counter(
+            "drift_repairs_total",
+            "Hosts battery had lost that were added again (action=add), and Hosts the registry "
+            "had removed that battery held again and were removed again (action=remove).",
+            ["action"],
             namespace=NAMESPACE,
             registry=registry,
         )

@@ -17,6 +17,7 @@ import pytest
 
 from batteryop.api import names
 from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
+from batteryop.battery.errors import BatteryUnavailableError
 from batteryop.battery.models import (
     HookFailurePolicy,
     Kernel,
@@ -85,10 +86,29 @@ async def battery_becomes(pod: BatteryPod, expected: set[str], timeout: float = 
             await pod.wait_starts(seen + 1, timeout)
 
 
+def sample(metrics: str, name: str) -> float:
+    """The value of one sample (`name` with its labels) in the registry's metrics, 0 if absent."""
+    prefix = f"battery_host_registry_{name} "
+    return sum(float(x[len(prefix) :]) for x in metrics.splitlines() if x.startswith(prefix))
+
+
 def refused_removals(metrics: str) -> float:
     """The registry's count of RemoveHost calls battery refused."""
-    sample = 'battery_host_registry_host_calls_total{result="refused",rpc="RemoveHost"} '
-    return sum(float(x[len(sample) :]) for x in metrics.splitlines() if x.startswith(sample))
+    return sample(metrics, 'host_calls_total{result="refused",rpc="RemoveHost"}')
+
+
+async def until_battery_has(client: BatteryClient, expected: set[str], timeout: float) -> None:
+    """Wait until battery's Host list is `expected`, reading it every 0.1 s: battery does not
+    event Host changes, so its ListHosts is what there is to watch."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                hosts = {s.host.name for s in await client.list_hosts()}
+                if hosts - {configfile.NO_HOSTS_NAME} == expected:
+                    return
+            except BatteryUnavailableError:
+                pass  # restarting
+            await asyncio.sleep(0.1)
 
 
 def unique(stem: str, namespace: str) -> str:
@@ -373,3 +393,95 @@ async def test_a_renewed_client_certificate_restarts_battery_once_in_the_window(
         annotations = cm["metadata"]["annotations"]
         assert annotations[names.CLIENT_CERTIFICATE_SHA256_ANNOTATION] == digest
         assert len(pod.starts) == starts + 1, "the renewal and the new Host: one restart"
+
+
+@contextlib.asynccontextmanager
+async def two_hosts(
+    pod: BatteryPod, kube: KubeClient, names_ips: dict[str, str]
+) -> AsyncIterator[dict[str, str]]:
+    """A fake flintlockd per Host over mutual TLS, and its Node reporting it ready: the
+    flintlockd targets by Host name."""
+    async with contextlib.AsyncExitStack() as stack:
+        targets: dict[str, str] = {}
+        for name, ip in names_ips.items():
+            host = await stack.enter_async_context(
+                FakeFlintlockd.start(address=ip, tls=TLSFiles(*pod.host_tls(name, ip)))
+            )
+            targets[name] = host.target
+        for name, target in targets.items():
+            await create_host_node(kube, name, address=target)
+        yield targets
+
+
+@pytest.mark.req("IN-105", "IN-106", "IN-107")
+async def test_hosts_a_restarted_battery_lost_are_added_again_and_never_leave_the_host_set(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a, b = unique("lost-a", namespace), unique("lost-b", namespace)
+    async with (
+        BatteryPod.start(kube, namespace, host_api=True) as pod,
+        two_hosts(pod, kube, {a: "127.0.0.64", b: "127.0.0.65"}) as targets,
+        # Checked at start and on reconnect only: the period is far beyond the test.
+        RegistryProcess.start(
+            pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
+        ) as registry,
+        battery_client(pod) as client,
+    ):
+        before = await until_configmap(kube, namespace, has(a, b))
+        # IN-107: battery's config records what AddHost put into battery.
+        assert configfile.hosts_of(before["data"]["config.json"]) == targets
+        await client.create_pool(pool_spec((a, b)))  # as the Pool controller would
+        reconnects = sample(registry.metrics(), 'host_list_checks_total{trigger="reconnect"}')
+
+        # battery comes back from a lost database and an empty config file: no Host at all.
+        started = await pod.restart(hosts={})
+        await until_battery_has(client, {a, b}, timeout=20)
+        took = time.monotonic() - started.at
+        assert took < 10, f"the Hosts were back {took:.1f}s after battery started"
+        metrics = registry.metrics()
+        assert sample(metrics, 'drift_repairs_total{action="add"}') == 2, metrics
+        assert sample(metrics, 'host_list_checks_total{trigger="reconnect"}') > reconnects
+        logs = registry.logs()
+        assert f"battery lost Host {a}; adding it again" in logs, logs[-3000:]
+        assert f"battery lost Host {b}; adding it again" in logs, logs[-3000:]
+        # The Pool keeps its Hosts: the Host set never lost one, so the Pool controller never
+        # took one out of battery's Pool.
+        assert [
+            p for p in await publications_since(kube, namespace, before) if set(p) != {a, b}
+        ] == []
+        assert [p.spec.flintlock_hosts for p in await client.list_pools("drain")] == [(a, b)]
+        assert len(pod.starts) == 2
+
+
+@pytest.mark.req("IN-105", "IN-106", "IN-107")
+async def test_a_host_the_registry_removed_is_removed_again_when_battery_brings_it_back(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a, b = unique("keep", namespace), unique("gone", namespace)
+    async with (
+        BatteryPod.start(kube, namespace, host_api=True) as pod,
+        two_hosts(pod, kube, {a: "127.0.0.66", b: "127.0.0.67"}) as targets,
+        RegistryProcess.start(
+            pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
+        ) as registry,
+        battery_client(pod) as client,
+    ):
+        await until_configmap(kube, namespace, has(a, b))
+        await set_labelled(kube, b, False)
+        await until_battery_has(client, {a}, timeout=20)
+        # IN-107: the record follows RemoveHost.
+        left = await until_configmap(
+            kube,
+            namespace,
+            lambda cm: configfile.hosts_of(cm["data"]["config.json"]) == {a: targets[a]},
+        )
+        assert published(left) == {a: targets[a]}
+
+        # battery comes back from a stale config file that still names b.
+        await pod.restart(hosts=targets)
+        await until_battery_has(client, {a}, timeout=20)
+        metrics = registry.metrics()
+        assert sample(metrics, 'drift_repairs_total{action="remove"}') == 1, metrics
+        assert f"battery holds Host {b}, which the registry removed" in registry.logs()
+        # IN-106: b was never published again meanwhile.
+        assert [p for p in await publications_since(kube, namespace, left) if b in p] == []

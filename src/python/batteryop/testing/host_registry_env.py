@@ -8,7 +8,9 @@ container of the operator Pod, played on one machine, and the registry as its ow
 - it runs the fake battery as a real process from its own entry point
   (`python -m batteryop.testing.fake_battery -config=<file> -db=...`), and starts it again
   whenever it exits (restartPolicy Always). `starts` counts the processes it started, so a test
-  sees how many restarts the registry made.
+  sees how many restarts the registry made. `restart(hosts=...)` stops it and starts it again
+  from a config file naming only those Hosts and a database without Host rows, as a battery
+  that lost its Hosts.
 - `tls_dir` holds battery's flintlockd client certificate and key and the Hosts' serving CA,
   issued by two test CAs (`serving_ca`, `client_ca`); `renew_client_certificate` replaces the
   certificate the way a renewed Secret reaches a projected volume.
@@ -46,6 +48,7 @@ from batteryop.manifests import rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
 from batteryop.testing.controlplane.server import free_port
+from batteryop.testing.fake_battery.db import Database
 from batteryop.testing.processes import (
     http_get,
     module_command,
@@ -250,6 +253,7 @@ class BatteryPod:
     _started: asyncio.Condition = field(default_factory=asyncio.Condition)
     _process: asyncio.subprocess.Process | None = None
     _stopping: bool = False
+    _next_hosts: Mapping[str, str] | None = None
 
     @property
     def config_dir(self) -> Path:
@@ -339,6 +343,9 @@ class BatteryPod:
             argv.append("--host-api")
         log_path = self.workdir / "battery.log"
         while not self._stopping:
+            if self._next_hosts is not None:
+                self._forget_hosts(self._next_hosts)
+                self._next_hosts = None
             with log_path.open("ab") as log:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
@@ -360,6 +367,31 @@ class BatteryPod:
             if not line and not self._stopping:
                 tail = log_path.read_text(errors="replace")[-3000:]
                 raise BatteryPodError(f"the fake battery exited with {code} at start:\n{tail}")
+
+    def _forget_hosts(self, hosts: Mapping[str, str]) -> None:
+        db = self.workdir / "poolmgr.db"
+        if db.exists():
+            Database(db).forget_hosts()
+        text = configfile.render_text(
+            hosts, api_address=self.battery_address, tls_dir=str(self.tls_dir)
+        )
+        _replace(self.config_file, text.encode())
+
+    async def restart(
+        self, *, hosts: Mapping[str, str] | None = None, timeout: float = 30.0
+    ) -> BatteryStart:
+        """Stop battery (SIGTERM) and wait until it has been started again; the new start.
+
+        With `hosts`, the new process finds a database with no Host rows (its Pools, VMs and
+        Leases kept) and a config file naming only `hosts`, as a battery that lost its Hosts:
+        the file follows the ConfigMap again at the ConfigMap's next change."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            raise BatteryPodError("battery is not running")
+        count = len(self.starts)
+        self._next_hosts = hosts
+        process.terminate()
+        return await self.wait_starts(count + 1, timeout)
 
     async def wait_starts(self, count: int, timeout: float = 30.0) -> BatteryStart:
         """Wait until battery has been started `count` times in all; the latest start."""
@@ -448,6 +480,7 @@ def registry_args(
     settle_time: str = "0s",
     restart_window: str = "0s",
     drain_timeout: str = "5s",
+    host_resync_interval: str = "30s",
     health_port: int,
     metrics_port: int,
 ) -> list[str]:
@@ -463,6 +496,7 @@ def registry_args(
         f"--restart-window={restart_window}",
         f"--drain-timeout={drain_timeout}",
         "--restart-timeout=30s",
+        f"--host-resync-interval={host_resync_interval}",
         f"--health-probe-bind-address=127.0.0.1:{health_port}",
         f"--metrics-bind-address=127.0.0.1:{metrics_port}",
         "--log-format=text",

@@ -212,13 +212,25 @@ async def test_host_api_of_battery_main(
         hosts = BatteryStubs.on(channel).hosts
         stubs = BatteryStubs.on(channel)
         insecure = types_pb2.HostTLS(insecure=True)
+        # AddHost ignores the cordon fields: a new Host always starts uncordoned.
         add_b = hostadmin_pb2.AddHostRequest(
-            host=types_pb2.Host(name="host-b", address=host_targets["host-b"], tls=insecure)
+            host=types_pb2.Host(
+                name="host-b",
+                address=host_targets["host-b"],
+                tls=insecure,
+                cordoned=True,
+                cordoned_reason="ignored",
+            )
         )
         unknown = stubs.create_pool(pool_spec("p", ns, ["host-b"]))
         assert await code_of(unknown) == Code.INVALID_ARGUMENT
         added = await hosts.AddHost(add_b)
-        assert (added.name, added.cordoned, added.tls.insecure) == ("host-b", False, True)
+        assert (added.name, added.cordoned, added.cordoned_reason, added.tls.insecure) == (
+            "host-b",
+            False,
+            "",
+            True,
+        )
         assert await code_of(hosts.AddHost(add_b)) == Code.ALREADY_EXISTS
         status = await hosts.GetHost(hostadmin_pb2.GetHostRequest(name="host-b"))
         assert status.flintlock_version == "v0.16.0"

@@ -307,7 +307,9 @@ class Database:
         As `batteryop.tls.write_atomic` does (temporary file in the same folder, fsync, rename),
         written out here because importing `batteryop.tls` would put `cryptography` into the
         fake battery's pex for ten lines."""
-        data = self.encode(store)
+        self._replace(self.encode(store))
+
+    def _replace(self, data: bytes) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -320,3 +322,17 @@ class Database:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise DatabaseError(self.path, f"write: {err.strerror or err}") from err
+
+    def forget_hosts(self) -> None:
+        """Empty the file's Host rows and keep the rest (Pools, VMs, Leases, events): a battery
+        that lost its `hosts` table, for tests of what puts the Hosts back (TD-006). Run it
+        while no fake battery uses the file; DatabaseError for a file it cannot read."""
+        try:
+            data = self.path.read_bytes()
+        except OSError as err:
+            raise DatabaseError(self.path, err.strerror or str(err)) from err
+        self.decode(data)  # a version-1 file, or DatabaseError
+        head, state_line, rest = data.decode().split("\n", 2)
+        state = json.loads(state_line)
+        state["hosts"] = []
+        self._replace("\n".join([head, _dumps(state), rest]).encode())

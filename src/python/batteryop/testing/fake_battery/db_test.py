@@ -86,6 +86,20 @@ def test_the_durable_state_survives_a_round_trip(tmp_path: Path) -> None:
     assert (b.address, b.tls.ca_file, b.tls.insecure) == ("127.0.0.2:1", "/ca.pem", False)
 
 
+@pytest.mark.req("TD-006")
+def test_forgetting_the_hosts_keeps_every_other_row(tmp_path: Path) -> None:
+    store = _store()
+    Database(tmp_path / "poolmgr.db").save(store)
+    Database(tmp_path / "poolmgr.db").forget_hosts()
+    got = Database(tmp_path / "poolmgr.db").load()
+    assert got is not None
+    assert got.hosts == {}
+    assert (got.pools, got.vms, got.leases) == (store.pools, store.vms, store.leases)
+    assert (got.events, got.next_event_id) == (store.events, store.next_event_id)
+    with pytest.raises(DatabaseError, match="poolmgr-missing.db"):
+        Database(tmp_path / "poolmgr-missing.db").forget_hosts()
+
+
 @pytest.mark.req("BA-060")
 def test_a_missing_file_is_a_fresh_database_and_saves_replace_the_file(tmp_path: Path) -> None:
     db = Database(tmp_path / "poolmgr.db")
