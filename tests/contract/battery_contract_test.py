@@ -717,6 +717,35 @@ async def test_cordon_and_uncordon(battery: BatteryUnderTest, ns: str) -> None:
     assert (await battery.stubs.get_pool(ref)).status.available_count == 2
 
 
+@pytest.mark.req("TD-001", "BA-105", "BA-114")
+async def test_a_cordoned_hosts_available_vm_is_still_claimed_and_replaced_elsewhere(
+    battery: BatteryUnderTest, ns: str
+) -> None:
+    stubs = battery.stubs
+    hosts = stubs.hosts
+    ref = await ready_pool(battery, ns, size=2)  # one MicroVM on each Host
+    await hosts.CordonHost(hostadmin_pb2.CordonHostRequest(name="host-a", reason="drain"))
+    first, second = await asyncio.gather(
+        stubs.claim(ref, request_id="uid-a"), stubs.claim(ref, request_id="uid-b")
+    )
+    assert {first.host.name, second.host.name} == {
+        "host-a",
+        "host-b",
+    }, "the cordon stops placements, not ClaimVM"
+    on_a = first if first.host.name == "host-a" else second
+    await stubs.release(on_a.lease_id)
+    await stubs.wait_status(ref, lambda s: s.available_count == 1, what="a replacement")
+    assert on_a.vm_uid not in await battery.vm_uids_on_hosts(ns)
+    listed = await hosts.ListHosts(hostadmin_pb2.ListHostsRequest())
+    assert {h.host.name: h.vm_count for h in listed.hosts} == {"host-a": 0, "host-b": 2}
+    request_id = "uid-a" if on_a is first else "uid-b"
+    again = await stubs.claim(ref, request_id=request_id)
+    assert (again.host.name, again.lease_id != on_a.lease_id) == (
+        "host-b",
+        True,
+    ), "a released request id claims afresh (BA-101), and only off the cordoned Host"
+
+
 @pytest.mark.req("TD-001", "BA-106")
 async def test_cordon_errors(battery: BatteryUnderTest) -> None:
     hosts = battery.stubs.hosts

@@ -40,6 +40,7 @@ from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
 from batteryop.kube.resources import CLAIMS
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
+from batteryop.operator.claims.cordoned import GIVE_BACKS
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
@@ -670,6 +671,101 @@ async def test_claim_aborted_while_the_earlier_lease_is_released_then_a_fresh_cl
     assert status(body).lease_id != first.lease_id
     assert status(body).microvm_uid != first.vm_uid
     assert len(leases_of(env, uid)) == 1
+
+
+# --- A cordoned Host: CL-103, CL-104 -----------------------------------------------------------
+
+
+def cordon(env: Env, name: str) -> None:
+    """The cached Node of `name` as `kubectl cordon` leaves it."""
+    node = copy.deepcopy(env.nodes.get(name) or node_body(name, ready="true", reason="Ready"))
+    node["spec"] = {"unschedulable": True}
+    env.nodes[name] = node
+
+
+@pytest.mark.req("CL-103", "CL-002", "CL-060")
+async def test_a_microvm_on_a_cordoned_host_is_given_back_and_the_claim_binds_elsewhere(
+    env: Env,
+) -> None:
+    pool = pool_body(env.namespace, size=2)
+    await env.ctl.create_pool(to_battery_spec(Pool.from_dict(pool), ["host-a", "host-b"]))
+    env.pools[(env.namespace, "pool")] = pool
+    await filled(env, PoolRef(env.namespace, "pool"), 2)
+    # battery hands out the MicroVM it made first: cordon the Host it runs on.
+    first = env.fake.vm_records(env.namespace, "pool")[0]
+    cordoned = first.flintlock_host
+    other = ({"host-a", "host-b"} - {cordoned}).pop()
+    cordon(env, cordoned)
+    body = claim_body(env)
+    uid = body["metadata"]["uid"]
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ClaimVM", "ReleaseVM", "ClaimVM"]
+    assert status(body).phase is ClaimPhase.BOUND
+    assert status(body).node_name == other
+    [lease] = leases_of(env, uid)
+    assert lease.lease_id == status(body).lease_id, "the same request id, claimed afresh"
+    assert first.uid not in {vm.uid for vm in env.fake.vm_records(env.namespace, "pool")}
+    on_host = {vm.spec.uid for vm in await env.hosts[cordoned].list_vms()}
+    assert first.uid not in on_host, "given back means destroyed"
+
+
+@pytest.mark.req("CL-103", "CL-042")
+async def test_only_cordoned_hosts_keep_the_claim_pending_until_one_is_uncordoned(
+    env: Env,
+) -> None:
+    ref = await add_pool(env, size=GIVE_BACKS)
+    cordon(env, HOST)
+    body = claim_body(env)
+    uid = body["metadata"]["uid"]
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ClaimVM", "ReleaseVM"] * GIVE_BACKS
+    assert status(body).phase is ClaimPhase.PENDING
+    assert status(body).lease_id is None
+    bound = condition(body, ClaimConditionType.BOUND)
+    assert (bound.status, bound.reason) == (ConditionStatus.FALSE, ClaimReason.HOST_CORDONED)
+    assert f"on cordoned Hosts ({HOST})" in bound.message
+    assert reason(body, ClaimConditionType.SYNCED) == (ConditionStatus.TRUE, ClaimReason.SYNCED)
+    assert events(outcome) == [(EventType.WARNING, ClaimReason.HOST_CORDONED)]
+    assert outcome.requeue_after == 1.0
+    assert leases_of(env, uid) == [], "every Lease on the cordoned Host was given back"
+
+    env.nodes[HOST] = node_body(HOST, ready="true", reason="Ready")  # uncordoned
+    await filled(env, ref, 1)
+    env.clock.advance(2)
+    outcome, body = await env.step(body)
+    assert env.calls.take() == ["ClaimVM"]
+    assert status(body).phase is ClaimPhase.BOUND
+
+
+@pytest.mark.req("CL-104", "CL-040", "CL-062")
+async def test_a_failed_give_back_keeps_the_claim_pending_and_is_never_bound(env: Env) -> None:
+    await add_pool(env)
+    cordon(env, HOST)
+    body = claim_body(env)
+    uid = body["metadata"]["uid"]
+    host = env.hosts[HOST]
+    await host.go_down()  # ReleaseVM answers UNAVAILABLE: battery keeps the Lease
+    try:
+        outcome, body = await env.step(body)
+        assert env.calls.take() == ["ClaimVM", "ReleaseVM"]
+        assert status(body).phase is ClaimPhase.PENDING
+        assert status(body).lease_id is None
+        assert reason(body, ClaimConditionType.BOUND) == (
+            ConditionStatus.FALSE,
+            ClaimReason.HOST_CORDONED,
+        )
+        assert reason(body, ClaimConditionType.SYNCED) == (
+            ConditionStatus.FALSE,
+            ClaimReason.BATTERY_UNAVAILABLE,
+        )
+        assert len(leases_of(env, uid)) == 1
+        env.clock.advance(2)
+        outcome, body = await env.step(body)  # the Lease's MicroVM is being deleted
+        assert env.calls.take() == ["ClaimVM"]
+        assert reason(body, ClaimConditionType.BOUND)[1] == ClaimReason.CLAIM_ABORTED
+        assert status(body).lease_id is None
+    finally:
+        await host.come_up()
 
 
 @pytest.mark.req("CL-041")
