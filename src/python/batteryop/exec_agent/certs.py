@@ -32,6 +32,16 @@ when the client CA changes, `client-ca.crt` is rewritten. At start, a flintlockd
 already on the Host that passes every check and has not reached its renewal point is kept, so
 restarting the agent does not restart flintlockd.
 
+Supervision (DP-107, EA-103): the CA bundle watch, the client CA follower and one renewal task
+per certificate (`TASKS`) run under an `obs.supervisor.Supervisor`. A renewal is one attempt:
+a request that is denied, fails, is refused by the API server or returns an unfit certificate
+raises, and the supervisor logs it with its traceback, reports the task down in `/readyz`
+(``[-]renew-client failed: TaskDownError: ...``) and tries again after its backoff (1 s doubling
+to `retry_max`, five minutes by default). `checks()` adds one readiness check per certificate,
+failing with `CertificateExpiringError` (naming it) once less than `EXPIRY_MARGIN` of its
+validity is left, or it expired (EA-103); `seconds_left()` feeds the
+`exec_agent_certificate_expiry_seconds` metric (EA-104).
+
 Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
 """
 
@@ -41,6 +51,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import functools
 import ipaddress
 import logging
 import random
@@ -62,7 +73,7 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
-from batteryop.obs.tasks import cancel_all
+from batteryop.obs.supervisor import Supervisor
 from batteryop.tls import cert_pem, key_pem, make_csr, new_key, write_atomic
 
 log = logging.getLogger(__name__)
@@ -85,6 +96,27 @@ CLIENT: Final = "client"
 EXEC_SERVING: Final = "exec-serving"
 KINDS: Final = (FLINTLOCKD_SERVING, CLIENT, EXEC_SERVING)
 
+EXPIRY_MARGIN: Final = 0.2
+"""Readiness fails once less than this fraction of a certificate's validity is left (EA-103):
+renewal starts by 65%, so a fifth of the life is left for its retries before that."""
+
+CA_BUNDLE_TASK: Final = "ca-bundle"
+CLIENT_CA_TASK: Final = "client-ca"
+
+
+def renew_task(kind: str) -> str:
+    """The name of the supervised task renewing the certificate `kind`."""
+    return f"renew-{kind}"
+
+
+def certificate_check(kind: str) -> str:
+    """The name of the readiness check on the validity left to the certificate `kind`."""
+    return f"certificate-{kind}"
+
+
+TASKS: Final = (CA_BUNDLE_TASK, CLIENT_CA_TASK, *(renew_task(kind) for kind in KINDS))
+"""The certificates' long-lived tasks, by the name the `Supervisor` and `/readyz` give them."""
+
 
 class CertificateError(Exception):
     """What a signer returned cannot be used, or a request was refused; `reason` says why."""
@@ -94,6 +126,29 @@ class CertificateError(Exception):
         self.kind = kind
         self.reason = reason
         self.detail = detail
+
+
+class CertificateExpiringError(Exception):
+    """A certificate in use is close to its expiry, or past it, and was not renewed."""
+
+    def __init__(self, kind: str, not_after: datetime.datetime, left: timedelta) -> None:
+        when = (
+            f"expired at {not_after.isoformat()}"
+            if left <= timedelta(0)
+            else f"expires at {not_after.isoformat()} (in {int(left.total_seconds())}s)"
+        )
+        super().__init__(f"{kind} certificate {when} and was not renewed")
+        self.kind = kind
+        self.not_after = not_after
+        self.left = left
+
+
+class CertificateMissingError(Exception):
+    """A certificate has not been obtained yet."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"{kind} certificate not obtained yet")
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -301,7 +356,7 @@ class CSRRequester:
 
 
 class CABundle:
-    """The `flintlockd-ca` ConfigMap's two CA certificates, followed by a watch."""
+    """The `flintlockd-ca` ConfigMap's two CA certificates, followed by a watch (`run`)."""
 
     def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
         self._kube = kube
@@ -310,7 +365,8 @@ class CABundle:
         self.data: dict[str, str] = {}
         self.version = 0
         """Counts changes of `data`."""
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()
+        """Set (and replaced by a fresh one) at each change: waiters wake, none is missed."""
 
     async def run(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -333,22 +389,19 @@ class CABundle:
         if data != self.data:
             self.data = data
             self.version += 1
-            asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
 
     async def wait_for(self, predicate: Callable[[dict[str, str]], bool]) -> None:
         """Return once the bundle satisfies `predicate`."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: predicate(self.data))
+        while not predicate(self.data):
+            await self._changed.wait()
 
     async def changed(self, since: int) -> int:
         """Wait until `version` is past `since`; the new version."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.version > since)
-            return self.version
+        while self.version <= since:
+            await self._changed.wait()
+        return self.version
 
 
 @dataclass(frozen=True)
@@ -400,13 +453,16 @@ class AgentCertificates:
     """Obtains, holds and renews the agent's three certificates.
 
         certs = AgentCertificates(kube, node=..., trust_domain=..., address=..., ...)
-        await certs.start()      # every certificate in hand, flintlockd's files written
+        await certs.start()      # every certificate in hand, flintlockd's files written,
+                                 # the renewals running under `certs.supervisor`
         server_creds = certs.server_credentials()   # follows renewals
         creds = certs.client_credentials()          # current; on_client_renewed says when
-        await certs.run(stop)    # renews until stop
+        health_checks = certs.checks()              # tasks down, certificates near expiry
+        await certs.aclose()     # stops the renewals
 
-    `start` and `run` retry what fails (with backoff) rather than give up: an approver that is
-    not running yet delays the agent, it does not crash it.
+    `start` retries what fails (with backoff) rather than give up: an approver that is not
+    running yet delays the agent, it does not crash it. A renewal that fails raises to the
+    supervisor, which logs it, reports it and tries again (see the module docstring).
     """
 
     def __init__(
@@ -424,6 +480,8 @@ class AgentCertificates:
         rng: random.Random | None = None,
         on_client_renewed: Callable[[], None] | None = None,
         retry_max: float = 300.0,
+        expiry_margin: float = EXPIRY_MARGIN,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._wants = wants(node, trust_domain, address)
         self._requester = CSRRequester(kube, node, duration=duration)
@@ -433,10 +491,16 @@ class AgentCertificates:
         self._rng = rng or random.SystemRandom()
         self._on_client_renewed = on_client_renewed
         self._retry_max = retry_max
+        self._expiry_margin = expiry_margin
+        self.supervisor = supervisor or Supervisor(backoff_max=retry_max)
+        """Runs `TASKS` (DP-107); its backoff is the renewals' retry."""
+        for task in TASKS:
+            self.supervisor.add(task)
         self._current: dict[str, Issued] = {}
         self._server_config: Any = None
         self._server_news: Any = None
-        self._bundle_task: asyncio.Task[None] | None = None
+        self._bundle_started = False
+        self._renewing = False
         self.renewals = 0
         """Certificates replaced since start."""
         self._renewed = asyncio.Condition()
@@ -453,9 +517,11 @@ class AgentCertificates:
         return self._rng.uniform(RENEW_FROM, RENEW_TO)
 
     async def start(self) -> None:
-        """Follow the CA bundle and hold every certificate, reusing flintlockd's if it is fit."""
-        if self._bundle_task is None:
-            self._bundle_task = asyncio.create_task(self._bundle.run(), name="ca-bundle")
+        """Follow the CA bundle and hold every certificate, reusing flintlockd's if it is fit;
+        then renew each at its time and keep `client-ca.crt` current, until `aclose`."""
+        if not self._bundle_started:
+            self._bundle_started = True
+            self.supervisor.start(CA_BUNDLE_TASK, self._bundle.run)
         await self._bundle.wait_for(
             lambda d: bool(d.get(names.SERVING_CA_BUNDLE_KEY) and d.get(names.CLIENT_CA_BUNDLE_KEY))
         )
@@ -468,6 +534,11 @@ class AgentCertificates:
         issued = await asyncio.gather(*(self._obtain(kind) for kind in missing))
         for kind, one in zip(missing, issued, strict=True):
             self._install(kind, one)
+        if not self._renewing:
+            self._renewing = True
+            for kind in KINDS:
+                self.supervisor.start(renew_task(kind), functools.partial(self._keep, kind))
+            self.supervisor.start(CLIENT_CA_TASK, self._follow_client_ca)
 
     def _reuse_flintlockd(self) -> Issued | None:
         found = self._dir.read()
@@ -489,22 +560,27 @@ class AgentCertificates:
         return issued if self._clock.now() < issued.renew_at else None
 
     async def _obtain(self, kind: str) -> Issued:
-        """A new key and a checked certificate for it; retried until it succeeds (EA-060)."""
-        want = self._wants[kind]
+        """`_request(kind)`, retried until it succeeds (at start, EA-060)."""
         backoff = 1.0
         while True:
-            key = new_key()  # EA-060: made here; only the request leaves
             try:
-                chain = await self._requester.request(want, key)
-                return check_issued(
-                    want, key, chain, self._bundle.data, self._clock.now(), self._fraction()
-                )
+                return await self._request(kind)
             except CertificateError as e:
                 log.warning("Certificate not obtained, asking again: %s", e)
             except KubeError as e:
                 log.warning("Certificate request for %s failed, retrying: %s", kind, e)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self._retry_max)
+
+    async def _request(self, kind: str) -> Issued:
+        """A new key and a checked certificate for it, in one request; CertificateError or
+        KubeError when it was refused or what came back is unfit."""
+        want = self._wants[kind]
+        key = new_key()  # EA-060: made here; only the request leaves
+        chain = await self._requester.request(want, key)
+        return check_issued(
+            want, key, chain, self._bundle.data, self._clock.now(), self._fraction()
+        )
 
     def _install(self, kind: str, issued: Issued) -> None:
         self._current[kind] = issued
@@ -526,26 +602,17 @@ class AgentCertificates:
         elif self._on_client_renewed is not None:
             self._on_client_renewed()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Renew each certificate at its time and keep `client-ca.crt` current, until `stop`."""
-        tasks = [asyncio.create_task(self._keep(kind), name=f"renew-{kind}") for kind in KINDS]
-        tasks.append(asyncio.create_task(self._follow_client_ca(), name="client-ca"))
-        try:
-            await stop.wait()
-        finally:
-            await cancel_all(tasks)
-
     async def aclose(self) -> None:
-        if self._bundle_task is not None:
-            self._bundle_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._bundle_task
-            self._bundle_task = None
+        """Stop following the bundle and renewing."""
+        await self.supervisor.stop()
 
     async def _keep(self, kind: str) -> None:
+        """Renew `kind` at its time (EA-063), one request each time: a failure raises to the
+        supervisor, which logs it, reports the task down and runs this again after its
+        backoff; the renewal point has passed by then, so it asks again at once (DP-107)."""
         while True:
             await self._clock.sleep_until(self._current[kind].renew_at)  # EA-063
-            self._install(kind, await self._obtain(kind))
+            self._install(kind, await self._request(kind))
             async with self._renewed:
                 self.renewals += 1
                 self._renewed.notify_all()
@@ -562,6 +629,32 @@ class AgentCertificates:
             client_ca = self._bundle.data.get(names.CLIENT_CA_BUNDLE_KEY)
             if client_ca and self._dir.write_client_ca(client_ca):
                 log.info("Client CA changed; rewrote %s", self._dir.client_ca)
+
+    # -- readiness and metrics -------------------------------------------------------------
+
+    def seconds_left(self) -> dict[str, float]:
+        """Seconds until each certificate in use expires, negative once it has (EA-104)."""
+        now = self._clock.now()
+        return {kind: (i.not_after - now).total_seconds() for kind, i in self._current.items()}
+
+    def check_validity(self, kind: str) -> bool:
+        """True while `kind` has more than `expiry_margin` of its validity left; raises
+        `CertificateExpiringError` naming it otherwise (EA-103)."""
+        issued = self._current.get(kind)
+        if issued is None:
+            raise CertificateMissingError(kind)
+        left = issued.not_after - self._clock.now()
+        if left <= (issued.not_after - issued.not_before) * self._expiry_margin:
+            raise CertificateExpiringError(kind, issued.not_after, left)
+        return True
+
+    def checks(self) -> dict[str, Callable[[], bool]]:
+        """Readiness checks: one per supervised task (down while it waits to run again) and
+        one per certificate (`check_validity`), for `HealthServer` (DP-107, EA-103)."""
+        validity = {
+            certificate_check(kind): functools.partial(self.check_validity, kind) for kind in KINDS
+        }
+        return {**self.supervisor.checks(), **validity}
 
     # -- what the agent's TLS uses ----------------------------------------------------------
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
+import logging
 import socket
 import ssl
 import stat
@@ -20,6 +22,7 @@ import grpc.aio
 import pytest
 from cryptography import x509
 from grpc_health.v1 import health, health_pb2_grpc
+from prometheus_client import CollectorRegistry
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition
@@ -30,12 +33,18 @@ from batteryop.exec_agent.certs import (
     FLINTLOCKD_SERVING,
     AgentCertificates,
     CertificateError,
+    certificate_check,
     check_issued,
+    renew_task,
     wants,
 )
+from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
+from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, SECRETS
+from batteryop.obs.health import CheckResult, HealthServer
+from batteryop.obs.supervisor import Supervisor
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
@@ -44,6 +53,7 @@ from batteryop.testing.csr_approver_env import (
     running,
     tls_secret,
 )
+from batteryop.testing.sleeps import Sleeps
 from batteryop.tls import CertificateAuthority, new_key
 
 ADDRESS = "127.0.0.43"
@@ -264,7 +274,6 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
         agent = _agent_certs(
             c, kube, node, tmp_path / "fl", clock=clock, on_client_renewed=on_client
         )
-        stop = asyncio.Event()
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
         try:
@@ -275,7 +284,6 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
             serving_ca = agent.ca_bundle[names.SERVING_CA_BUNDLE_KEY].encode()
             first = {kind: issued for kind, issued in agent.current.items()}
             assert _served_serial(port, serving_ca) == first[EXEC_SERVING].cert.serial_number
-            task = asyncio.create_task(agent.run(stop))
             life = first[CLIENT].not_after - first[CLIENT].not_before
             # Until 55% of the life nothing is renewed: every keeper still sleeps.
             await _until(lambda: clock.sleepers == 3)
@@ -295,10 +303,7 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
             assert served == after[EXEC_SERVING].cert.serial_number
             fl_file = (tmp_path / "fl" / names.TLS_CERT_FILE).read_bytes()
             assert fl_file == after[FLINTLOCKD_SERVING].chain_pem
-            stop.set()
-            await asyncio.wait_for(task, 10)
         finally:
-            stop.set()
             await server.stop(0)
             await agent.aclose()
     assert len(await _requests_for(c, node)) == 6
@@ -389,16 +394,142 @@ async def test_a_new_client_ca_is_written_to_the_host(csr_cluster: Cluster, tmp_
     cert_dir = tmp_path / "fl"
     async with running(c) as approver, c.client_as(node) as kube:
         agent = _agent_certs(c, kube, node, cert_dir)
-        stop = asyncio.Event()
         try:
             await asyncio.wait_for(agent.start(), 60)
-            task = asyncio.create_task(agent.run(stop))
             new_ca = CertificateAuthority.create("client-ca-2")
             secret = tls_secret(approver.config.client_ca_secret, new_ca)
             await c.kube.replace(SECRETS, secret["metadata"]["name"], secret, c.namespace)
             path = cert_dir / names.CLIENT_CA_BUNDLE_KEY
             await _until(lambda: path.read_bytes() == new_ca.cert_pem, timeout=30)
         finally:
-            stop.set()
             await agent.aclose()
-        await asyncio.wait_for(task, 10)
+
+
+@contextlib.asynccontextmanager
+async def _denying(c: Cluster, node: str) -> AsyncIterator[list[str]]:
+    """Deny, as an admin would, every request of `node` as it appears (no approver runs)."""
+    seen: asyncio.Queue[str] = asyncio.Queue()
+    denied: list[str] = []
+
+    def saw(obj: dict[str, Any]) -> None:
+        name = str(obj["metadata"]["name"])
+        if name.startswith(f"exec-agent-{node}-") and not (obj.get("status") or {}).get(
+            "conditions"
+        ):
+            seen.put_nowait(name)
+
+    def listed(items: list[dict[str, Any]]) -> None:
+        for obj in items:
+            saw(obj)
+
+    async def deny() -> None:
+        while True:
+            name = await seen.get()
+            if name not in denied:
+                denied.append(name)
+                c.made_csrs.append(name)
+                await c.set_condition(name, CSRCondition.DENIED, "ByHand")
+
+    helpers = Supervisor()
+    helpers.start(
+        "watch",
+        lambda: list_watch(
+            c.kube,
+            CERTIFICATE_SIGNING_REQUESTS,
+            on_list=listed,
+            on_event=lambda _kind, obj: saw(obj),
+        ),
+    )
+    helpers.start("deny", deny)
+    try:
+        yield denied
+    finally:
+        await helpers.stop()
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-063", "EA-103", "EA-104", "DP-107")
+async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_before_expiry(
+    csr_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = csr_cluster
+    node = await c.node("refused", ADDRESS)
+    clock = ManualClock()
+    sleeps = Sleeps()
+    registry = CollectorRegistry()
+    gauge = "battery_operator_exec_agent_certificate_expiry_seconds"
+    async with c.client_as(node) as kube:
+        agent = _agent_certs(
+            c, kube, node, tmp_path / "fl", clock=clock, supervisor=Supervisor(sleep=sleeps)
+        )
+        AgentMetrics(registry).follow_certificates(agent)
+        health = HealthServer("127.0.0.1", 0, checks=agent.checks())
+
+        async def readiness() -> dict[str, CheckResult]:
+            return {r.name: r for r in await health.readiness()}
+
+        try:
+            async with running(c, clock=clock.now):
+                await asyncio.wait_for(agent.start(), 60)
+            assert all(r.ok for r in (await readiness()).values())
+            first = agent.current
+            life = first[CLIENT].not_after - first[CLIENT].not_before
+            left = registry.get_sample_value(gauge, {"certificate": CLIENT})
+            assert left == (first[CLIENT].not_after - clock.now()).total_seconds()
+            await _until(lambda: clock.sleepers == 3)
+            async with _denying(c, node) as denied:
+                # Past every renewal point: each renewal is asked for, denied, and fails.
+                await clock.move_to(first[CLIENT].not_before + life * 2 / 3)
+                waits = [await sleeps.next(timeout=60) for _ in certs.KINDS]
+                assert sleeps.delays == [1.0, 1.0, 1.0]
+                down = agent.supervisor.down()
+                assert sorted(down) == sorted(renew_task(kind) for kind in certs.KINDS)
+                assert "Denied/ByHand" in down[renew_task(CLIENT)]
+                failure = next(
+                    r
+                    for r in caplog.records
+                    if r.getMessage().startswith(f"Task {renew_task(CLIENT)} failed")
+                )
+                assert failure.levelno == logging.ERROR
+                assert failure.exc_info is not None
+                assert isinstance(failure.exc_info[1], CertificateError)
+                ready = await readiness()
+                line = ready[renew_task(CLIENT)].line()
+                assert line.startswith(f"[-]{renew_task(CLIENT)} failed: TaskDownError")
+                assert "Denied/ByHand" in line
+                assert ready[certificate_check(CLIENT)].ok  # a third of its life is left
+                # Started again: asked again at once, denied again, and the wait doubles.
+                for wait in waits:
+                    wait.set()
+                waits = [await sleeps.next(timeout=60) for _ in certs.KINDS]
+                assert sleeps.delays[3:] == [2.0, 2.0, 2.0]
+                assert len(denied) == 6
+                # Within a fifth of its life of the end: not ready, naming the certificate.
+                await clock.move_to(first[CLIENT].not_after - life * 0.1)
+                ready = await readiness()
+                for kind in certs.KINDS:
+                    expiring = ready[certificate_check(kind)]
+                    assert not expiring.ok
+                    assert f"CertificateExpiringError: {kind} certificate expires at" in (
+                        expiring.error or ""
+                    )
+                left = registry.get_sample_value(gauge, {"certificate": CLIENT})
+                assert left == (life * 0.1).total_seconds()
+                # Expired: still named, and the gauge goes negative.
+                await clock.move_to(first[CLIENT].not_after + timedelta(seconds=5))
+                expired = (await readiness())[certificate_check(CLIENT)]
+                assert "expired at" in (expired.error or "")
+                assert registry.get_sample_value(gauge, {"certificate": CLIENT}) == -5.0
+            # The signer answers again: the next attempts succeed and the agent is ready.
+            async with running(c, clock=clock.now):
+                for wait in waits:
+                    wait.set()
+                await asyncio.wait_for(agent.wait_renewals(3), 60)
+                assert {n: r.line() for n, r in (await readiness()).items() if not r.ok} == {}
+                renewed = agent.current[CLIENT].not_after - clock.now()
+                assert registry.get_sample_value(gauge, {"certificate": CLIENT}) == (
+                    renewed.total_seconds()
+                )
+                assert renewed > life / 2
+        finally:
+            await agent.aclose()

@@ -61,6 +61,7 @@ from batteryop.kube.client import KubeClient, Objects
 from batteryop.kube.errors import ConflictError, KubeError, NotFoundError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CLAIMS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from batteryop.obs.supervisor import Supervisor
 from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,11 @@ GUARD_CONTAINER: Final = "guard"
 GUARD_USER: Final = 65535
 """The pause image's own non-root user."""
 MAX_BACKOFF_SECONDS: Final = 30.0
+
+CLAIMS_WATCH_TASK: Final = "drain-guard-claims"
+NODE_WATCH_TASK: Final = "drain-guard-node"
+TASKS: Final = (CLAIMS_WATCH_TASK, NODE_WATCH_TASK)
+"""The guard's two watches, run under `DrainGuard.watches` while `run` runs (DP-107)."""
 
 Object = dict[str, Any]
 
@@ -160,6 +166,7 @@ class DrainGuard:
 
     guard = DrainGuard(kube, node_name=..., namespace=..., image=..., timeout=...)
     await guard.run(stop)
+    health_checks = guard.watches.checks()   # one per watch, down while it is (DP-107)
     """
 
     def __init__(
@@ -196,6 +203,10 @@ class DrainGuard:
         """Passes that failed (each is tried again; see the module docstring)."""
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
+        self.watches = Supervisor()
+        """Runs the two watches (`TASKS`) while `run` runs."""
+        for task in TASKS:
+            self.watches.add(task)
 
     @property
     def bound_claims(self) -> list[str]:
@@ -237,28 +248,26 @@ class DrainGuard:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the claims and the Node and keep the guard right until `stop` is set."""
-        watches = [
-            asyncio.create_task(
-                list_watch(
-                    self._kube,
-                    CLAIMS,
-                    on_list=self._claims_listed,
-                    on_event=self._claim_event,
-                    on_error=self._claims_failed,
-                ),
-                name="drain-guard-claims",
+        self.watches.start(
+            CLAIMS_WATCH_TASK,
+            lambda: list_watch(
+                self._kube,
+                CLAIMS,
+                on_list=self._claims_listed,
+                on_event=self._claim_event,
+                on_error=self._claims_failed,
             ),
-            asyncio.create_task(
-                list_watch(
-                    self._kube,
-                    NODES,
-                    field_selector=f"metadata.name={self.node_name}",
-                    on_list=self._node_listed,
-                    on_event=self._node_event,
-                ),
-                name="drain-guard-node",
+        )
+        self.watches.start(
+            NODE_WATCH_TASK,
+            lambda: list_watch(
+                self._kube,
+                NODES,
+                field_selector=f"metadata.name={self.node_name}",
+                on_list=self._node_listed,
+                on_event=self._node_event,
             ),
-        ]
+        )
         backoff = 1.0
         try:
             while not stop.is_set():
@@ -278,7 +287,7 @@ class DrainGuard:
                     retry, backoff = backoff, min(MAX_BACKOFF_SECONDS, backoff * 2)
                 await self._wait(stop, deadline, retry)
         finally:
-            await cancel_all(watches)
+            await self.watches.stop()
 
     async def _wait(
         self, stop: asyncio.Event, deadline: datetime | None, retry: float | None

@@ -15,7 +15,14 @@ the Node waits, at most `--drain-timeout`; EA-040, EA-041). Exits 2 with one lin
 endpoint or a serving address that is not this Host's (EA-001, EA-002); 1 when its identity
 names another Host or none; 0 after a signal once running execs had their grace period. With
 `--health-probe-bind-address`, `/healthz` is the event loop answering, `/readyz` the exec API
-listening and the Node report and drain guard loops running, and `/metrics` the agent's metrics.
+listening, no long-lived task down and, with `--trust-domain`, every certificate far enough from
+its expiry (EA-103), and `/metrics` the agent's metrics.
+
+Every long-lived task runs under an `obs.supervisor.Supervisor` (DP-107): the Node report and
+the drain guard under the agent's, the guard's two watches under the guard's, the
+certificates' watch, follower and renewals under their own (`certs.TASKS`, whose backoff is the
+renewals' retry). One that fails is logged with its traceback, named in `/readyz` while it is
+down, and started again with backoff.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -41,13 +48,19 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError
 from batteryop.obs.addresses import parse_bind_address
-from batteryop.obs.health import HealthServer
+from batteryop.obs.health import Check, HealthServer
 from batteryop.obs.logging import configure_logging
 from batteryop.obs.process import run_until_signalled
+from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger("batteryop.exec_agent")
 
 USER_AGENT = "battery-operator-exec-agent"
+
+NODE_REPORT_TASK = "node-report"
+DRAIN_GUARD_TASK = "drain-guard"
+TASKS = (NODE_REPORT_TASK, DRAIN_GUARD_TASK)
+"""The agent's own long-lived tasks (the certificates' are `certs.TASKS`)."""
 
 
 async def run(config: AgentConfig, stop: asyncio.Event) -> None:
@@ -65,18 +78,17 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
     # Filled in as the agent comes up; /healthz answers from the start (waiting for a signer
     # can take a while), /readyz only once everything below runs.
     server: AgentServer | None = None
-    tasks: dict[str, asyncio.Task[None]] = {}
+    supervisor = Supervisor()  # DP-107
+    for task in TASKS:
+        supervisor.add(task)
+    health: HealthServer | None = None
     async with contextlib.AsyncExitStack() as stack:
         if health_at is not None:
             health = HealthServer(
                 *health_at,
                 checks={
                     "exec-api": lambda: server is not None and server.port != 0,
-                    "node-report": lambda: _running(tasks, "node-report"),
-                    "drain-guard": lambda: _running(tasks, "drain-guard"),
-                    "certificates": lambda: (
-                        not config.trust_domain or _running(tasks, "certificates")
-                    ),
+                    **supervisor.checks(),
                 },
                 liveness_checks={"loop": lambda: True},
                 metrics_registry=registry,
@@ -109,6 +121,8 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
                 on_client_renewed=client_renewed,
             )
             stack.push_async_callback(certs.aclose)
+            metrics.follow_certificates(certs)  # EA-104
+            _add_checks(health, certs.checks())  # EA-103, DP-107
             log.info("Obtaining certificates by CSR")
             if not await _unless_stopped(certs.start(), stop):
                 return
@@ -143,20 +157,21 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             timeout=config.drain_timeout,
         )
         metrics.follow_drain_guard(guard)
+        _add_checks(health, guard.watches.checks())  # DP-107
         await server.start()
         stack.push_async_callback(server.stop)
-        tasks["node-report"] = asyncio.create_task(reporter.run(stop), name="node-report")
-        tasks["drain-guard"] = asyncio.create_task(guard.run(stop), name="drain-guard")
-        if certs is not None:
-            tasks["certificates"] = asyncio.create_task(certs.run(stop), name="certificates")
+        supervisor.start(NODE_REPORT_TASK, lambda: reporter.run(stop))
+        supervisor.start(DRAIN_GUARD_TASK, lambda: guard.run(stop))
+        # On the way out, in turn: these tasks, the server, the certificates' tasks, the
+        # health server.
+        stack.push_async_callback(supervisor.stop)
         await stop.wait()
-        # All end at once on `stop`; then the server stops, then the health server.
-        await asyncio.gather(*tasks.values())
 
 
-def _running(tasks: dict[str, asyncio.Task[None]], name: str) -> bool:
-    task = tasks.get(name)
-    return task is not None and not task.done()
+def _add_checks(health: HealthServer | None, checks: Mapping[str, Check]) -> None:
+    if health is not None:
+        for name, check in checks.items():
+            health.add_readiness_check(name, check)
 
 
 async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:

@@ -6,12 +6,21 @@ API server, flintlockd or the command. Labels are bounded: no user, claim or Mic
 
 `exec_agent_drain_guard_held` (1 while the drain guard is in place, EA-040) and
 `exec_agent_bound_claims` (claims Bound on this Host, as the guard last saw them).
+
+`exec_agent_certificate_expiry_seconds{certificate}` (EA-104): seconds until each certificate
+the agent holds expires, negative once it has; one series per certificate obtained so far
+(`certs.KINDS`), read at each scrape.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from collections.abc import Callable, Iterator
 
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.exec_agent.drain_guard import DrainGuard
 from batteryop.exec_agent.timing import Phase
 
@@ -72,3 +81,27 @@ class AgentMetrics:
             registry=self.registry,
         )
         bound.set_function(lambda: float(len(guard.bound_claims)))
+
+    def follow_certificates(self, certs: AgentCertificates) -> None:
+        """Export the seconds left to each certificate, read at each scrape (EA-104)."""
+        self.registry.register(
+            _SecondsLeft(
+                f"{self._namespace}_exec_agent_certificate_expiry_seconds", certs.seconds_left
+            )
+        )
+
+
+class _SecondsLeft(Collector):
+    def __init__(self, name: str, read: Callable[[], dict[str, float]]) -> None:
+        self._name = name
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            self._name,
+            "Seconds until each certificate of the agent expires, negative once it has.",
+            labels=["certificate"],
+        )
+        for kind, seconds in sorted(self._read().items()):
+            family.add_metric([kind], seconds)
+        yield family

@@ -99,6 +99,7 @@ class Supervisor:
     async def _supervise(self, name: str, run: TaskFactory) -> None:
         state = self._states[name]
         while True:
+            state.down = None  # running (again), also after a stop() that caught it down
             started = self._clock()
             try:
                 await run()
@@ -112,7 +113,6 @@ class Supervisor:
                 delay = self.retry_delay(state.failures)
                 log.exception("Task %s failed; starting it again in %.1fs", name, delay)
                 await self._sleep(delay)
-                state.down = None
                 continue
             log.info("Task %s finished", name)
             return

@@ -5,24 +5,7 @@ import pytest
 
 from batteryop.obs.health import HealthServer
 from batteryop.obs.supervisor import Supervisor, TaskDownError
-
-
-class Sleeps:
-    """The supervisor's backoff waits: each one lasts until the test ends it."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-        self._started: asyncio.Queue[asyncio.Event] = asyncio.Queue()
-
-    async def __call__(self, seconds: float) -> None:
-        end = asyncio.Event()
-        self.delays.append(seconds)
-        self._started.put_nowait(end)
-        await end.wait()
-
-    async def next(self) -> asyncio.Event:
-        """The next wait, once it started; set the event to end it."""
-        return await asyncio.wait_for(self._started.get(), timeout=5)
+from batteryop.testing.sleeps import Sleeps
 
 
 @pytest.mark.req("DP-100", "DP-101", "DP-107")
@@ -88,3 +71,28 @@ def test_a_task_down_error_names_the_task() -> None:
     err = TaskDownError("follow-battery-events", "ValueError: x")
     assert err.task == "follow-battery-events"
     assert "follow-battery-events" in str(err)
+
+
+@pytest.mark.req("DP-107")
+async def test_a_task_stopped_while_down_is_up_once_started_again() -> None:
+    sleeps = Sleeps()
+    supervisor = Supervisor(sleep=sleeps)
+    running = asyncio.Event()
+
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    async def runs() -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    supervisor.start("watch", fails)
+    await sleeps.next()
+    assert supervisor.down() == {"watch": "RuntimeError: boom"}
+    await supervisor.stop()  # while it waits to be started again
+    supervisor.start("watch", runs)
+    try:
+        await asyncio.wait_for(running.wait(), timeout=5)
+        assert supervisor.down() == {}
+    finally:
+        await supervisor.stop()
