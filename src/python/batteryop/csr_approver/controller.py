@@ -4,7 +4,9 @@ Inputs, each followed by `batteryop.kube.informer.list_watch` (list, then watch;
 the CertificateSigningRequests (all of them; only the three signers' are kept, the others are
 never touched: CT-001), the two CA Secrets (by name) and the CA bundle ConfigMap (by name, so an
 edit of it is put right). A request is reviewed by a `WorkQueue` worker; one request is never
-reviewed twice at once, and a request changed while under review is reviewed again.
+reviewed twice at once, and a request changed while under review is reviewed again. Each watch
+and each queue's workers run under an `obs.supervisor.Supervisor` (DP-107): one that fails is
+logged with its traceback, named in `/readyz` while it is down, and started again with backoff.
 
 One review (`_review`), from the newest copy of the request:
 
@@ -37,9 +39,10 @@ import asyncio
 import base64
 import copy
 import datetime
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from cryptography.hazmat.primitives import serialization
 
@@ -70,7 +73,7 @@ from batteryop.kube.resources import (
     SECRETS,
 )
 from batteryop.kube.workqueue import WorkQueue
-from batteryop.obs.tasks import cancel_all
+from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,16 @@ APPROVED_MESSAGE = "The Exec Agent requested a certificate for its own Node"
 FAILED_PREFIX = "Approved, but not signed: "
 
 PUBLISH_KEY = "publish"
+
+REQUESTS_WATCH_TASK = "watch-certificatesigningrequests"
+BUNDLE_WATCH_TASK = "watch-ca-bundle"
+REQUESTS_QUEUE_TASK = "queue-certificatesigningrequests"
+PUBLISH_QUEUE_TASK = "queue-ca-bundle"
+
+
+def ca_watch_task(secret: str) -> str:
+    """The name of the supervised watch of the CA Secret `secret`."""
+    return f"watch-secret-{secret}"
 
 
 def _utcnow() -> datetime.datetime:
@@ -121,6 +134,11 @@ class Approver:
             self._handle, name="certificatesigningrequests", workers=config.workers
         )
         self._publisher: WorkQueue[str] = WorkQueue(self._publish, name="ca-bundle", workers=1)
+        self.supervisor = Supervisor()
+        """Runs the watches and the queues' workers while `run` runs (DP-107); its `checks()`
+        name each in `/readyz`."""
+        for task in self._tasks():
+            self.supervisor.add(task)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -131,35 +149,36 @@ class Approver:
 
     # -- running -----------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Follow the inputs and work the queues until `stop` is set."""
-        await self._queue.start()
-        await self._publisher.start()
-        ns = self.config.namespace
-        followers = [
-            list_watch(
+    def _tasks(self) -> dict[str, Callable[[], Awaitable[None]]]:
+        """Every long-lived task, by the name the supervisor and `/readyz` give it."""
+        return {
+            REQUESTS_QUEUE_TASK: self._queue.run,
+            PUBLISH_QUEUE_TASK: self._publisher.run,
+            REQUESTS_WATCH_TASK: lambda: list_watch(
                 self._kube,
                 CERTIFICATE_SIGNING_REQUESTS,
                 on_list=self._on_request_list,
                 on_event=self._on_request_event,
             ),
-            *(self._follow_ca(secret) for secret in self._cas),
-            list_watch(
+            **{ca_watch_task(s): functools.partial(self._follow_ca, s) for s in self._cas},
+            BUNDLE_WATCH_TASK: lambda: list_watch(
                 self._kube,
                 CONFIGMAPS,
-                namespace=ns,
+                namespace=self.config.namespace,
                 field_selector=f"metadata.name={self.config.ca_bundle_config_map}",
                 on_list=lambda _items: self._publisher.add(PUBLISH_KEY),
                 on_event=lambda _kind, _obj: self._publisher.add(PUBLISH_KEY),
             ),
-        ]
-        tasks = [asyncio.create_task(f) for f in followers]
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the inputs and work the queues, each under the supervisor, until `stop`."""
+        for name, task in self._tasks().items():
+            self.supervisor.start(name, task)  # logged, restarted with backoff, in /readyz
         try:
             await stop.wait()
         finally:
-            await cancel_all(tasks)
-            await self._queue.stop()
-            await self._publisher.stop()
+            await self.supervisor.stop()
 
     # -- inputs ------------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 
 Exits 2 with one line naming the flag on a bad setting, a missing `--trust-domain` included
 (CT-020); 0 after SIGTERM or SIGINT. Readiness (`/readyz`) is true once the requests are listed
-and both CAs are loaded; liveness (`/healthz`) is the event loop answering.
+and both CAs are loaded, while none of the approver's supervised watches and queues is down
+(DP-107); liveness (`/healthz`) is the event loop answering.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ async def run(config: ApproverConfig, stop: asyncio.Event) -> None:
         async with serving_probes(
             health_bind_address=config.health_probe_bind_address,
             metrics_bind_address=config.metrics_bind_address,
-            checks={"approver": lambda: approver.ready},
+            # DP-107: and one check per long-lived task, naming one that is down.
+            checks={"approver": lambda: approver.ready, **approver.supervisor.checks()},
             registry=registry,
         ):
             log.info("Started", extra={"trust_domain": config.trust_domain})

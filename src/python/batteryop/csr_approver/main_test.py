@@ -28,6 +28,7 @@ async def test_the_process_exits_2_without_a_trust_domain() -> None:
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("DP-107")
 async def test_the_process_signs_a_request_and_reports_ready(
     cluster: Cluster, controlplane: ControlPlane, tmp_path: Path
 ) -> None:
@@ -57,6 +58,14 @@ async def test_the_process_signs_a_request_and_reports_ready(
                 raise AssertionError(proc.logs()[-4000:]) from None
         status, body_text = await asyncio.to_thread(proc.get, "/readyz?verbose")
         assert status == 200, body_text
+        # DP-107: every watch and queue runs under the supervisor, each its own check.
+        for task in (
+            "watch-certificatesigningrequests",
+            "watch-ca-bundle",
+            "queue-certificatesigningrequests",
+            "queue-ca-bundle",
+        ):
+            assert f"[+]{task} ok" in body_text, body_text
         _, metrics = await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port)
         assert 'outcome="signed"' in metrics
         assert "PRIVATE KEY" not in proc.logs()

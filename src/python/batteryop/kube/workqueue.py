@@ -13,6 +13,10 @@ twice at once". `WorkQueue` gives exactly that:
   reset by the next reconcile that answers anything else. The two differ only in the log: a
   raise is logged with its traceback, a `BACKOFF` answer was explained by its handler.
 - Nothing polls: idle workers sleep until the earliest due time or a new key.
+
+Two ways to run the workers: `start()`/`stop()` keep them as tasks of the queue; `run()` runs
+them until cancelled and raises if one ends with an error (after cancelling the others), so an
+`obs.supervisor.Supervisor` can run a queue as one task: logged, restarted, named in `/readyz`.
 """
 
 from __future__ import annotations
@@ -151,6 +155,18 @@ class WorkQueue(Generic[K]):
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
         await cancel_all(tasks)
+
+    async def run(self) -> None:
+        """Run the workers until cancelled; if one fails, cancel the others and raise."""
+        workers = [
+            asyncio.create_task(self._work(i), name=f"{self.name}-worker-{i}")
+            for i in range(self._workers)
+        ]
+        self._wake()
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            await cancel_all(workers)
 
     def retry_delay(self, failures: int) -> float:
         """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from batteryop.kube.workqueue import Retry, WorkQueue
+from batteryop.kube.workqueue import Answer, Retry, WorkQueue
 
 
 async def test_a_key_added_many_times_is_reconciled_once() -> None:
@@ -199,3 +199,24 @@ async def test_a_discarded_key_is_not_run_and_leaves_no_entry_behind() -> None:
     finally:
         await queue.stop()
     assert ran == ["kept"]
+
+
+async def test_run_works_the_queue_and_a_failing_worker_ends_it_for_its_supervisor() -> None:
+    handled = asyncio.Event()
+
+    async def handle(key: str) -> Answer:
+        if key == "bug":
+            return "soon"  # type: ignore[return-value]  # a handler bug the worker trips on
+        handled.set()
+        return None
+
+    q: WorkQueue[str] = WorkQueue(handle, name="t", workers=3)
+    q.add("a")
+    running = asyncio.create_task(q.run())
+    await asyncio.wait_for(handled.wait(), 5)
+    workers = {t for t in asyncio.all_tasks() if t.get_name().startswith("t-worker-")}
+    assert len(workers) == 3
+    q.add("bug")
+    with pytest.raises(TypeError):  # raised to whoever runs it: a Supervisor logs and restarts
+        await asyncio.wait_for(running, 5)
+    assert all(t.done() for t in workers)  # the other workers were cancelled with it
