@@ -68,12 +68,24 @@ class Supervisor:
         """Declare a task (so `checks()` names it before it starts)."""
         self._states.setdefault(name, _State())
 
-    def start(self, name: str, run: TaskFactory) -> None:
-        """Run `run()` as the task `name`, and again each time it raises."""
+    def start(self, name: str, run: TaskFactory) -> asyncio.Task[None]:
+        """Run `run()` as the task `name`, and again each time it raises; the supervising task
+        (cancelling it ends `run` too)."""
         self.add(name)
         if name in self._tasks:
             raise RuntimeError(f"task {name} is already running")
-        self._tasks[name] = asyncio.create_task(self._supervise(name, run), name=name)
+        task = asyncio.create_task(self._supervise(name, run), name=name)
+        self._tasks[name] = task
+        return task
+
+    def cancel(self, name: str) -> asyncio.Task[None] | None:
+        """Cancel the task `name` and forget it (no check names it any more), for a task that
+        lives less long than its process (one per object); the task, to await if need be."""
+        self._states.pop(name, None)
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+        return task
 
     def down(self) -> dict[str, str]:
         """The tasks that are down now, with their last error."""

@@ -1,5 +1,6 @@
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -94,5 +95,32 @@ async def test_a_task_stopped_while_down_is_up_once_started_again() -> None:
     try:
         await asyncio.wait_for(running.wait(), timeout=5)
         assert supervisor.down() == {}
+    finally:
+        await supervisor.stop()
+
+
+@pytest.mark.req("DP-107")
+async def test_a_cancelled_task_is_forgotten_and_its_name_can_run_again() -> None:
+    supervisor = Supervisor()
+    started: asyncio.Queue[int] = asyncio.Queue()
+
+    def forever(n: int) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            started.put_nowait(n)
+            await asyncio.Event().wait()
+
+        return run
+
+    first = supervisor.start("reconciler pool-a", forever(1))
+    assert await asyncio.wait_for(started.get(), 5) == 1
+    assert supervisor.cancel("reconciler pool-a") is first
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert "reconciler pool-a" not in supervisor.checks()
+    assert supervisor.cancel("reconciler pool-a") is None
+    supervisor.start("reconciler pool-a", forever(2))  # the same name, a new Pool spec
+    try:
+        assert await asyncio.wait_for(started.get(), 5) == 2
+        assert list(supervisor.checks()) == ["reconciler pool-a"]
     finally:
         await supervisor.stop()

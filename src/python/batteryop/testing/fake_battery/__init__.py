@@ -48,6 +48,9 @@ Deliberate differences from poolmgrd v0.4.0 (TD-005; also docs/dev/fake-battery.
   (the real RPC's shape could not be read: the Go module proxy answered 403).
 - No metrics endpoint, no server reflection, no TLS on the API server (loopback plaintext; a
   config asking for TLS is refused); basic auth is supported. The standalone process logs text.
+- The sweeper and each Pool's reconciler run under `obs.supervisor.Supervisor`: one that raises
+  is logged with its traceback and started again after 1 s doubling to 30 s of real time (a
+  reconciler with a pass at its start); what poolmgrd does then is not known.
 - Fault injection and the control API are ours (TD-006): `set_unavailable`,
   `stop_listening`/`resume_listening`, `delay_claims`, `refuse_heartbeats`, `fail_hooks`,
   `drop_event_streams`, `lose_claim_answers`, `restart`.

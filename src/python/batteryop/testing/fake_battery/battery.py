@@ -33,6 +33,7 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2_grpc,
     types_pb2,
 )
+from batteryop.obs.supervisor import Supervisor
 from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.db import Database, DatabaseError
 from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults
@@ -48,6 +49,8 @@ from batteryop.testing.fake_battery.validation import has_static_network
 from batteryop.testing.faultcodes import status_code
 
 log = logging.getLogger(__name__)
+
+SWEEPER_TASK = "sweeper"
 
 Policy = types_pb2.HookFailurePolicy
 
@@ -111,7 +114,9 @@ class _Reconciler:
         self.pending: dict[str, int] = {}
         self._kinds: set[str] = set()
         self._wake = asyncio.Event()
-        self.task = asyncio.create_task(self._run(), name=f"reconciler {pool_label(key)}")
+        self.name = f"reconciler {pool_label(key)}"
+        # Supervised: a pass that raises is logged and the reconciler starts again (DP-107).
+        self.task = battery.loops.start(self.name, self._run)
 
     def notify(self, kind: str) -> None:
         self._kinds.add(kind)
@@ -119,6 +124,7 @@ class _Reconciler:
 
     def stop(self) -> None:
         """Cancel the loop and its provisions without waiting."""
+        self.battery.loops.cancel(self.name)  # a live reconciler's name is its own
         self.task.cancel()
         for task in self.provisions:
             task.cancel()
@@ -208,7 +214,7 @@ class _Sweeper:
         self.battery = battery
         self.next_due: datetime | None = None
         self.sweeps = 0
-        self.task = asyncio.create_task(self._run(), name="sweeper")
+        self.task = battery.loops.start(SWEEPER_TASK, self._run)  # supervised (DP-107)
 
     async def _run(self) -> None:
         clock = self.battery.clock
@@ -363,6 +369,9 @@ class FakeBattery:
         self._health: health.aio.HealthServicer | None = None
         self._reconcilers: dict[PoolKey, _Reconciler] = {}
         self._sweeper: _Sweeper | None = None
+        self.loops = Supervisor()
+        """Runs the sweeper and each Pool's reconciler: one that raises is logged with its
+        traceback and started again with backoff (`loops.down()` names it meanwhile)."""
         self._pool_locks: dict[PoolKey, asyncio.Lock] = {}
         self._warned: set[tuple[str, datetime]] = set()
         self._crashing = False
@@ -529,7 +538,7 @@ class FakeBattery:
             tasks += [rec.task, *rec.provisions]
         self._reconcilers.clear()
         if self._sweeper is not None:
-            self._sweeper.task.cancel()
+            self.loops.cancel(SWEEPER_TASK)
             tasks.append(self._sweeper.task)
             self._sweeper = None
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -361,3 +361,31 @@ async def test_hosts_added_and_cordoned_are_kept_in_the_database(
     # battery v0.4.0 takes its Hosts from the config: a stored Host not there is not kept.
     async with FakeBattery.start(clock=clock, timings=timings, db=db) as old:
         assert list(old.store.hosts) == []
+
+
+async def test_a_reconciler_that_raises_is_logged_and_started_again(
+    battery: FakeBattery,
+    stubs: BatteryStubs,
+    ns: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counts = battery.store.counts
+    broke = 0
+
+    def breaks_once_in_the_reconciler(key: tuple[str, str]) -> Any:
+        nonlocal broke
+        task = asyncio.current_task()
+        if key[0] == ns and task is not None and task.get_name().startswith("reconciler "):
+            broke += 1
+            if broke == 1:
+                raise RuntimeError("counting broke")
+        return counts(key)
+
+    monkeypatch.setattr(battery.store, "counts", breaks_once_in_the_reconciler)
+    await ready(stubs, ns)  # the Pool fills all the same, from the restarted reconciler
+    assert broke >= 2
+    failure = next(r for r in caplog.records if r.getMessage().startswith("Task reconciler "))
+    assert failure.exc_info is not None and "counting broke" in str(failure.exc_info[1])
+    assert f"{ns}/p" in failure.getMessage()
+    assert battery.loops.down() == {}
