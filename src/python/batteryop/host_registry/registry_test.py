@@ -81,8 +81,11 @@ async def battery_becomes(pod: BatteryPod, expected: set[str], timeout: float = 
     async with asyncio.timeout(timeout):
         while True:
             seen = len(pod.starts)
-            if set(await battery_hosts(pod)) == expected:
-                return
+            try:
+                if set(await battery_hosts(pod)) == expected:
+                    return
+            except BatteryUnavailableError:
+                continue  # read while the registry restarted battery: read the new one
             await pod.wait_starts(seen + 1, timeout)
 
 
@@ -95,6 +98,14 @@ def sample(metrics: str, name: str) -> float:
 def refused_removals(metrics: str) -> float:
     """The registry's count of RemoveHost calls battery refused."""
     return sample(metrics, 'host_calls_total{result="refused",rpc="RemoveHost"}')
+
+
+async def until_sample(registry: RegistryProcess, name: str, value: float, timeout: float) -> str:
+    """Wait until the registry's metric sample `name` reaches `value`; its metrics then."""
+    async with asyncio.timeout(timeout):
+        while sample(metrics := registry.metrics(), name) < value:
+            await asyncio.sleep(0.1)  # the registry's metrics have no watch
+    return metrics
 
 
 async def until_battery_has(client: BatteryClient, expected: set[str], timeout: float) -> None:
@@ -396,7 +407,7 @@ async def test_a_renewed_client_certificate_restarts_battery_once_in_the_window(
 
 
 @contextlib.asynccontextmanager
-async def two_hosts(
+async def flintlockd_hosts(
     pod: BatteryPod, kube: KubeClient, names_ips: dict[str, str]
 ) -> AsyncIterator[dict[str, str]]:
     """A fake flintlockd per Host over mutual TLS, and its Node reporting it ready: the
@@ -420,7 +431,7 @@ async def test_hosts_a_restarted_battery_lost_are_added_again_and_never_leave_th
     a, b = unique("lost-a", namespace), unique("lost-b", namespace)
     async with (
         BatteryPod.start(kube, namespace, host_api=True) as pod,
-        two_hosts(pod, kube, {a: "127.0.0.64", b: "127.0.0.65"}) as targets,
+        flintlockd_hosts(pod, kube, {a: "127.0.0.64", b: "127.0.0.65"}) as targets,
         # Checked at start and on reconnect only: the period is far beyond the test.
         RegistryProcess.start(
             pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
@@ -438,7 +449,7 @@ async def test_hosts_a_restarted_battery_lost_are_added_again_and_never_leave_th
         await until_battery_has(client, {a, b}, timeout=20)
         took = time.monotonic() - started.at
         assert took < 10, f"the Hosts were back {took:.1f}s after battery started"
-        metrics = registry.metrics()
+        metrics = await until_sample(registry, 'drift_repairs_total{action="add"}', 2, timeout=5)
         assert sample(metrics, 'drift_repairs_total{action="add"}') == 2, metrics
         assert sample(metrics, 'host_list_checks_total{trigger="reconnect"}') > reconnects
         logs = registry.logs()
@@ -460,7 +471,7 @@ async def test_a_host_the_registry_removed_is_removed_again_when_battery_brings_
     a, b = unique("keep", namespace), unique("gone", namespace)
     async with (
         BatteryPod.start(kube, namespace, host_api=True) as pod,
-        two_hosts(pod, kube, {a: "127.0.0.66", b: "127.0.0.67"}) as targets,
+        flintlockd_hosts(pod, kube, {a: "127.0.0.66", b: "127.0.0.67"}) as targets,
         RegistryProcess.start(
             pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
         ) as registry,
@@ -479,9 +490,36 @@ async def test_a_host_the_registry_removed_is_removed_again_when_battery_brings_
 
         # battery comes back from a stale config file that still names b.
         await pod.restart(hosts=targets)
-        await until_battery_has(client, {a}, timeout=20)
-        metrics = registry.metrics()
+        metrics = await until_sample(
+            registry, 'drift_repairs_total{action="remove"}', 1, timeout=20
+        )
         assert sample(metrics, 'drift_repairs_total{action="remove"}') == 1, metrics
+        await until_battery_has(client, {a}, timeout=5)
         assert f"battery holds Host {b}, which the registry removed" in registry.logs()
         # IN-106: b was never published again meanwhile.
         assert [p for p in await publications_since(kube, namespace, left) if b in p] == []
+
+
+@pytest.mark.req("IN-105")
+async def test_a_host_removed_behind_the_registrys_back_is_added_again_at_the_next_resync(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    a = unique("resync", namespace)
+    async with (
+        BatteryPod.start(kube, namespace, host_api=True) as pod,
+        flintlockd_hosts(pod, kube, {a: "127.0.0.68"}),
+        RegistryProcess.start(
+            pod, kubeconfig=registry_kubeconfig, host_resync_interval="1s"
+        ) as registry,
+        battery_client(pod) as client,
+    ):
+        await until_configmap(kube, namespace, has(a))
+        reconnects = sample(registry.metrics(), 'host_list_checks_total{trigger="reconnect"}')
+        await client.remove_host(a)  # as `poolmgrctl host remove` would; battery stays up
+        metrics = await until_sample(registry, 'drift_repairs_total{action="add"}', 1, timeout=10)
+        assert sample(metrics, 'drift_repairs_total{action="add"}') == 1, metrics
+        await until_battery_has(client, {a}, timeout=5)
+        assert sample(metrics, 'host_list_checks_total{trigger="periodic"}') >= 1, metrics
+        # No reconnect explains it: battery never went away.
+        assert sample(metrics, 'host_list_checks_total{trigger="reconnect"}') == reconnects
+        assert len(pod.starts) == 1
