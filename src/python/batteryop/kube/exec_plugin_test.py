@@ -193,7 +193,10 @@ def test_a_relative_command_is_found_beside_the_kubeconfig(stub: Stub, tmp_path:
         ({"stdout": "hello"}, "did not print an ExecCredential \\(not JSON\\)"),
         (credential(V1BETA1, token="t"), "answered apiVersion '.*v1beta1', asked for '.*/v1'"),
         (credential(), "its ExecCredential has neither a token nor a client certificate"),
-        (credential(clientCertificateData="c"), "its ExecCredential has a client certificate without"),
+        (
+            credential(clientCertificateData="c"),
+            "its ExecCredential has a client certificate without",
+        ),
     ],
 )
 def test_a_failing_plugin_is_one_line_naming_it(
