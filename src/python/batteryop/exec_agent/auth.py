@@ -10,35 +10,51 @@ minted for, and a refusal only ever talks about that claim or the caller's own i
 
 The checks, in order; the first that fails refuses the call (`RefusedError`, named by `Check`):
 
-1. `bearer token`: exactly one `authorization: Bearer <token>` metadata entry, else
-   UNAUTHENTICATED.
+0. `limit` (EA-105): the caller's address has not used up its failed authentications
+   (`limits.FailedAuthLimiter`), else RESOURCE_EXHAUSTED at once. Every UNAUTHENTICATED
+   refusal below keeps the token its call took from that address's bucket.
+1. `bearer token`: exactly one `authorization: Bearer <token>` metadata entry, whose
+   unverified payload names the agent's audience and is not expired (`limits.token_precheck`,
+   EA-107), else UNAUTHENTICATED, without asking the API server anything.
 2. `token review`: a TokenReview with the agent's audience (EA-010). Not authenticated, no user,
    or the audience not among those the review confirms: UNAUTHENTICATED. The review cannot be
-   made (API server unreachable, slow, refusing the agent): UNAVAILABLE (EA-014).
+   made (API server unreachable, slow, refusing the agent): UNAVAILABLE (EA-014). The review
+   also asks for a second audience no token carries, new for every review
+   (`review_audiences`): kube-apiserver keeps a successful review for 10 s keyed by the
+   token and the audiences asked for, so without it a token reviewed once would pass for
+   those 10 s after its Secret was deleted or re-created; with it, every review is judged
+   against the Secret as the API server holds it now. The review answers with the audiences
+   the token actually has, which must include the agent's.
 3. `token binding` (EA-012): TokenReview reports no Secret binding, so the token's payload is
    read (its signature was just vouched for by the review of this very string): its
    `kubernetes.io` claim must name a Secret with a uid, in a namespace, the Secret's name must be
    `<claim>-exec`, `sub` must be the reviewed user, and when the review reports a credential id
    (`authentication.kubernetes.io/credential-id`, `JTI=<jti>`), it must be this token's `jti`.
    The uid half of "by name and uid" is the API server's: a bound token whose Secret is gone, or
-   was re-created under the same name (a new uid), fails the review itself. Otherwise
-   PERMISSION_DENIED.
+   was re-created under the same name (a new uid), fails the review itself, at once thanks to
+   the review's second audience (step 2); the agent has no access to Secrets and gets none
+   for this (a grant to read Secrets in every namespace, on every Host, would be worse than
+   the gap it closes). Otherwise PERMISSION_DENIED.
 4. `claim lookup` (EA-014): the claim is read from the API server for every call (`get`, never a
    cache or watch). Not found: PERMISSION_DENIED; the read cannot complete: UNAVAILABLE.
 5. `holder` (EA-011): the reviewed user is `system:serviceaccount:<claim ns>:<serviceAccountName>`,
-   else PERMISSION_DENIED.
+   else PERMISSION_DENIED; and `token binding` again (EA-012): the token was issued (`iat`, or
+   `nbf` when later) no earlier than the claim was created, else PERMISSION_DENIED: a token
+   minted for an earlier claim of the same name, whose Secret was bound the same way, never
+   reaches the new one.
 6. `claim` (EA-013): not being deleted, phase Bound, `leaseExpiresAt` set and in the future,
    `status.microVM.uid` the requested uid, `status.host.nodeName` this Host; else
    PERMISSION_DENIED.
 
-`ServerInfo` needs steps 1-2 only; `GetMicroVM` and `ExecCommand` need all six. No token is ever
-logged or put in a message.
+`ServerInfo` needs steps 0-2 only; `GetMicroVM` and `ExecCommand` need all of them. No token is
+ever logged or put in a message. While an exec stream runs, `streams.ClaimStreams` runs steps
+4-6 again whenever the claim looks changed, and ends the stream when they fail (EA-106).
 
 Latency: for `GetMicroVM` and `ExecCommand` the claim read of step 4 starts beside the review of
 step 2, for the claim the (not yet reviewed) token names; its answer is used only once the
 review authenticated that same token and the binding of step 3 names that same claim, and it is
-dropped otherwise. The price: a call with a forged token costs the API server one claim read
-besides the review.
+dropped otherwise. Only a token that passes step 1 costs a review and a claim read; one whose
+review fails costs its address a token of its bucket (step 0).
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ import base64
 import binascii
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -60,6 +77,7 @@ from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.errors import MalformedObjectError
 from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
 from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError, NotFoundError
@@ -105,6 +123,8 @@ class Caller:
     groups: tuple[str, ...] = field(default=())
     claim_read: ClaimRead | None = field(default=None, compare=False)
     """The claim read started beside the review (`Authorizer.authenticate(read_claim=True)`)."""
+    issued_at: datetime | None = None
+    """When the token became valid: the later of its `iat` and `nbf` (None: neither)."""
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
@@ -139,6 +159,22 @@ def token_payload(token: str) -> Mapping[str, Any] | None:
     except (binascii.Error, ValueError):
         return None
     return payload if isinstance(payload, Mapping) else None
+
+
+def issued_at(payload: Mapping[str, Any] | None) -> datetime | None:
+    """The later of a token payload's `iat` and `nbf`, or None when it has neither."""
+    times = [
+        v
+        for v in ((payload or {}).get("iat"), (payload or {}).get("nbf"))
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return datetime.fromtimestamp(max(times), UTC) if times else None
+
+
+def review_audiences(audience: str) -> list[str]:
+    """The audiences a TokenReview asks for: the agent's, and one made up for this review
+    alone, so the API server's cache of successful reviews never answers it (step 2)."""
+    return [audience, f"{audience}/review-{uuid.uuid4().hex}"]
 
 
 def read_binding(
@@ -186,31 +222,80 @@ class Authorizer:
         audience: str = names.EXEC_AGENT_AUDIENCE,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         observer: PhaseObserver | None = None,
+        limiter: FailedAuthLimiter | None = None,
     ) -> None:
         self._kube = kube
         self._node_name = node_name
         self._audience = audience
         self._now = now
         self._observer = observer
+        self._limiter = limiter
+
+    @property
+    def kube(self) -> KubeClient:
+        """The agent's API client (its own identity)."""
+        return self._kube
+
+    @property
+    def node_name(self) -> str:
+        return self._node_name
+
+    def now(self) -> datetime:
+        """The wall clock leases are judged by."""
+        return self._now()
 
     async def authenticate(
         self,
         metadata: Iterable[tuple[str, str | bytes]] | None,
         *,
         read_claim: bool = False,
+        peer: str | None = None,
     ) -> Caller:
-        """Steps 1-2 (and reading the binding for step 3): who the caller is (EA-010).
+        """Steps 0-2 (and reading the binding for step 3): who the caller is (EA-010).
 
-        With `read_claim`, the read of the claim the token names (step 4) starts now, beside the
-        TokenReview instead of after it, and `authorize` uses its answer. It is still a fresh
-        read for this call; its answer is never looked at unless the review authenticates this
-        very token, and the read is cancelled when it does not.
+        `peer` is the call's gRPC peer (`context.peer()`), whose address the failed
+        authentications are counted by (step 0). With `read_claim`, the read of the claim the
+        token names (step 4) starts now, beside the TokenReview instead of after it, and
+        `authorize` uses its answer. It is still a fresh read for this call; its answer is
+        never looked at unless the review authenticates this very token, and the read is
+        cancelled when it does not.
         """
+        address = peer_address(peer)
+        if self._limiter is None:
+            return await self._authenticate(metadata, read_claim=read_claim)
+        refused = await self._limiter.turn_away(address)
+        if refused is not None:
+            raise refused
+        self._limiter.admit(address)  # EA-105: a token now, back only if this authenticates
+        failed = False
+        try:
+            return await self._authenticate(metadata, read_claim=read_claim)
+        except RefusedError as e:
+            failed = e.code == UNAUTHENTICATED  # not UNAVAILABLE: the API server's failure
+            raise
+        finally:
+            if not failed:
+                self._limiter.succeeded(address)
+
+    async def turn_away(self, peer: str | None) -> RefusedError | None:
+        """Step 0 alone, taking nothing: the refusal a call from `peer` gets, once it has been
+        held (`limits.FailedAuthLimiter.turn_away`); None when it may go on."""
+        if self._limiter is None:
+            return None
+        return await self._limiter.turn_away(peer_address(peer))
+
+    async def _authenticate(
+        self, metadata: Iterable[tuple[str, str | bytes]] | None, *, read_claim: bool
+    ) -> Caller:
         token = bearer_token(metadata)
+        payload = token_payload(token)
+        refused = token_precheck(payload, audience=self._audience, now=self._now())  # EA-107
+        if refused is not None:
+            raise refused
         review = {
             "apiVersion": TOKEN_REVIEWS.api_version,
             "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [self._audience]},
+            "spec": {"token": token, "audiences": review_audiences(self._audience)},
         }
         claim_read = self._start_claim_read(token) if read_claim else None
         try:
@@ -219,7 +304,7 @@ class Authorizer:
             if claim_read is not None:
                 claim_read.task.cancel()
             raise
-        return replace(caller, claim_read=claim_read)
+        return replace(caller, claim_read=claim_read, issued_at=issued_at(payload))
 
     async def _review(self, token: str, review: Mapping[str, Any]) -> Caller:
         started = time.perf_counter()
@@ -283,6 +368,16 @@ class Authorizer:
 
     async def authorize(self, caller: Caller, microvm_uid: str) -> MicroVMClaim:
         """Steps 3-6: the claim that lets `caller` use MicroVM `microvm_uid` on this Host."""
+        namespace, claim_name = self.claim_of(caller)
+        started = caller.claim_read
+        if started is not None and (started.namespace, started.name) == (namespace, claim_name):
+            body = await self.fetch_claim(namespace, claim_name, started.task)
+        else:
+            body = await self.fetch_claim(namespace, claim_name)
+        return self.judge(caller, body, microvm_uid)
+
+    def claim_of(self, caller: Caller) -> tuple[str, str]:
+        """Step 3: (namespace, name) of the claim the caller's token is bound to."""
         binding = caller.binding
         if binding is None:
             raise RefusedError(PERMISSION_DENIED, Check.TOKEN_BINDING, caller.binding_problem)
@@ -294,16 +389,18 @@ class Authorizer:
                 f"the token is bound to Secret {binding.namespace}/{binding.name}, "
                 f"which is no claim's {names.EXEC_SECRET_SUFFIX} Secret",
             )
-        where = f"{binding.namespace}/{claim_name}"
-        started = caller.claim_read
+        return binding.namespace, claim_name
+
+    async def fetch_claim(
+        self,
+        namespace: str,
+        name: str,
+        started: asyncio.Future[Mapping[str, Any]] | None = None,
+    ) -> Mapping[str, Any]:
+        """Step 4: claim `namespace/name` from the API server (or the read `started` for it)."""
+        where = f"{namespace}/{name}"
         try:
-            if started is not None and (started.namespace, started.name) == (
-                binding.namespace,
-                claim_name,
-            ):
-                body = await started.task
-            else:
-                body = await self._read_claim(binding.namespace, claim_name)
+            return await (started if started is not None else self._read_claim(namespace, name))
         except NotFoundError:
             raise RefusedError(
                 PERMISSION_DENIED, Check.CLAIM_LOOKUP, f"there is no claim {where}"
@@ -312,6 +409,11 @@ class Authorizer:
             raise RefusedError(
                 UNAVAILABLE, Check.CLAIM_LOOKUP, f"claim {where} could not be read ({e.reason})"
             ) from e
+
+    def judge(self, caller: Caller, body: Mapping[str, Any], microvm_uid: str) -> MicroVMClaim:
+        """Steps 5-6 on the claim `body` the caller's token is bound to (see `claim_of`)."""
+        namespace, claim_name = self.claim_of(caller)
+        where = f"{namespace}/{claim_name}"
         try:
             claim = MicroVMClaim.from_dict(body)
         except MalformedObjectError as e:
@@ -323,6 +425,14 @@ class Authorizer:
                 PERMISSION_DENIED,
                 Check.HOLDER,
                 f"{caller.username} is not the Holder of claim {where}",
+            )
+        created = claim.metadata.creation_timestamp
+        if created is not None and (caller.issued_at is None or caller.issued_at < created):
+            # EA-012: a token from before this claim was minted for another claim's Secret.
+            raise RefusedError(
+                PERMISSION_DENIED,
+                Check.TOKEN_BINDING,
+                f"the token was issued before claim {where} was created",
             )
         self._check_claim(claim, where, microvm_uid)
         return claim

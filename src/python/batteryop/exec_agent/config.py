@@ -13,7 +13,7 @@ Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certif
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
 on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 (the
 not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
-timeout).
+timeout), EA-105 (the limits on streams, failed authentications and relay buffers).
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ class AgentConfig:
     - `exec_open_timeout`: how long a caller has to send its start message, and flintlockd to
       answer for the MicroVM and accept the stream (EA-021).
     - `max_message_bytes`: the largest gRPC message taken from a caller (and sent on).
+    - `max_streams`, `max_streams_per_claim`: exec streams running at once on the agent, and
+      for one claim (EA-105).
+    - `relay_buffer_bytes`: output read from flintlockd but not yet sent, per stream, at most
+      (plus one message): a stream's memory is bounded by it and `max_message_bytes`.
+    - `failed_auth_burst`, `failed_auth_rate`: each caller address's bucket of failed
+      authentications, and how many come back per second (EA-105, `limits`).
     - `host_paths`: where the Host checks look (EA-031..EA-033).
     - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
       is written even when it did not change (EA-034).
@@ -97,6 +103,11 @@ class AgentConfig:
     call_timeout: timedelta = timedelta(seconds=10)
     exec_open_timeout: timedelta = timedelta(seconds=10)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_streams: int = 256
+    max_streams_per_claim: int = 16
+    relay_buffer_bytes: int = 1024 * 1024
+    failed_auth_burst: int = 32
+    failed_auth_rate: float = 2.0
     kubeconfig: Path | None = None
     health_probe_bind_address: str = "0"
     log_level: str = "info"
@@ -183,6 +194,17 @@ class AgentConfig:
             found.append("--shutdown-grace: must not be negative")
         if self.max_message_bytes < MIN_MESSAGE_BYTES:
             found.append(f"--max-message-bytes: must be at least {MIN_MESSAGE_BYTES}")
+        for flag, count in (
+            ("--max-streams", self.max_streams),
+            ("--max-streams-per-claim", self.max_streams_per_claim),
+            ("--failed-auth-burst", self.failed_auth_burst),
+        ):
+            if count < 1:
+                found.append(f"{flag}: must be at least 1")
+        if self.relay_buffer_bytes < MIN_MESSAGE_BYTES:
+            found.append(f"--relay-buffer-bytes: must be at least {MIN_MESSAGE_BYTES}")
+        if not 0 < self.failed_auth_rate < float("inf"):
+            found.append("--failed-auth-rate: must be greater than zero")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             found.append("--log-level: must be debug, info, warning or error")
         if self.log_format not in ("json", "text"):
@@ -329,6 +351,11 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--call-timeout", "10s", "deadline of each API server request and flintlockd call")
     add("--exec-open-timeout", "10s", "deadline for the start message and flintlockd to accept")
     add("--max-message-bytes", DEFAULT_MAX_MESSAGE_BYTES, "largest gRPC message accepted")
+    add("--max-streams", 256, "exec streams running at once on this agent")
+    add("--max-streams-per-claim", 16, "exec streams running at once for one claim")
+    add("--relay-buffer-bytes", 1024 * 1024, "output waiting for a slow caller, per stream")
+    add("--failed-auth-burst", 32, "failed authentications an address may make at once")
+    add("--failed-auth-rate", 2.0, "failed authentications per second an address gets back")
     add("--kubeconfig", "", "kubeconfig file; default: in-cluster, else $KUBECONFIG")
     add("--health-probe-bind-address", "0", "/healthz and /readyz; 0 = off")
     add("--shutdown-grace", "5s", "how long running execs may finish at shutdown")
@@ -375,6 +402,13 @@ def parse(
             problems.append(f"{flag}: {value!r} is not a whole number")
             return 0
 
+    def number(flag: str, value: object) -> float:
+        try:
+            return float(str(value))
+        except ValueError:
+            problems.append(f"{flag}: {value!r} is not a number")
+            return 1.0
+
     address = str(a.address)
     flintlockd = str(a.flintlockd) or (
         join_endpoint(address, names.FLINTLOCKD_PORT) if address else ""
@@ -402,6 +436,11 @@ def parse(
         "call_timeout": duration("--call-timeout", a.call_timeout),
         "exec_open_timeout": duration("--exec-open-timeout", a.exec_open_timeout),
         "max_message_bytes": integer("--max-message-bytes", a.max_message_bytes),
+        "max_streams": integer("--max-streams", a.max_streams),
+        "max_streams_per_claim": integer("--max-streams-per-claim", a.max_streams_per_claim),
+        "relay_buffer_bytes": integer("--relay-buffer-bytes", a.relay_buffer_bytes),
+        "failed_auth_burst": integer("--failed-auth-burst", a.failed_auth_burst),
+        "failed_auth_rate": number("--failed-auth-rate", a.failed_auth_rate),
         "kubeconfig": Path(str(a.kubeconfig)) if a.kubeconfig else None,
         "health_probe_bind_address": str(a.health_probe_bind_address),
         "shutdown_grace": duration("--shutdown-grace", a.shutdown_grace),

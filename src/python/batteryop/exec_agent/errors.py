@@ -12,6 +12,7 @@ the caller sent or what its own token names: never another claim's data (EA-010.
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 import grpc
 
@@ -19,8 +20,11 @@ import grpc
 class Check(enum.StrEnum):
     """The checks a call passes, in the order they run; the prefix of every refusal."""
 
+    LIMIT = "limit"
+    """The caller's address has not failed too often, and a stream slot is free (EA-105)."""
     BEARER_TOKEN = "bearer token"
-    """Exactly one `authorization: Bearer <token>` metadata entry (EA-010)."""
+    """Exactly one `authorization: Bearer <token>` metadata entry, whose unverified claims name
+    the agent's audience and are not expired (EA-010, EA-107)."""
     TOKEN_REVIEW = "token review"
     """The API server authenticates the token for the agent's audience (EA-010, EA-014)."""
     REQUEST = "request"
@@ -32,7 +36,8 @@ class Check(enum.StrEnum):
     HOLDER = "holder"
     """The token's user is the claim's Holder (EA-011)."""
     CLAIM = "claim"
-    """The claim is Bound, unexpired, and names this MicroVM and this Host (EA-013)."""
+    """The claim is Bound, unexpired, and names this MicroVM and this Host (EA-013); checked
+    again while a stream runs, which ends when it no longer holds (EA-106)."""
     FLINTLOCKD = "flintlockd"
     """This Host's flintlockd answered for the MicroVM and accepted the stream (EA-021)."""
 
@@ -53,3 +58,8 @@ class RefusedError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code.name} {self.message}"
+
+
+class RefusalObserver(Protocol):
+    def observe_refusal(self, check: Check, code: grpc.StatusCode) -> None:
+        """A call was refused (or a running stream ended) by `check` with `code`."""

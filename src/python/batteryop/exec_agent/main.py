@@ -43,7 +43,7 @@ from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.identity import IdentityError, check_identity
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.exec_agent.node_report import NodeReporter
-from batteryop.exec_agent.server import AgentServer, AgentServerError
+from batteryop.exec_agent.server import AgentServer, AgentServerError, failed_auth_limiter
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError
@@ -130,7 +130,11 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             Flintlockd.connect(config, certs.client_credentials() if certs else None)
         )
         authorizer = Authorizer(
-            kube, node_name=config.node_name, audience=config.token_audience, observer=metrics
+            kube,
+            node_name=config.node_name,
+            audience=config.token_audience,
+            observer=metrics,
+            limiter=failed_auth_limiter(config),  # EA-105
         )
         server = AgentServer(
             config,
@@ -138,6 +142,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             flintlockd=flintlockd,
             observer=metrics,
             credentials=certs.server_credentials() if certs else None,
+            refusals=metrics,
         )
         reporter = NodeReporter(
             kube,
@@ -158,6 +163,8 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
         )
         metrics.follow_drain_guard(guard)
         _add_checks(health, guard.watches.checks())  # DP-107
+        metrics.follow_streams(server.streams)  # EA-105
+        _add_checks(health, server.tasks.checks())  # EA-106: the claims watch, DP-107
         await server.start()
         stack.push_async_callback(server.stop)
         supervisor.start(NODE_REPORT_TASK, lambda: reporter.run(stop))

@@ -4,6 +4,10 @@
 claim read, opening the stream on flintlockd, the command), so a slow exec can be blamed on the
 API server, flintlockd or the command. Labels are bounded: no user, claim or MicroVM names.
 
+`exec_agent_refusals_total{check, code}` (EA-105): calls the agent refused, and running streams
+it ended, by the check that failed (`errors.Check`) and the gRPC code; a `RefusalObserver`.
+`exec_agent_streams` (running exec streams) comes from `follow_streams`.
+
 `exec_agent_drain_guard_held` (1 while the drain guard is in place, EA-040) and
 `exec_agent_bound_claims` (claims Bound on this Host, as the guard last saw them).
 
@@ -16,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.exec_agent.drain_guard import DrainGuard
+from batteryop.exec_agent.errors import Check
+from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import Phase
 
 NAMESPACE = "battery_operator"
@@ -61,9 +68,30 @@ class AgentMetrics:
             registry=registry,
             buckets=PHASE_BUCKETS,
         )
+        self.refusals = Counter(
+            "exec_agent_refusals",
+            "Exec API calls refused, and running exec streams ended, by check and code.",
+            ["check", "code"],
+            namespace=namespace,
+            registry=registry,
+        )
 
     def observe_phase(self, phase: Phase, seconds: float) -> None:
         self.phase_seconds.labels(phase=phase.value).observe(seconds)
+
+    def observe_refusal(self, check: Check, code: grpc.StatusCode) -> None:
+        """EA-105: one refused call (or ended stream), by check and code."""
+        self.refusals.labels(check=check.value, code=code.name).inc()
+
+    def follow_streams(self, streams: ClaimStreams) -> None:
+        """Export how many exec streams run, read at each scrape (EA-105)."""
+        running = Gauge(
+            "exec_agent_streams",
+            "Exec streams running on this agent.",
+            namespace=self._namespace,
+            registry=self.registry,
+        )
+        running.set_function(lambda: float(streams.running))
 
     def follow_drain_guard(self, guard: DrainGuard) -> None:
         """Export the guard's state, read at each scrape."""

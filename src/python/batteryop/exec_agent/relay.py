@@ -14,7 +14,9 @@ code and message become the call's status. In order:
 2. the first message must decode, be a `start`, name a MicroVM uid and a command
    (INVALID_ARGUMENT otherwise; DEADLINE_EXCEEDED if none comes);
 3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
-   before this passes;
+   before this passes; then take a stream slot for the claim (`streams.ClaimStreams.admit`,
+   RESOURCE_EXHAUSTED when none is free, EA-105), which from now on ends the stream with a
+   refusal as soon as the claim no longer allows it, or its lease expires (EA-106);
 4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
    MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
    refusal keeps its code;
@@ -32,7 +34,8 @@ code and message become the call's status. In order:
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
 who is gone (flintlockd ends the guest session when its RPC ends). Backpressure holds end to
-end: at most `BUFFERED_RESPONSES` responses wait between flintlockd and a slow caller.
+end: at most `buffer_bytes` of responses (plus the one being added) wait between flintlockd and
+a slow caller (`Outbox`); flintlockd is not read while they do.
 
 Requests arrive already decoded; a message that failed to decode arrives as None (see
 `servicer.decode_request`). Messages above the server's size limit never arrive: gRPC fails the
@@ -42,6 +45,7 @@ call with RESOURCE_EXHAUSTED, which cancels this relay like any other caller-sid
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -54,13 +58,14 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_p
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
+from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 
 Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
 
-BUFFERED_RESPONSES: Final = 64
-"""Responses read from flintlockd but not yet sent to the caller, at most (2 MiB of output)."""
+DEFAULT_BUFFER_BYTES: Final = 1024 * 1024
+"""Output bytes read from flintlockd but not yet sent to the caller, per stream, by default."""
 
 COALESCE_BYTES: Final = 1024 * 1024
 """The most output bytes joined into one message to the caller (a quarter of gRPC's default
@@ -83,6 +88,71 @@ def is_exit(response: Response) -> bool:
     return response.WhichOneof("payload") == "exit_code"
 
 
+class Outbox:
+    """flintlockd's responses waiting for the caller, bounded by their bytes, which a refusal
+    can end at once.
+
+    `put` waits while `limit` bytes or more wait (so at most `limit` plus one message per
+    writer wait); `get` returns them in order. `fail(e)` makes every later `get` return `e` at
+    once, ahead of anything still waiting, and releases any `put`: the stream is over.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: collections.deque[Response | RefusedError] = collections.deque()
+        self._bytes = 0
+        self._failed: RefusedError | None = None
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of output waiting."""
+        return self._bytes
+
+    def empty(self) -> bool:
+        return self._failed is None and not self._items
+
+    async def put(self, item: Response | RefusedError) -> None:
+        await self._writable.wait()
+        if self._failed is not None:
+            return
+        self._items.append(item)
+        self._bytes += _size(item)
+        self._readable.set()
+        if self._bytes >= self._limit:
+            self._writable.clear()
+
+    def get_nowait(self) -> Response | RefusedError:
+        if self._failed is not None:
+            return self._failed
+        item = self._items.popleft()
+        self._bytes -= _size(item)
+        if self._bytes < self._limit:
+            self._writable.set()
+        if not self._items:
+            self._readable.clear()
+        return item
+
+    async def get(self) -> Response | RefusedError:
+        await self._readable.wait()
+        return self.get_nowait()
+
+    def fail(self, error: RefusedError) -> None:
+        """End the stream with `error` (the first one given wins)."""
+        if self._failed is None:
+            self._failed = error
+            self._items.clear()
+            self._bytes = 0
+            self._readable.set()
+            self._writable.set()
+
+
+def _size(item: Response | RefusedError) -> int:
+    return item.ByteSize() if isinstance(item, Response) else 0
+
+
 class ExecRelay:
     """Authorizes and relays `ExecCommand` streams to this Host's flintlockd."""
 
@@ -91,24 +161,29 @@ class ExecRelay:
         authorizer: Authorizer,
         flintlockd: Flintlockd,
         *,
+        streams: ClaimStreams,
         open_timeout: float,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         observer: PhaseObserver | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._flintlockd = flintlockd
+        self._streams = streams
         self._open_timeout = open_timeout
+        self._buffer_bytes = buffer_bytes
         self._observer = observer
 
     async def run(
         self,
         requests: AsyncIterator[Request | None],
         metadata: Iterable[tuple[str, str | bytes]] | None,
+        peer: str | None = None,
     ) -> AsyncIterator[Response]:
         """Authorize, open and relay one exec stream (see the module docstring)."""
         first = asyncio.ensure_future(self._first_message(requests))
         try:
             try:
-                caller = await self._authorizer.authenticate(metadata, read_claim=True)
+                caller = await self._authorizer.authenticate(metadata, read_claim=True, peer=peer)
             finally:
                 # Refused or not, the status goes out only once the start is in (step 1).
                 await asyncio.wait([first])
@@ -123,15 +198,26 @@ class ExecRelay:
             if caller.claim_read is not None:
                 caller.claim_read.task.cancel()
             raise
-        await self._authorizer.authorize(caller, start.uid)
-        call = await self._open(start)
-        started = time.perf_counter()
+        claim = await self._authorizer.authorize(caller, start.uid)
+        outbox = Outbox(self._buffer_bytes)
+        stream = self._streams.admit(caller, claim, start.uid, end=outbox.fail)  # EA-105, EA-106
         try:
-            async for response in self._relay(requests, call, has_stdin=start.has_stdin):
-                yield response
+            call = await self._open(start)
+            started = time.perf_counter()
+            try:
+                async for response in self._relay(
+                    requests, call, outbox, has_stdin=start.has_stdin
+                ):
+                    yield response
+            finally:
+                call.cancel()  # a no-op once flintlockd sent the exit status
+                observe(self._observer, Phase.EXEC, started)
         finally:
-            call.cancel()  # a no-op once flintlockd sent the exit status
-            observe(self._observer, Phase.EXEC, started)
+            self._streams.release(stream)
+
+    async def turn_away(self, peer: str | None) -> RefusedError | None:
+        """The refusal a call from `peer` gets before its start is read (EA-105), if any."""
+        return await self._authorizer.turn_away(peer)
 
     async def _first_message(
         self, requests: AsyncIterator[Request | None]
@@ -187,9 +273,13 @@ class ExecRelay:
         return call
 
     async def _relay(
-        self, requests: AsyncIterator[Request | None], call: ExecCall, *, has_stdin: bool
+        self,
+        requests: AsyncIterator[Request | None],
+        call: ExecCall,
+        outbox: Outbox,
+        *,
+        has_stdin: bool,
     ) -> AsyncIterator[Response]:
-        outbox: asyncio.Queue[Response | RefusedError] = asyncio.Queue(BUFFERED_RESPONSES)
         tasks = [
             asyncio.create_task(_from_flintlockd(call, outbox)),
             asyncio.create_task(_to_flintlockd(requests, call, outbox, has_stdin=has_stdin)),
@@ -215,7 +305,7 @@ class ExecRelay:
 
 
 def _coalesce(
-    first: Response, kind: str, outbox: asyncio.Queue[Response | RefusedError]
+    first: Response, kind: str, outbox: Outbox
 ) -> tuple[Response, Response | RefusedError | None]:
     """`first` joined with the outbox's waiting messages of the same kind (stdout or stderr), up
     to `COALESCE_BYTES`, and the first waiting item that could not join (sent next).
@@ -279,7 +369,7 @@ def _valid_start(first: Request | None | _End, open_timeout: float) -> microvmex
     return start
 
 
-async def _from_flintlockd(call: ExecCall, outbox: asyncio.Queue[Response | RefusedError]) -> None:
+async def _from_flintlockd(call: ExecCall, outbox: Outbox) -> None:
     """flintlockd's responses into the outbox, then how its stream ended if not by an exit."""
     try:
         while True:
@@ -303,7 +393,7 @@ async def _from_flintlockd(call: ExecCall, outbox: asyncio.Queue[Response | Refu
 async def _to_flintlockd(
     requests: AsyncIterator[Request | None],
     call: ExecCall,
-    outbox: asyncio.Queue[Response | RefusedError],
+    outbox: Outbox,
     *,
     has_stdin: bool,
 ) -> None:

@@ -11,17 +11,23 @@ before any handler sees it.
 
     server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd)
     await server.start()        # server.port is the bound port (config.port 0: a free one)
+    checks = server.tasks.checks()   # the claims watch, for /readyz (DP-107)
     ...
     await server.stop()         # running execs get config.shutdown_grace to finish
 
-Requirements: EA-002, EA-003.
+The server owns what keeps running streams honest and callers bounded (EA-105, EA-106): the
+`streams.ClaimStreams` every exec stream is admitted to, whose watch of the claims
+(`CLAIMS_WATCH_TASK`) runs under `server.tasks` from `start` to `stop`. The authorizer it is
+given counts failed authentications with `failed_auth_limiter(config)`.
+
+Requirements: EA-002, EA-003, EA-105, EA-106.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -30,12 +36,19 @@ from cryptography import x509
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
+from batteryop.exec_agent.errors import RefusalObserver
 from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.limits import FailedAuthLimiter
 from batteryop.exec_agent.relay import ExecRelay
 from batteryop.exec_agent.servicer import ExecServicer, MicroVMServicer
+from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import PhaseObserver
+from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+CLAIMS_WATCH_TASK: Final = "exec-streams-claims"
+"""The watch of the claims that running exec streams hold (EA-106)."""
 
 
 class AgentServerError(RuntimeError):
@@ -54,6 +67,11 @@ def check_serving_certificate(cert_pem: bytes, address: str) -> None:
         sans = x509.SubjectAlternativeName([])
     if ipaddress.ip_address(address) not in sans.get_values_for_type(x509.IPAddress):
         raise ConfigError([f"--tls-cert-file: the certificate does not name {address}"])
+
+
+def failed_auth_limiter(config: AgentConfig) -> FailedAuthLimiter:
+    """The per-address bucket of failed authentications the config asks for (EA-105)."""
+    return FailedAuthLimiter(burst=config.failed_auth_burst, rate=config.failed_auth_rate)
 
 
 def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
@@ -80,8 +98,17 @@ class AgentServer:
         flintlockd: Flintlockd,
         observer: PhaseObserver | None = None,
         credentials: grpc.ServerCredentials | None = None,
+        refusals: RefusalObserver | None = None,
     ) -> None:
         self._config = config
+        self.streams = ClaimStreams(
+            authorizer,
+            max_streams=config.max_streams,
+            max_per_claim=config.max_streams_per_claim,
+        )
+        self.tasks = Supervisor()
+        """Runs the claims watch (`CLAIMS_WATCH_TASK`) while the server runs."""
+        self.tasks.add(CLAIMS_WATCH_TASK)
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
@@ -91,12 +118,14 @@ class AgentServer:
         relay = ExecRelay(
             authorizer,
             flintlockd,
+            streams=self.streams,
             open_timeout=config.exec_open_timeout.total_seconds(),
+            buffer_bytes=config.relay_buffer_bytes,
             observer=observer,
         )
-        self._server.add_generic_rpc_handlers((ExecServicer(relay).handler(),))
+        self._server.add_generic_rpc_handlers((ExecServicer(relay, refusals).handler(),))
         microvms_pb2_grpc.add_MicroVMServicer_to_server(
-            MicroVMServicer(authorizer, flintlockd), self._server
+            MicroVMServicer(authorizer, flintlockd, refusals), self._server
         )
         self._credentials = credentials or server_credentials(config)
         self.port = 0
@@ -114,9 +143,13 @@ class AgentServer:
         if port == 0:
             raise AgentServerError(f"cannot listen on {self._config.listen_target}")
         self.port = port
+        self.tasks.start(CLAIMS_WATCH_TASK, self.streams.run)  # EA-106
         await self._server.start()
         log.info("Exec API listening", extra={"address": self.target})
 
     async def stop(self) -> None:
         """Stop taking calls; running ones get the shutdown grace, then are cancelled."""
-        await self._server.stop(self._config.shutdown_grace.total_seconds())
+        try:
+            await self._server.stop(self._config.shutdown_grace.total_seconds())
+        finally:
+            await self.tasks.stop()

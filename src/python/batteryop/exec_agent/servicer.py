@@ -10,8 +10,10 @@ bearer token.
 - `GetMicroVM`: authorized for the requested uid (all of `auth`), then flintlockd's answer.
 - Every other `MicroVM` method: UNIMPLEMENTED. The agent creates and deletes nothing.
 
-A refusal (`RefusedError`) becomes the call's status here and nowhere else, and is logged with
-the check, the code and the caller's user where known; never the token.
+A refusal (`RefusedError`) becomes the call's status here and nowhere else, is logged with
+the check, the code and the caller's user where known (never the token), and is counted by
+check and code (`RefusalObserver`, the metric `exec_agent_refusals_total`). Logs of refusals
+by `limit` and `bearer token` are at debug level: a flood of bad calls must not flood the log.
 
 Requirements: EA-003; EA-010..EA-014 (through `auth`); EA-020, EA-021 (through `relay`).
 """
@@ -30,7 +32,7 @@ from google.protobuf.message import DecodeError
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.exec_agent.auth import Authorizer
-from batteryop.exec_agent.errors import RefusedError
+from batteryop.exec_agent.errors import Check, RefusalObserver, RefusedError
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.relay import ExecRelay, flintlockd_failure
 
@@ -52,9 +54,21 @@ def decode_request(data: bytes) -> microvmexec_pb2.ExecCommandRequest | None:
         return None
 
 
-async def refuse(context: grpc.aio.ServicerContext, error: RefusedError, method: str) -> NoReturn:
-    """End the call with the refusal's status, after logging which check failed."""
-    log.info(
+QUIET_CHECKS: Final = frozenset({Check.LIMIT, Check.BEARER_TOKEN})
+"""Refusals logged at debug level only: what a flood of bad calls is refused by."""
+
+
+async def refuse(
+    context: grpc.aio.ServicerContext,
+    error: RefusedError,
+    method: str,
+    refusals: RefusalObserver | None = None,
+) -> NoReturn:
+    """End the call with the refusal's status, after logging and counting which check failed."""
+    if refusals is not None:
+        refusals.observe_refusal(error.check, error.code)
+    log.log(
+        logging.DEBUG if error.check in QUIET_CHECKS else logging.INFO,
         "Refused %s",
         method,
         extra={"check": str(error.check), "code": error.code.name, "detail": error.detail},
@@ -66,19 +80,25 @@ async def refuse(context: grpc.aio.ServicerContext, error: RefusedError, method:
 class ExecServicer:
     """`MicroVMExec.ExecCommand` over `ExecRelay`."""
 
-    def __init__(self, relay: ExecRelay) -> None:
+    def __init__(self, relay: ExecRelay, refusals: RefusalObserver | None = None) -> None:
         self._relay = relay
+        self._refusals = refusals
 
     async def ExecCommand(
         self,
         request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[microvmexec_pb2.ExecCommandResponse]:
+        limited = await self._relay.turn_away(context.peer())
+        if limited is not None:  # EA-105: no task, no read of the start, no review
+            await refuse(context, limited, "ExecCommand", self._refusals)
         try:
-            async for response in self._relay.run(request_iterator, context.invocation_metadata()):
+            async for response in self._relay.run(
+                request_iterator, context.invocation_metadata(), context.peer()
+            ):
                 yield response
         except RefusedError as e:
-            await refuse(context, e, "ExecCommand")
+            await refuse(context, e, "ExecCommand", self._refusals)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service's handler, decoding requests with `decode_request`."""
@@ -93,28 +113,34 @@ class ExecServicer:
 class MicroVMServicer(microvms_pb2_grpc.MicroVMServicer):
     """`ServerInfo` and `GetMicroVM`, authorized, answered by this Host's flintlockd."""
 
-    def __init__(self, authorizer: Authorizer, flintlockd: Flintlockd) -> None:
+    def __init__(
+        self,
+        authorizer: Authorizer,
+        flintlockd: Flintlockd,
+        refusals: RefusalObserver | None = None,
+    ) -> None:
         self._authorizer = authorizer
         self._flintlockd = flintlockd
+        self._refusals = refusals
 
     async def ServerInfo(
         self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext
     ) -> microvms_pb2.ServerInfoResponse:
         try:
-            await self._authorizer.authenticate(context.invocation_metadata())
+            await self._authorizer.authenticate(context.invocation_metadata(), peer=context.peer())
             try:
                 return await self._flintlockd.server_info()
             except grpc.aio.AioRpcError as e:
                 raise flintlockd_failure(e.code(), e.details(), "ServerInfo") from None
         except RefusedError as e:
-            await refuse(context, e, "ServerInfo")
+            await refuse(context, e, "ServerInfo", self._refusals)
 
     async def GetMicroVM(
         self, request: microvms_pb2.GetMicroVMRequest, context: grpc.aio.ServicerContext
     ) -> microvms_pb2.GetMicroVMResponse:
         try:
             caller = await self._authorizer.authenticate(
-                context.invocation_metadata(), read_claim=True
+                context.invocation_metadata(), read_claim=True, peer=context.peer()
             )
             await self._authorizer.authorize(caller, request.uid)
             try:
@@ -122,7 +148,7 @@ class MicroVMServicer(microvms_pb2_grpc.MicroVMServicer):
             except grpc.aio.AioRpcError as e:
                 raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
         except RefusedError as e:
-            await refuse(context, e, "GetMicroVM")
+            await refuse(context, e, "GetMicroVM", self._refusals)
 
     async def CreateMicroVM(
         self, request: microvms_pb2.CreateMicroVMRequest, context: grpc.aio.ServicerContext

@@ -6,7 +6,8 @@
 - `make_pki(dir)`: flintlockd's serving CA and client CA, flintlockd's serving certificate for
   `FLINTLOCKD_ADDRESS`, the agent's client certificate and its serving certificate.
 - `running_agent(...)`: the agent as a real grpc.aio server with TLS on `AGENT_ADDRESS` (port 0),
-  in this process, acting as its ServiceAccount; the phases it timed land in `Agent.phases`.
+  in this process, acting as its ServiceAccount; the phases it timed land in `Agent.phases`,
+  its refusals (check, code) in `Agent.refusals`.
 - `Holders`: a Holder's world as a Consumer and the operator make it: a ServiceAccount, the
   claim's `<claim>-exec` Secret, the claim with a Bound status naming a MicroVM created on the
   (fake) flintlockd, and a TokenRequest token bound to the Secret for the agent's audience.
@@ -42,9 +43,10 @@ from batteryop.api.conditions import ClaimPhase
 from batteryop.api.crds import all_crds
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig
+from batteryop.exec_agent.errors import Check
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.host_checks import HostPaths
-from batteryop.exec_agent.server import AgentServer
+from batteryop.exec_agent.server import AgentServer, failed_auth_limiter
 from batteryop.exec_agent.timing import Phase
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -185,12 +187,16 @@ def agent_kube_config(cluster: ControlPlane) -> KubeConfig:
 
 @dataclass
 class PhaseLog:
-    """A `PhaseObserver` keeping every observation, in order."""
+    """A `PhaseObserver` and `RefusalObserver` keeping every observation, in order."""
 
     phases: list[tuple[Phase, float]] = field(default_factory=list)
+    refusals: list[tuple[Check, grpc.StatusCode]] = field(default_factory=list)
 
     def observe_phase(self, phase: Phase, seconds: float) -> None:
         self.phases.append((phase, seconds))
+
+    def observe_refusal(self, check: Check, code: grpc.StatusCode) -> None:
+        self.refusals.append((check, code))
 
 
 @dataclass
@@ -202,6 +208,8 @@ class Agent:
     pki: Pki
     phases: list[tuple[Phase, float]]
     """What the agent timed, call after call (`timing.Phase`, seconds)."""
+    refusals: list[tuple[Check, grpc.StatusCode]] = field(default_factory=list)
+    """What the agent refused (and which running streams it ended), call after call."""
 
     @contextlib.asynccontextmanager
     async def channel(self, **options: Any) -> AsyncIterator[grpc.aio.Channel]:
@@ -237,12 +245,20 @@ async def running_agent(
         Flintlockd.connect(config) as upstream,
     ):
         authorizer = Authorizer(
-            kube, node_name=config.node_name, audience=config.token_audience, observer=log
+            kube,
+            node_name=config.node_name,
+            audience=config.token_audience,
+            observer=log,
+            limiter=failed_auth_limiter(config),
         )
-        server = AgentServer(config, authorizer=authorizer, flintlockd=upstream, observer=log)
+        server = AgentServer(
+            config, authorizer=authorizer, flintlockd=upstream, observer=log, refusals=log
+        )
         await server.start()
         try:
-            yield Agent(config=config, server=server, pki=pki, phases=log.phases)
+            yield Agent(
+                config=config, server=server, pki=pki, phases=log.phases, refusals=log.refusals
+            )
         finally:
             await server.stop()
 

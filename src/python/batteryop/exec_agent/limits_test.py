@@ -1,0 +1,211 @@
+"""What a caller can cost the agent (EA-105, EA-107): the per-address bucket of failed
+authentications, the first look at a token, the byte-bounded relay buffer, and a flood of bad
+calls against the real agent while a Holder's execs keep their latency."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.api import names
+from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
+from batteryop.exec_agent.relay import Outbox
+from batteryop.exec_agent.timing import Phase
+from batteryop.testing.exec_agent import Agent, Holders, run_exec
+from batteryop.testing.processes import module_command
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def jwt(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The payload as the agent reads it from a token (round trip through base64 JSON)."""
+    raw = base64.urlsafe_b64encode(json.dumps(payload).encode())
+    return json.loads(base64.urlsafe_b64decode(raw))  # type: ignore[no-any-return]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.req("EA-105")
+def test_an_address_that_keeps_failing_is_refused_until_its_bucket_refills() -> None:
+    clock = Clock()
+    limiter = FailedAuthLimiter(burst=3, rate=0.5, clock=clock)
+    for _ in range(3):
+        limiter.admit("10.0.0.9")  # a token each, kept: they failed
+    with pytest.raises(RefusedError) as caught:
+        limiter.admit("10.0.0.9")
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.check == Check.LIMIT
+    assert caught.value.message == (
+        "limit: too many failed authentications from this address; try again in 2.0s"
+    )
+    limiter.admit("10.0.0.10")  # another address has its own bucket
+    clock.t = 2.0
+    limiter.admit("10.0.0.9")  # one token back after 1/rate seconds
+
+
+@pytest.mark.req("EA-105")
+def test_authentications_that_succeed_cost_nothing_and_peers_are_bounded() -> None:
+    limiter = FailedAuthLimiter(burst=2, rate=1.0, max_peers=3, clock=Clock())
+    for _ in range(100):
+        limiter.admit("10.0.0.1")
+        limiter.succeeded("10.0.0.1")
+    for i in range(10):
+        limiter.admit(f"10.0.1.{i}")
+    assert limiter.peers == 3
+
+
+def test_the_peer_address_is_the_ip_without_the_port() -> None:
+    assert peer_address("ipv4:10.0.0.1:5000") == "10.0.0.1"
+    assert peer_address("ipv6:[::1]:5000") == "::1"
+    assert peer_address("unix:/run/x.sock") == "/run/x.sock"
+    assert peer_address(None) == ""
+
+
+@pytest.mark.req("EA-107")
+@pytest.mark.parametrize(
+    ("payload", "detail"),
+    [
+        (None, "the token is not a service account token"),
+        ({"aud": ["other"], "exp": NOW.timestamp() + 600}, "the token is not for audience a"),
+        ({"aud": "a"}, "the token has expired"),
+        ({"aud": ["a"], "exp": NOW.timestamp() - 61}, "the token has expired"),
+        (
+            {"aud": ["a"], "exp": NOW.timestamp() + 600, "nbf": NOW.timestamp() + 61},
+            "not valid yet",
+        ),
+    ],
+)
+def test_a_token_that_cannot_pass_is_refused_before_any_review(
+    payload: dict[str, Any] | None, detail: str
+) -> None:
+    refused = token_precheck(jwt(payload) if payload else None, audience="a", now=NOW)
+    assert refused is not None
+    assert refused.code == grpc.StatusCode.UNAUTHENTICATED
+    assert refused.check == Check.BEARER_TOKEN
+    assert detail in refused.detail
+
+
+@pytest.mark.req("EA-107")
+def test_a_token_that_looks_right_goes_to_the_review() -> None:
+    payload = {"aud": ["x", "a"], "exp": NOW.timestamp() + 10, "nbf": NOW.timestamp() + 30}
+    assert token_precheck(jwt(payload), audience="a", now=NOW) is None
+
+
+Response = microvmexec_pb2.ExecCommandResponse
+
+
+@pytest.mark.req("EA-105")
+async def test_the_relay_buffer_is_bounded_by_bytes_and_a_refusal_jumps_the_queue() -> None:
+    outbox = Outbox(100 * 1024)
+    chunk = Response(stdout=b"x" * 40 * 1024)
+    for _ in range(3):
+        await outbox.put(chunk)  # 120 KiB now: the box is over its limit
+    blocked = asyncio.ensure_future(outbox.put(chunk))
+    await asyncio.sleep(0)
+    assert not blocked.done()
+    assert outbox.bytes < 130 * 1024
+    assert await outbox.get() == chunk
+    await blocked  # room again
+    refusal = RefusedError(grpc.StatusCode.PERMISSION_DENIED, Check.CLAIM, "gone")
+    outbox.fail(refusal)
+    assert await outbox.get() is refusal  # ahead of the three chunks still waiting
+    await outbox.put(chunk)  # never blocks a writer once failed
+    assert outbox.bytes == 0
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+FLOOD_CALLS = 2000
+FLOOD_CONNECTIONS = 50
+FLOOD_SOURCE = "127.0.0.43"
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-105", "EA-107")
+async def test_a_flood_of_bad_tokens_costs_little_and_holders_keep_their_latency(
+    agent: Agent, holders: Holders
+) -> None:
+    """2,000 bad-token calls over 50 connections from another address (a process of its own),
+    while a Holder runs `true` again and again: the API server sees about as many requests as
+    the flood's bucket allows, the agent's memory stays put, the Holder's p99 stays <= 100 ms."""
+    holding = await holders.hold()
+    start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
+    latencies: list[float] = []
+    async with agent.channel() as channel:
+        for _ in range(20):  # warm: connection, flintlockd channel, the agent's code paths
+            await run_exec(channel, holding.metadata, start)
+        baseline = _rss_bytes()
+        reviews_before = sum(1 for p, _ in agent.phases if p == Phase.TOKEN_REVIEW)
+        reads_before = sum(1 for p, _ in agent.phases if p == Phase.CLAIM_READ)
+        argv, env = module_command("batteryop.testing.exec_agent_flood")
+        ca = Path(agent.config.tls_cert_file).parent / "serving-ca.crt"
+        began = time.monotonic()
+        flood = await asyncio.create_subprocess_exec(
+            *argv,
+            f"--target={agent.server.target}",
+            f"--ca={ca}",
+            f"--source={FLOOD_SOURCE}",
+            f"--calls={FLOOD_CALLS}",
+            f"--connections={FLOOD_CONNECTIONS}",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        done = asyncio.ensure_future(flood.communicate())
+        peak = baseline
+        legit = 0
+        while not done.done() or len(latencies) < 100:
+            t0 = time.perf_counter()
+            responses = await run_exec(channel, holding.metadata, start)
+            latencies.append(time.perf_counter() - t0)
+            assert responses[-1].exit_code == 0
+            legit += 1
+            peak = max(peak, _rss_bytes())
+        out, _ = await done
+        took = time.monotonic() - began
+    assert flood.returncode == 0
+    result = json.loads(out)
+    reviews = sum(1 for p, _ in agent.phases if p == Phase.TOKEN_REVIEW) - reviews_before - legit
+    reads = sum(1 for p, _ in agent.phases if p == Phase.CLAIM_READ) - reads_before - legit
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    allowed = agent.config.failed_auth_burst + agent.config.failed_auth_rate * took + 1
+    print(
+        f"\nflood: {result['calls']} calls in {result['seconds']:.2f}s, codes {result['codes']}"
+        f"\nAPI server requests caused by the flood: {reviews} TokenReviews, {reads} claim"
+        f" reads (bucket allows <= {allowed:.0f} in {took:.1f}s)"
+        f"\nagent process RSS: {baseline / 2**20:.1f} MiB before, peak {peak / 2**20:.1f} MiB"
+        f"\nholder execs meanwhile: {len(latencies)}, p50 {p50 * 1000:.1f} ms,"
+        f" p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
+    )
+    assert result["calls"] == FLOOD_CALLS
+    assert set(result["codes"]) <= {"UNAUTHENTICATED", "RESOURCE_EXHAUSTED"}
+    assert reviews <= allowed
+    assert reads <= reviews  # only tokens that looked right and named a claim were read for
+    assert peak - baseline < 64 * 2**20
+    assert p99 <= 0.100
+    limited = (Check.LIMIT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert agent.refusals.count(limited) == result["codes"].get("RESOURCE_EXHAUSTED", 0)
+    assert names.EXEC_AGENT_AUDIENCE  # the flood's third kind of token names it

@@ -1,0 +1,256 @@
+"""A running command lasts only while its claim allows it (EA-106), streams are limited (EA-105),
+and a token only reaches the claim and Secret it was minted for, now (EA-012). Real API server,
+real tokens, the agent as a real TLS server, a long-running command on the fake flintlockd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import grpc.aio
+import pytest
+from kubernetes import client as k8s
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc import (
+    MicroVMExecStub,
+)
+from batteryop.api import names
+from batteryop.api.conditions import ClaimPhase
+from batteryop.api.times import format_time
+from batteryop.exec_agent.auth import token_payload
+from batteryop.kube.config import KubeConfig
+from batteryop.testing.exec_agent import (
+    Agent,
+    Holders,
+    Holding,
+    Pki,
+    run_exec,
+    running_agent,
+)
+from batteryop.testing.fake_flintlock import FakeFlintlockd
+
+pytestmark = pytest.mark.controlplane
+
+Start = microvmexec_pb2.ExecStart
+Request = microvmexec_pb2.ExecCommandRequest
+Response = microvmexec_pb2.ExecCommandResponse
+
+ENDED_WITHIN = 2.0
+"""EA-106: seconds from the claim leaving Bound to the stream's end, at most."""
+
+
+async def process_exit(pid: int) -> None:
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        await asyncio.sleep(0.02)  # polling a process table, which has no event to wait on
+
+
+@asynccontextmanager
+async def long_command(
+    agent: Agent, holding: Holding, metadata: tuple[tuple[str, str], ...] | None = None
+) -> AsyncIterator[tuple[grpc.aio.StreamStreamCall[Request, Response], int]]:
+    """A command that would run for 10 minutes, started through the agent: (call, its pid)."""
+    start = Start(uid=holding.microvm_uid, cmd="echo $$; exec sleep 600", shell=True)
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(
+            iter([Request(start=start)]), metadata=metadata or holding.metadata
+        )
+        first = await call.read()
+        assert isinstance(first, Response)
+        yield call, int(first.stdout.decode().strip())
+        call.cancel()
+
+
+async def ended(call: grpc.aio.StreamStreamCall[Request, Response]) -> grpc.aio.AioRpcError:
+    """How the call ended; fails the test if it ends OK or sends anything more."""
+    try:
+        response = await call.read()  # the stream was started with read(): no iterating now
+    except grpc.aio.AioRpcError as e:
+        return e
+    raise AssertionError(f"the stream sent {response} instead of ending")
+
+
+def patch_status(holders: Holders, holding: Holding, status: dict[str, object]) -> None:
+    k8s.CustomObjectsApi(holders.api).patch_namespaced_custom_object_status(
+        names.GROUP,
+        names.VERSION,
+        holders.namespace,
+        names.CLAIM_PLURAL,
+        holding.claim,
+        {"status": status},
+    )
+
+
+@pytest.mark.req("EA-106", "EA-013", "EA-102")
+async def test_a_running_command_ends_when_its_claim_is_released(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    custom = k8s.CustomObjectsApi(holders.api)
+    args = (names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim)
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": ["test/hold"]}})
+    async with long_command(agent, holding) as (call, pid):
+        released = time.monotonic()
+        custom.delete_namespaced_custom_object(*args)  # being released: the finalizer holds it
+        error = await ended(call)
+        took = time.monotonic() - released
+        async with asyncio.timeout(10):
+            await process_exit(pid)
+    print(f"released -> stream ended in {took * 1000:.0f} ms")
+    assert took <= ENDED_WITHIN
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    where = f"{holders.namespace}/{holding.claim}"
+    assert error.details() == (
+        f"claim: claim {where} is being released; the running command was ended"
+    )
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": None}})
+
+
+@pytest.mark.req("EA-106", "EA-013")
+async def test_a_running_command_ends_when_its_claim_is_deleted(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    async with long_command(agent, holding) as (call, pid):
+        deleted = time.monotonic()
+        k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
+            names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
+        )
+        error = await ended(call)
+        took = time.monotonic() - deleted
+        async with asyncio.timeout(10):
+            await process_exit(pid)
+    print(f"deleted -> stream ended in {took * 1000:.0f} ms")
+    assert took <= ENDED_WITHIN
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details() == (
+        f"claim lookup: there is no claim {holders.namespace}/{holding.claim}; "
+        "the running command was ended"
+    )
+
+
+@pytest.mark.req("EA-106", "EA-013")
+async def test_a_running_command_ends_when_its_claim_expires(
+    agent: Agent, holders: Holders
+) -> None:
+    holding = await holders.hold()
+    async with long_command(agent, holding) as (call, _):
+        expired = time.monotonic()
+        patch_status(holders, holding, {"phase": ClaimPhase.EXPIRED.value})
+        error = await ended(call)
+        took = time.monotonic() - expired
+    print(f"phase Expired -> stream ended in {took * 1000:.0f} ms")
+    assert took <= ENDED_WITHIN
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details().endswith("is Expired, not Bound; the running command was ended")
+
+
+@pytest.mark.req("EA-106", "EA-013")
+async def test_a_running_command_ends_at_its_leases_expiry_unless_it_is_renewed(
+    agent: Agent, holders: Holders
+) -> None:
+    """The lease's own expiry ends the stream with no event at all; a renewal moves it."""
+    holding = await holders.hold(expires_in=timedelta(seconds=3))
+    async with long_command(agent, holding) as (call, _):
+        renewed_until = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
+        patch_status(holders, holding, {"leaseExpiresAt": format_time(renewed_until)})
+        error = await ended(call)
+        late = (datetime.now(UTC) - renewed_until).total_seconds()
+    print(f"lease expiry -> stream ended {late * 1000:.0f} ms after it")
+    assert 0 <= late <= ENDED_WITHIN  # not at the first expiry, 3 s in: the renewal moved it
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details().endswith("has an expired lease; the running command was ended")
+
+
+@pytest.mark.req("EA-105")
+async def test_streams_beyond_the_per_claim_limit_are_refused(
+    pki: Pki, agent_identity: KubeConfig, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    holding = await holders.hold()
+    async with running_agent(pki, agent_identity, flintlockd.target, max_streams_per_claim=1) as a:
+        async with long_command(a, holding):
+            async with a.channel() as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await run_exec(
+                        channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true")
+                    )
+            assert a.server.streams.running == 1
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        where = f"{holders.namespace}/{holding.claim}"
+        assert caught.value.details() == f"limit: claim {where} runs 1 streams already"
+        async with a.channel() as channel:  # the slot is free again
+            responses = await run_exec(
+                channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true")
+            )
+        assert responses[-1].exit_code == 0
+
+
+@pytest.mark.req("EA-012")
+async def test_a_token_used_once_is_refused_at_once_after_its_secret_is_recreated(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    """kube-apiserver caches a successful TokenReview for 10 s by token and audiences; the
+    agent's reviews ask for an audience of their own each time, so that cache never answers."""
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="true")
+    async with agent.channel() as channel:
+        assert (await run_exec(channel, holding.metadata, start))[-1].exit_code == 0
+    authn = k8s.AuthenticationV1Api(holders.api)
+    plain = k8s.V1TokenReview(
+        spec=k8s.V1TokenReviewSpec(token=holding.token, audiences=[names.EXEC_AGENT_AUDIENCE])
+    )
+    assert authn.create_token_review(plain).status.authenticated  # now in the cache
+
+    core = k8s.CoreV1Api(holders.api)
+    core.delete_namespaced_secret(names.exec_secret_name(holding.claim), holders.namespace)
+    assert holders.create_secret(holding.claim) != holding.secret_uid
+    async with agent.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run_exec(channel, holding.metadata, start)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert caught.value.details() == "token review: the API server did not authenticate the token"
+    # What a review with the same audiences would have said: the cached success.
+    assert authn.create_token_review(plain).status.authenticated
+    assert [s.cmd for s in await flintlockd.exec_history()] == ["true"]
+
+
+@pytest.mark.req("EA-012")
+async def test_a_token_issued_before_its_claim_was_created_is_denied(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    """A token minted for a `<claim>-exec` Secret before the claim of that name existed (an
+    earlier claim's, whose Secret outlived it) never reaches the new claim."""
+    holding = await holders.hold()
+    k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
+        names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
+    )
+    # creationTimestamp has whole seconds: be sure the new claim is created a second later.
+    issued = datetime.fromtimestamp(_payload_time(holding.token), UTC)
+    while datetime.now(UTC) < issued + timedelta(seconds=1):
+        await asyncio.sleep(0.05)  # waiting out the wall clock's second, no event to wait on
+    holders.write_claim(holding.claim, holding.service_account, microvm_uid=holding.microvm_uid)
+    async with agent.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run_exec(channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    where = f"{holders.namespace}/{holding.claim}"
+    assert caught.value.details() == (
+        f"token binding: the token was issued before claim {where} was created"
+    )
+    assert await flintlockd.exec_history() == []
+
+
+def _payload_time(token: str) -> float:
+    payload = token_payload(token)
+    assert payload is not None
+    return float(payload["iat"])
