@@ -24,24 +24,11 @@ from aiohttp import web
 from kubernetes import client as k8s
 
 from batteryop.api import names
-from batteryop.api.crds import all_crds
 from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, EXIT_INTERRUPTED
 from batteryop.kube.exec_plugin_test import Stub, credential
-from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
+from batteryop.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture(scope="module")
-def crds(controlplane: ControlPlane) -> list[str]:
-    """Pool and MicroVMClaim served by the control plane; their CRD names."""
-    api = admin_client(controlplane)
-    try:
-        for crd in all_crds():
-            install_crd(api, crd)
-    finally:
-        api.close()
-    return [crd["metadata"]["name"] for crd in all_crds()]
 
 
 async def battery(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -55,6 +56,10 @@ def wheel_sources(into: Path) -> list[Path]:
 @pytest.mark.req("CC-111")
 def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None:
     ours = [str(f) for f in wheel_sources(tmp_path / "wheel") if "battery_protos" not in f.parts]
+    # The wheel ships the generated protobuf modules without their stubs: mypy reads the
+    # generated code of this tree instead, with the stubs mypy-protobuf wrote beside it.
+    shutil.rmtree(tmp_path / "wheel" / "battery_protos")
+    protos = next(Path(p) for p in sys.path if p and (Path(p) / "battery_protos").is_dir())
     config = str(Path("pyproject.toml").resolve())
     mypy = subprocess.run(
         [
@@ -70,6 +75,7 @@ def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None
             *ours,
         ],
         cwd=tmp_path / "wheel",
+        env={**os.environ, "MYPYPATH": str(protos.resolve())},
         capture_output=True,
         text=True,
         timeout=600,
@@ -84,6 +90,9 @@ def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None
             "--no-cache",
             "--target-version",
             "py310",
+            # The `noqa`s the 3.11 checks need (UP017, UP036) are unused for 3.10: not an error.
+            "--extend-ignore",
+            "RUF100",
             "--config",
             config,
             *ours,

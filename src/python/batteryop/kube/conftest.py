@@ -10,32 +10,13 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from batteryop.api.crds import all_crds
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import Resource
-from batteryop.testing.controlplane import (
-    ControlPlane,
-    admin_client,
-    ensure_service_account,
-    install_crd,
-    request_token,
-)
+from batteryop.testing.controlplane import ControlPlane, ensure_service_account, request_token
 
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
 ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
-
-
-@pytest.fixture(scope="session")
-def crds(controlplane: ControlPlane) -> list[str]:
-    """Pool and MicroVMClaim served by the control plane; their CRD names."""
-    api = admin_client(controlplane)
-    try:
-        for crd in all_crds():
-            install_crd(api, crd)
-    finally:
-        api.close()
-    return [crd["metadata"]["name"] for crd in all_crds()]
 
 
 @pytest.fixture

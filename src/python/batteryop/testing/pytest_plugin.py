@@ -6,6 +6,7 @@
 - `namespace`: a fresh namespace per test.
 - `sa_client`: a factory of clients acting as a named ServiceAccount with its
   real RBAC: `sa_client(namespace, "operator")`.
+- `crds` (session): Pool and MicroVMClaim installed in the control plane; their CRD names.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client as k8s
 
+from batteryop.api.crds import all_crds
 from batteryop.testing.controlplane import (
     ControlPlane,
     admin_client,
+    install_crd,
     service_account_client,
 )
 
@@ -65,3 +68,15 @@ def sa_client(controlplane: ControlPlane) -> Iterator[Callable[[str, str], k8s.A
     yield make
     for api in made:
         api.close()
+
+
+@pytest.fixture(scope="session")
+def crds(controlplane: ControlPlane) -> list[str]:
+    """Pool and MicroVMClaim served by the control plane; their CRD names."""
+    api = admin_client(controlplane)
+    try:
+        for crd in all_crds():
+            install_crd(api, crd)
+    finally:
+        api.close()
+    return [crd["metadata"]["name"] for crd in all_crds()]
