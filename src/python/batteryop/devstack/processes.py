@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -56,8 +57,8 @@ def http_status(url: str, timeout: float = 2.0) -> int | None:
             return int(answer.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None  # nothing answers, or something that does not speak HTTP/1: not ready
 
 
 @dataclass

@@ -128,6 +128,23 @@ def clean_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+class Ports:
+    """Free ports for the stack's processes, none handed out twice.
+
+    `free_port` closes its socket before the process that will listen is started, so two calls
+    can return the same port; two components given one port fail at start, or one answers the
+    other's readiness probe (seen in CI: the CSR approver's health port was battery's gRPC)."""
+
+    def __init__(self) -> None:
+        self._given: set[tuple[str, int]] = set()
+
+    def take(self, host: str = "127.0.0.1") -> int:
+        while (host, port := free_port(host)) in self._given:
+            pass
+        self._given.add((host, port))
+        return port
+
+
 @dataclass
 class Stack:
     state: StateDir
@@ -149,6 +166,7 @@ class Stack:
     registry_metrics: str = ""
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    ports: Ports = field(default_factory=Ports)
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -236,7 +254,7 @@ class Stack:
         approver = self.approver = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
         ids = self.identities
         ids.mkdir()
-        battery_port, control_port = free_port(), free_port()
+        battery_port, control_port = self.ports.take(), self.ports.take()
         self.battery_target = f"127.0.0.1:{battery_port}"
         self.battery_control = f"http://127.0.0.1:{control_port}"
         config = self._write_battery_config()
@@ -273,9 +291,7 @@ class Stack:
         assert self.pki is not None
         address = f"127.0.0.{FIRST_HOST_ADDRESS + len(self.hosts)}"
         files = HostFiles.create(self.state.path / "hosts" / name, name, address, self.pki)
-        endpoints = HostEndpoints(
-            files, free_port(address), free_port(address), free_port(address), free_port(address)
-        )
+        endpoints = HostEndpoints(files, *(self.ports.take(address) for _ in range(4)))
         self.hosts[name] = endpoints
         return endpoints
 
@@ -338,7 +354,7 @@ class Stack:
             components.extend(
                 self._host_components(name, kubeconfigs[f"exec-agent-{name}"], approver)
             )
-        health, metrics = free_port(), free_port()
+        health, metrics = self.ports.take(), self.ports.take()
         components.append(
             Component(
                 "csr-approver",
@@ -373,7 +389,7 @@ class Stack:
                 ready_url=f"{self.battery_control}/state",
             )
         )
-        health, metrics = free_port(), free_port()
+        health, metrics = self.ports.take(), self.ports.take()
         self.registry_metrics = f"http://127.0.0.1:{metrics}/metrics"
         # The operator Pod's host-registry container (manifests.render.host_registry_container)
         # with local paths, acting as the operator's ServiceAccount as that container does.
@@ -396,7 +412,7 @@ class Stack:
                 ready_url=f"http://127.0.0.1:{health}/readyz",
             )
         )
-        health, metrics = free_port(), free_port()
+        health, metrics = self.ports.take(), self.ports.take()
         self.operator_health = f"http://127.0.0.1:{health}"
         # The operator container's args (manifests.render.operator_container) on loopback.
         components.append(
