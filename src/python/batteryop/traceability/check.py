@@ -6,6 +6,12 @@ It fails on:
 - a waiver with no reason;
 - a test marker naming a withdrawn requirement (nothing can test what no longer holds);
 - a requirement page line that looks like an entry but breaks the form.
+
+What counts (`Trace.implemented`, `Trace.tested`): an active requirement is implemented when a
+code citation names it and tested when a test marker names it, unless something marks it
+`planned(...)` or waives it: then it is neither, whatever else cites it. A range credits an ID
+only when a citation of the same kind also names that ID on its own (`citations` explains), so
+ranges add places to the report but never a count.
 """
 
 from __future__ import annotations
@@ -39,6 +45,19 @@ class Trace:
     waivers: list[Citation] = field(default_factory=list)
     planned: list[Citation] = field(default_factory=list)
 
+    @property
+    def settled(self) -> bool:
+        """Planned or waived: neither built nor tested here, whatever cites it."""
+        return bool(self.planned or self.waivers)
+
+    @property
+    def implemented(self) -> bool:
+        return bool(self.code) and not self.settled
+
+    @property
+    def tested(self) -> bool:
+        return bool(self.tests) and not self.settled
+
 
 @dataclass(frozen=True)
 class FamilyCount:
@@ -68,8 +87,8 @@ class Result:
                 FamilyCount(
                     family=family,
                     active=len(active),
-                    implemented=sum(1 for t in active if t.code),
-                    tested=sum(1 for t in active if t.tests),
+                    implemented=sum(1 for t in active if t.implemented),
+                    tested=sum(1 for t in active if t.tested),
                     waived=sum(1 for t in active if t.waivers),
                     withdrawn=len(mine) - len(active),
                 )
@@ -103,15 +122,29 @@ def check_tree(root: Path) -> Result:
 def check(catalogue: Catalogue, citations: Iterable[Citation]) -> Result:
     traces = {rid: Trace(req) for rid, req in sorted(catalogue.requirements.items())}
     problems = list(catalogue.problems)
-    seen: dict[tuple[str, Path, int, Kind], None] = {}
+    seen: dict[tuple[str, Path, int, Kind, bool], None] = {}
+    ranged: list[tuple[Trace, Citation]] = []
     for citation in citations:
         for rid in _expand(catalogue, citation, problems):
-            key = (rid, citation.path, citation.line, citation.kind)
+            # A range does not hide an ID the same line also names on its own.
+            key = (rid, citation.path, citation.line, citation.kind, citation.last is not None)
             if key in seen:
                 continue
             seen[key] = None
-            _record(traces[rid], citation, problems)
+            if citation.last is not None and citation.kind in (Kind.CODE, Kind.TEST):
+                ranged.append((traces[rid], citation))
+            else:
+                _record(traces[rid], citation, problems)
+    # A range is credited only where the same kind of citation names the ID on its own.
+    # A withdrawn ID still goes to `_record`, which rejects a test range that covers it.
+    for trace, citation in ranged:
+        if _individually(trace, citation.kind) or trace.requirement.status is Status.WITHDRAWN:
+            _record(trace, citation, problems)
     return Result(traces, tuple(dict.fromkeys(problems)))
+
+
+def _individually(trace: Trace, kind: Kind) -> bool:
+    return bool(trace.code if kind is Kind.CODE else trace.tests)
 
 
 def _expand(catalogue: Catalogue, citation: Citation, problems: list[Problem]) -> list[str]:

@@ -10,6 +10,7 @@ from batteryop.traceability.__main__ import main
 from batteryop.traceability.check import check_tree
 from batteryop.traceability.citations import Kind, scan_text
 from batteryop.traceability.documents import parse_pages
+from batteryop.traceability.report import render
 
 # The IDs below are built at run time, so this file itself cites nothing.
 CL = "CL"
@@ -95,11 +96,87 @@ def test_yaml_and_shell_comments_are_code_citations() -> None:
 @pytest.mark.parametrize(
     "form", ["CL-001..CL-002", "CL-001..002", "CL-001\u2013CL-002", "CL-001 to CL-002"]
 )
-def test_a_range_covers_every_defined_id_between_its_ends(tmp_path: Path, form: str) -> None:
-    result = check_tree(tree(tmp_path, {"src/a.py": f"# {form}: both\n"}))
+def test_a_range_credits_only_ids_the_same_kind_of_citation_names_on_its_own(
+    tmp_path: Path, form: str
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {form}: both\n",
+            "src/b.py": f"# {TWO}: this one on its own\n",
+            # A test of ONE is not a code citation of it: the range still gives ONE no code.
+            "tests/t_test.py": f'import pytest\n\n\n@pytest.mark.req("{ONE}")\ndef test() -> None: ...\n',
+        },
+    )
+    result = check_tree(root)
     assert result.ok, result.problems
-    assert [c.line for c in result.traces[ONE].code] == [1]
-    assert [c.line for c in result.traces[TWO].code] == [1]
+    assert result.traces[ONE].code == []
+    assert not result.traces[ONE].implemented
+    assert [(str(c.path), c.line) for c in result.traces[TWO].code] == [
+        ("src/b.py", 1),
+        ("src/a.py", 1),
+    ]
+    row = result.counts()[1]
+    assert (row.implemented, row.tested) == (1, 1)
+    same_line = check_tree(tree(tmp_path / "b", {"src/a.py": f"# {form}, and {TWO} itself\n"}))
+    assert [t.implemented for t in (same_line.traces[ONE], same_line.traces[TWO])] == [
+        False,
+        True,
+    ]
+
+
+def test_a_range_in_a_test_marker_credits_only_ids_tested_on_their_own(tmp_path: Path) -> None:
+    marker = f'import pytest\n\n\n@pytest.mark.req("{ONE}..{TWO}")\ndef test() -> None: ...\n'
+    alone = check_tree(tree(tmp_path / "a", {"tests/t_test.py": marker}))
+    assert alone.ok, alone.problems
+    assert [t.tested for t in (alone.traces[ONE], alone.traces[TWO])] == [False, False]
+    also = check_tree(
+        tree(tmp_path / "b", {"tests/t_test.py": marker + marker.replace(f"{ONE}..", "")})
+    )
+    assert [t.tested for t in (also.traces[ONE], also.traces[TWO])] == [False, True]
+    # A test range over a withdrawn ID is still rejected.
+    withdrawn = marker.replace(f"..{TWO}", f"..{FOUR}")
+    rejected = check_tree(tree(tmp_path / "c", {"tests/t_test.py": withdrawn}))
+    assert [p.message for p in rejected.problems] == [
+        f"{FOUR} is withdrawn; a test cannot check it"
+    ]
+
+
+@pytest.mark.parametrize(
+    "negated",
+    [
+        f"there are no migrations (no {ONE})",
+        f"Not {ONE}: that lives elsewhere",
+        f"built WITHOUT  {ONE}",
+        f"no {ONE}..{TWO} here",
+    ],
+)
+def test_a_citation_that_negates_its_id_counts_for_nothing(tmp_path: Path, negated: str) -> None:
+    marker = f'@pytest.mark.req("{TWO}")\ndef test() -> None: ...\n'
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {negated}\n",
+            "deploy/a.yaml": f"kind: Pool  # {negated}\n",
+            "tests/t_test.py": f"import pytest\n\n\n{marker}".replace(TWO, f"not {TWO}"),
+        },
+    )
+    result = check_tree(root)
+    assert result.ok, result.problems
+    assert [(t.code, t.tests) for t in (result.traces[ONE], result.traces[TWO])] == [
+        ([], []),
+        ([], []),
+    ]
+    assert {c.kind for c in scan_text(Path("src/a.py"), f"# {negated}\n")} == {Kind.MENTION}
+
+
+def test_only_the_words_right_before_an_id_negate_it(tmp_path: Path) -> None:
+    source = f"# casino {ONE}; no doubt about {TWO}\n# not here, but {NINE}\n"
+    found = {(c.id, c.kind) for c in scan_text(Path("src/a.py"), source)}
+    assert found == {(ONE, Kind.CODE), (TWO, Kind.CODE), (NINE, Kind.CODE)}
+    # A negated ID must still be defined.
+    result = check_tree(tree(tmp_path, {"src/a.py": f"# no {NINE}\n"}))
+    assert [p.message for p in result.problems] == [f"{NINE}: no requirement page defines it"]
 
 
 def test_unknown_ids_fail_wherever_they_appear(tmp_path: Path) -> None:
@@ -188,3 +265,32 @@ def test_planned_work_counts_for_neither_side(tmp_path: Path) -> None:
     assert [c.line for c in result.traces[TWO].code] == [3]
     unknown = check_tree(tree(tmp_path / "b", {"src/a.py": f"# planned({NINE})\n"}))
     assert [p.message for p in unknown.problems] == [f"{NINE}: no requirement page defines it"]
+
+
+def test_a_planned_or_waived_id_is_neither_implemented_nor_tested_whatever_cites_it(
+    tmp_path: Path,
+) -> None:
+    test = f'import pytest\n\n\n@pytest.mark.req("{ONE}", "{TWO}")\ndef test() -> None: ...\n'
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {ONE}\n# {TWO}\n",
+            "src/b.py": f"# planned({ONE}): the rest of it\n",
+            "src/c.py": f"# waive({TWO}): needs a cloud account that CI lacks\n",
+            "tests/t_test.py": test,
+        },
+    )
+    result = check_tree(root)
+    assert result.ok, result.problems
+    for rid in (ONE, TWO):
+        trace = result.traces[rid]
+        assert trace.code and trace.tests and trace.settled
+        assert (trace.implemented, trace.tested) == (False, False)
+    row = result.counts()[1]
+    assert (row.implemented, row.tested, row.waived) == (0, 0, 1)
+    page = render(result)
+    assert "*planned:* `src/b.py` (1)<br>*not counted:* `src/a.py` (1)" in page
+    assert (
+        "*waived:* needs a cloud account that CI lacks<br>*not counted:* `tests/t_test.py` (4)"
+        in page
+    )

@@ -7,15 +7,19 @@ Kinds of citation:
 - `TEST`: a `@pytest.mark.req("CL-002", ...)` marker (or `pytestmark = pytest.mark.req(...)`).
   It says the test exercises the behaviour.
 - `MENTION`: a comment or docstring in a test, or prose in the docs and README. It must name a
-  defined ID, but counts for neither side.
+  defined ID, but counts for neither side. A citation that negates its ID is a mention too,
+  wherever it is: `no`, `not` or `without` (any case) then whitespace right before the ID or
+  range ("there are no migrations (no BA-109)" says BA-109 is *not* here).
 - `WAIVER`: `waive(HI-009): <reason>` in any comment: we deliberately neither build nor test
   that requirement here, and say why.
 - `PLANNED`: `planned(EA-040)` (or a range inside the parentheses) in a comment or docstring
   that says what is not built yet. It counts for neither side; the report shows it.
 
 Ranges (`CL-050..CL-053`, `CL-050..053`, `CL-050 to CL-053`, and with an en or em dash between
-the ends) stand for every
-defined ID between their ends; the ends themselves must be defined.
+the ends) stand for every defined ID between their ends; the ends themselves must be defined.
+A range is no evidence on its own: `check` credits a code or test range only to the IDs that
+a citation of the same kind also names individually (so a range never changes a count), while
+`planned(...)` ranges mark every ID in them as planned.
 
 Only comments, docstrings and markers are read in Python files; an ID inside an ordinary string
 literal (a test's sample input, say) is data, not a citation. Two folders are not read at all:
@@ -78,6 +82,7 @@ _RANGE = re.compile(
 _ID = re.compile(ID_PATTERN)
 _WAIVER = re.compile(r"waive\(\s*(?P<id>[A-Z]{2}-\d{3})\s*\)\s*:?(?P<reason>[^\n]*)")
 _PLANNED = re.compile(r"planned\((?P<ids>[^)]*)\)")
+_NEGATION = re.compile(r"\b(?:no|not|without)\s+$", re.IGNORECASE)
 
 
 class Kind(StrEnum):
@@ -166,6 +171,11 @@ def _in_text(path: Path, first_line: int, text: str, kind: Kind) -> Iterator[Cit
     def line_of(offset: int) -> int:
         return first_line + text.count("\n", 0, offset)
 
+    def kind_at(offset: int) -> Kind:
+        """`kind`, or a mention where the words right before say the ID is not there."""
+        negated = kind in (Kind.CODE, Kind.TEST) and _NEGATION.search(text, 0, offset)
+        return Kind.MENTION if negated else kind
+
     for match in _WAIVER.finditer(text):
         taken.append(match.span())
         yield Citation(
@@ -185,13 +195,13 @@ def _in_text(path: Path, first_line: int, text: str, kind: Kind) -> Iterator[Cit
             match["first"],
             path,
             line_of(match.start()),
-            kind,
+            kind_at(match.start()),
             last=f"{family}-{match['last']}",
         )
     for match in _ID.finditer(text):
         if any(a <= match.start() < b for a, b in taken):
             continue
-        yield Citation(match[0], path, line_of(match.start()), kind)
+        yield Citation(match[0], path, line_of(match.start()), kind_at(match.start()))
 
 
 def _python(path: Path, text: str, prose_kind: Kind) -> Iterator[Citation]:

@@ -22,8 +22,10 @@ def render(result: Result) -> str:
         "",
         "Generated when the site is built, from the requirement pages and every citation in the",
         "tree (`python -m batteryop.traceability`): *code* counts comments and docstrings outside",
-        "the tests, *tests* counts `@pytest.mark.req` markers. Paths are relative to the",
-        "repository root.",
+        "the tests, *tests* counts `@pytest.mark.req` markers. A citation negating its ID",
+        '("no BA-109") counts for nothing, a range only where the ID is also cited on its own,',
+        "and a planned or waived ID is neither implemented nor tested, whatever cites it",
+        "(*not counted* below). Paths are relative to the repository root.",
         "",
         f"**{result.summary()}**",
         "",
@@ -65,10 +67,15 @@ def _row(trace: Trace) -> str:
         return f"| {ident} | *(withdrawn)* {text} | — | — |"
     if req.ours:
         text = f"*(ours)* {text}"
-    code = _places(trace.code) or ("*planned:* " + _places(trace.planned) if trace.planned else "")
-    tests = _places(trace.tests)
-    if trace.waivers and not trace.tests:
-        tests = tests or "waived: " + _cell(trace.waivers[0].reason)
+    code, tests = _places(trace.code), _places(trace.tests)
+    if trace.settled:
+        why = (
+            "*planned:* " + _places(trace.planned)
+            if trace.planned
+            else "*waived:* " + _cell(trace.waivers[0].reason)
+        )
+        code = "<br>".join(filter(None, [why, code and f"*not counted:* {code}"]))
+        tests = "<br>".join(filter(None, [why, tests and f"*not counted:* {tests}"]))
     return f"| {ident} | {text} | {code or '—'} | {tests or '—'} |"
 
 
