@@ -36,6 +36,7 @@ from batteryop.testing.host_registry_env import (
     create_host_node,
     published,
     until_configmap,
+    until_listed,
 )
 from batteryop.testing.localstack import operator_kubeconfig, prepare_cluster
 from batteryop.testing.operator_runner import OperatorProcess
@@ -46,36 +47,6 @@ POOL_SIZE = 4
 TIMEOUT = 90.0
 MARK = "cordoned by the test"
 """The Exec Agent report message written together with the cordon (see the test)."""
-
-
-async def until_all(
-    kube: KubeClient,
-    resource: Resource,
-    namespace: str,
-    check: Callable[[dict[str, Object]], bool],
-    timeout: float = TIMEOUT,
-) -> dict[str, Object]:
-    """Every object of `resource` in `namespace` by name (list, then watch from it) once
-    `check` holds for them."""
-
-    async def wait() -> dict[str, Object]:
-        items = await kube.list(resource, namespace)
-        bodies = {str(o["metadata"]["name"]): o for o in items}
-        if check(bodies):
-            return bodies
-        while True:
-            async for kind, obj in kube.watch(
-                resource, namespace, resource_version=items.resource_version or None
-            ):
-                name = str(obj["metadata"]["name"])
-                if kind == "DELETED":
-                    bodies.pop(name, None)
-                else:
-                    bodies[name] = obj
-                if check(bodies):
-                    return bodies
-
-    return await asyncio.wait_for(wait(), timeout)
 
 
 def available(pools: Mapping[str, Object], want: int) -> bool:
@@ -149,17 +120,25 @@ async def test_claims_made_after_a_cordon_never_land_on_the_cordoned_host(
                 pool = samples.demo_pool("demo", namespace)
                 pool["spec"]["size"] = POOL_SIZE
                 await kube.create(POOLS, pool, namespace)
-                await until_all(kube, POOLS, namespace, lambda p: available(p, POOL_SIZE))
+                await until_listed(
+                    kube, POOLS, namespace, lambda p: available(p, POOL_SIZE), timeout=TIMEOUT
+                )
 
                 # A claim Bound before the cordon: its Host is the one cordoned.
                 claim = samples.sample_claim("before", pool="demo", namespace=namespace)
                 await kube.create(CLAIMS, claim, namespace)
-                claims = await until_all(
-                    kube, CLAIMS, namespace, lambda c: phase(c.get("before")) == "Bound"
+                claims = await until_listed(
+                    kube,
+                    CLAIMS,
+                    namespace,
+                    lambda c: phase(c.get("before")) == "Bound",
+                    timeout=TIMEOUT,
                 )
                 before = claims["before"]["status"]
                 cordoned = before["host"]["nodeName"]
-                await until_all(kube, POOLS, namespace, lambda p: available(p, POOL_SIZE))
+                await until_listed(
+                    kube, POOLS, namespace, lambda p: available(p, POOL_SIZE), timeout=TIMEOUT
+                )
 
                 async with battery_client(pod) as battery:
                     hosts = await until_battery(battery, lambda h: len(h) == 2, "two Hosts")
@@ -179,12 +158,13 @@ async def test_claims_made_after_a_cordon_never_land_on_the_cordoned_host(
                             },
                         },
                     )
-                    await until_all(
+                    await until_listed(
                         kube,
                         CLAIMS,
                         namespace,
                         lambda c: (condition(c.get("before"), "HostReady") or {}).get("message")
                         == MARK,
+                        timeout=TIMEOUT,
                     )
                     # IN-100: and battery places nothing new there.
                     await until_battery(
@@ -195,7 +175,7 @@ async def test_claims_made_after_a_cordon_never_land_on_the_cordoned_host(
                     for name in after:
                         claim = samples.sample_claim(name, pool="demo", namespace=namespace)
                         await kube.create(CLAIMS, claim, namespace)
-                    claims = await until_all(
+                    claims = await until_listed(
                         kube,
                         CLAIMS,
                         namespace,

@@ -9,9 +9,7 @@ battery's config. No Host set is published by hand.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from integration.stack import ready
 
 from batteryop.api import names, samples
 from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy
-from batteryop.kube.client import KubeClient, Object
+from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import POOLS, Resource
 from batteryop.testing.controlplane import ControlPlane
@@ -32,35 +30,13 @@ from batteryop.testing.host_registry_env import (
     published,
     set_report,
     until_configmap,
+    until_listed,
 )
 from batteryop.testing.localstack import operator_kubeconfig, prepare_cluster
 from batteryop.testing.operator_runner import OperatorProcess
 
 HOSTS = {"e2e-a": "127.0.0.71", "e2e-b": "127.0.0.72"}
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
-
-
-async def until(
-    kube: KubeClient, namespace: str, name: str, check: Callable[[Object], bool], timeout: float
-) -> Object:
-    """Wait (list, then watch) until the Pool `name` passes `check`."""
-
-    async def wait() -> Object:
-        items = await kube.list(POOLS, namespace, field_selector=f"metadata.name={name}")
-        for obj in items:
-            if check(obj):
-                return obj
-        while True:
-            async for _, obj in kube.watch(
-                POOLS,
-                namespace,
-                field_selector=f"metadata.name={name}",
-                resource_version=items.resource_version or None,
-            ):
-                if check(obj):
-                    return obj
-
-    return await asyncio.wait_for(wait(), timeout)
 
 
 async def battery_pool_hosts(pod: BatteryPod, namespace: str) -> list[tuple[str, ...]]:
@@ -115,13 +91,15 @@ async def test_pools_are_placed_on_the_hosts_the_registry_publishes(
                 assert published(cm) == targets
                 await kube.create(POOLS, samples.demo_pool("demo", namespace), namespace)
                 # Ready counts provisioning MicroVMs too (PO-022): wait for one available.
-                body = await until(
+                pools = await until_listed(
                     kube,
+                    POOLS,
                     namespace,
-                    "demo",
-                    lambda b: ready(b) and ((b or {}).get("status") or {}).get("available", 0) >= 1,
+                    lambda p: ready(p.get("demo"))
+                    and ((p["demo"] or {}).get("status") or {}).get("available", 0) >= 1,
                     timeout=90,
                 )
+                body = pools["demo"]
                 assert body["status"]["available"] >= 1
                 assert await battery_pool_hosts(pod, namespace) == [("e2e-a", "e2e-b")]
 

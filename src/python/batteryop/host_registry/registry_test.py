@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from batteryop.battery.models import (
 )
 from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON
 from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
-from batteryop.kube.client import KubeClient
+from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.resources import CONFIGMAPS, EVENTS
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
@@ -47,7 +47,7 @@ from batteryop.testing.host_registry_env import (
 )
 
 
-def has(*hosts: str) -> object:
+def has(*hosts: str) -> Callable[[Object], bool]:
     """A ConfigMap check: the published Host set is exactly `hosts`."""
     return lambda cm: set(published(cm) or {}) == set(hosts) and published(cm) is not None
 

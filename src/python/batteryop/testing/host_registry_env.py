@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from batteryop.api import names
 from batteryop.battery import configfile
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES
+from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES, Resource
 from batteryop.manifests import rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
@@ -137,41 +137,68 @@ def operator_identity(cp: ControlPlane, namespace: str, kubeconfig: Path) -> Pat
     return cp.write_kubeconfig(kubeconfig, token=token)
 
 
+async def until_listed(
+    kube: KubeClient,
+    resource: Resource,
+    namespace: str | None,
+    check: Callable[[dict[str, Object]], bool],
+    *,
+    timeout: float,
+    field_selector: str | None = None,
+    what: str = "",
+) -> dict[str, Object]:
+    """The objects of `resource` in `namespace` by name, listed and then watched from the
+    list's resourceVersion (so no change between the two is missed), once `check(them)` holds;
+    after `timeout`, an AssertionError naming `what` and the objects last seen."""
+    bodies: dict[str, Object] = {}
+
+    async def wait() -> dict[str, Object]:
+        items = await kube.list(resource, namespace, field_selector=field_selector)
+        bodies.update((str(o["metadata"]["name"]), o) for o in items)
+        if check(bodies):
+            return bodies
+        while True:
+            async for kind, obj in kube.watch(
+                resource,
+                namespace,
+                field_selector=field_selector,
+                resource_version=items.resource_version or None,
+            ):
+                name = str(obj["metadata"]["name"])
+                if kind == "DELETED":
+                    bodies.pop(name, None)
+                else:
+                    bodies[name] = obj
+                if check(bodies):
+                    return bodies
+
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except TimeoutError:
+        label = what or f"{resource.plural} in {namespace}"
+        raise AssertionError(f"{label} never matched in {timeout}s; last seen: {bodies}") from None
+
+
 async def until_configmap(
     kube: KubeClient,
     namespace: str,
-    check: Any,
+    check: Callable[[Object], bool],
     *,
     timeout: float = 30.0,
     what: str = "the battery config ConfigMap",
 ) -> Object:
     """Wait (list, then watch) until `check(configmap)` is true; the ConfigMap then."""
-    last: Object | None = None
-
-    async def wait() -> Object:
-        nonlocal last
-        selector = f"metadata.name={names.BATTERY_CONFIG_MAP}"
-        items = await kube.list(CONFIGMAPS, namespace, field_selector=selector)
-        for cm in items:
-            last = cm
-            if check(cm):
-                return cm
-        while True:
-            async for kind, cm in kube.watch(
-                CONFIGMAPS,
-                namespace,
-                field_selector=selector,
-                resource_version=items.resource_version or None,
-            ):
-                if kind in ("ADDED", "MODIFIED"):
-                    last = cm
-                    if check(cm):
-                        return cm
-
-    try:
-        return await asyncio.wait_for(wait(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"{what} never matched in {timeout}s; last seen: {last}") from None
+    name = names.BATTERY_CONFIG_MAP
+    found = await until_listed(
+        kube,
+        CONFIGMAPS,
+        namespace,
+        lambda cms: name in cms and check(cms[name]),
+        timeout=timeout,
+        field_selector=f"metadata.name={name}",
+        what=what,
+    )
+    return found[name]
 
 
 async def until_event(kube: KubeClient, node: str, reason: str, *, timeout: float = 30.0) -> Object:
