@@ -151,7 +151,8 @@ FLINTLOCKD_SERVING_SIGNER: Final = f"{GROUP}/flintlockd-serving"
 FLINTLOCKD_CLIENT_SIGNER: Final = f"{GROUP}/flintlockd-client"
 """Signer of the Exec Agent's flintlockd client certificate."""
 EXEC_AGENT_SERVING_SIGNER: Final = f"{GROUP}/exec-agent-serving"
-"""Signer of the Exec Agent's own serving certificate."""
+"""Signer of the Exec Agent's own serving certificate. Signed by the serving CA today;
+planned(CT-101): a CA of its own, so flintlockd's serving key cannot pass as the agent."""
 SIGNERS: Final = (FLINTLOCKD_SERVING_SIGNER, FLINTLOCKD_CLIENT_SIGNER, EXEC_AGENT_SERVING_SIGNER)
 """Every signer the CSR approver acts for, and no other."""
 
