@@ -14,9 +14,7 @@ Host, and without the operator's check (CL-103) some would be Bound there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ import pytest
 from integration.stack import condition, phase
 
 from batteryop.api import names, samples
-from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy
+from batteryop.battery import BatteryClient
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import CLAIMS, NODES, POOLS, Resource
@@ -33,6 +31,7 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
     BatteryPod,
     RegistryProcess,
+    battery_client,
     create_host_node,
     published,
     until_configmap,
@@ -52,20 +51,6 @@ MARK = "cordoned by the test"
 def available(pools: Mapping[str, Object], want: int) -> bool:
     status = (pools.get("demo") or {}).get("status") or {}
     return int(status.get("available", 0)) >= want
-
-
-@contextlib.asynccontextmanager
-async def battery_client(pod: BatteryPod) -> AsyncIterator[BatteryClient]:
-    config = BatteryConfig(
-        target=pod.battery_address,
-        reconnect=ReconnectPolicy(
-            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
-        ),
-        keepalive_time=None,
-    )
-    async with BatteryClient.connect(config) as client:
-        await client.wait_connected(timedelta(seconds=10))
-        yield client
 
 
 async def until_battery(

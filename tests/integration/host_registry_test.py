@@ -10,14 +10,12 @@ battery's config. No Host set is published by hand.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from integration.stack import ready
 
 from batteryop.api import names, samples
-from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import POOLS, Resource
@@ -26,6 +24,7 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
     BatteryPod,
     RegistryProcess,
+    battery_client,
     create_host_node,
     published,
     set_report,
@@ -40,15 +39,7 @@ NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 
 async def battery_pool_hosts(pod: BatteryPod, namespace: str) -> list[tuple[str, ...]]:
-    config = BatteryConfig(
-        target=pod.battery_address,
-        reconnect=ReconnectPolicy(
-            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
-        ),
-        keepalive_time=None,
-    )
-    async with BatteryClient.connect(config) as client:
-        await client.wait_connected(timedelta(seconds=10))
+    async with battery_client(pod) as client:
         return [tuple(sorted(p.spec.flintlock_hosts)) for p in await client.list_pools(namespace)]
 
 

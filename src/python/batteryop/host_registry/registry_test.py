@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
-from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
+from batteryop.battery import BatteryClient, configfile
 from batteryop.battery.errors import BatteryUnavailableError
 from batteryop.battery.models import (
     HookFailurePolicy,
@@ -36,6 +36,7 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
     BatteryPod,
     RegistryProcess,
+    battery_client,
     create_host_node,
     publications_since,
     published,
@@ -50,20 +51,6 @@ from batteryop.testing.host_registry_env import (
 def has(*hosts: str) -> Callable[[Object], bool]:
     """A ConfigMap check: the published Host set is exactly `hosts`."""
     return lambda cm: set(published(cm) or {}) == set(hosts) and published(cm) is not None
-
-
-@contextlib.asynccontextmanager
-async def battery_client(pod: BatteryPod) -> AsyncIterator[BatteryClient]:
-    config = BatteryConfig(
-        target=pod.battery_address,
-        call_timeout=timedelta(seconds=5),
-        reconnect=ReconnectPolicy(
-            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
-        ),
-        keepalive_time=None,
-    )
-    async with BatteryClient.connect(config) as client:
-        yield client
 
 
 async def battery_hosts(pod: BatteryPod) -> dict[str, tuple[str, bool]]:

@@ -36,11 +36,12 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from batteryop.api import names
-from batteryop.battery import configfile
+from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES, Resource
@@ -258,6 +259,23 @@ class BatteryStart:
     pid: int
     target: str
     at: float
+
+
+@contextlib.asynccontextmanager
+async def battery_client(pod: BatteryPod) -> AsyncIterator[BatteryClient]:
+    """A client of the pod's battery, as the tests read it: short deadlines, fast reconnects
+    (the registry restarts battery), connected before it is handed out."""
+    config = BatteryConfig(
+        target=pod.battery_address,
+        call_timeout=timedelta(seconds=5),
+        reconnect=ReconnectPolicy(
+            initial=timedelta(milliseconds=100), maximum=timedelta(seconds=1)
+        ),
+        keepalive_time=None,
+    )
+    async with BatteryClient.connect(config) as client:
+        await client.wait_connected(timedelta(seconds=10))
+        yield client
 
 
 @dataclass
