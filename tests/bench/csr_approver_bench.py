@@ -16,6 +16,10 @@ latency is the latter minus the moment its create request was sent.
   certificate by the benchmark itself: the API server's pace for the approver's two writes on
   this machine, with no reads and no review.
 
+`approver_usage`: the approver's CPU seconds and resident memory (now and peak, from /proc)
+once started and warmed up, over `IDLE_SECONDS` at rest (60 s with BATTERYOP_BENCH=1), and
+over each burst.
+
 Prints one JSON object. BATTERYOP_BENCH=1 runs N=50 and B=100; otherwise N=5 and B=10 as a
 smoke run that proves the benchmark works. Also printed: the approver's own mean time per
 review (from its /metrics) and the machine's 1-minute load average, since the approver, the API
@@ -35,7 +39,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.stats import FULL, latency_figures
+from bench.stats import FULL, IDLE_SECONDS, Usage, cpu_seconds, latency_figures, memory_mb
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition
@@ -240,10 +244,21 @@ async def test_csr_create_to_certificate(
                         body = requests.body(kind)
                         await cluster.create_csr(agent, body)
                         await seen.until_signed([body["metadata"]["name"]])
+                    pid = proc.popen.pid
+                    usage: dict[str, Any] = {
+                        "started": {"cpu_s": round(cpu_seconds(pid), 2), **memory_mb(pid)}
+                    }
+                    # At rest: nothing to do but keep its watches open (the wait is the figure).
+                    meter = Usage(pid)
+                    await asyncio.sleep(IDLE_SECONDS)
+                    usage[f"idle_{IDLE_SECONDS:.0f}s"] = meter.figures()
                     for kind in ("client", "serving"):
                         result[f"sequential_{kind}"] = await sequential(agent, seen, requests, kind)
                     for kind in ("client", "serving"):
+                        meter = Usage(pid)
                         result[f"burst_{kind}"] = await burst(agent, seen, requests, kind)
+                        usage[f"burst_{kind}"] = meter.figures()
+                    result["approver_usage"] = usage
                 assert proc.popen.poll() is None, proc.logs()[-4000:]
                 _, metrics = await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port)
                 result["approver"] = review_figures(metrics)
