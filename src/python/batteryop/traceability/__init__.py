@@ -4,8 +4,11 @@ cite them.
 - `documents`: reads the requirement pages (one family each).
 - `citations`: finds citations in code comments, docstrings, YAML/shell/BUILD/Containerfile
   comments, and `@pytest.mark.req` markers.
-- `check`: rejects unknown IDs, waivers without a reason and tests of withdrawn requirements,
-  and counts per family what is implemented and tested.
+- `verification`: how a test verifies what it cites (real, own fake, definition only), from
+  what it uses.
+- `check`: rejects unknown IDs, waivers without a reason, tests of withdrawn requirements and a
+  `by=` that says more than its test uses, and counts per family what is implemented and
+  tested, and how.
 - `report`: the coverage page of the docs site; `mkdocs_hook` adds it at build time.
 
 A development tool, not a deployable: standard library only, imported by no deployable.

@@ -30,6 +30,7 @@ from batteryop.traceability.documents import (
     Status,
     read_pages,
 )
+from batteryop.traceability.verification import FAMILY_CAPS, Verified, effective
 
 MIN_REASON = 10
 """A waiver's reason must say something: at least this many characters."""
@@ -58,6 +59,29 @@ class Trace:
     def tested(self) -> bool:
         return bool(self.tests) and not self.settled
 
+    @property
+    def verified(self) -> Verified | None:
+        """How its strongest test verifies it, under its caps (`caps`); None when untested."""
+        if not self.tested:
+            return None
+        best = max(
+            (effective(c.verified or Verified.DEFINITION, c.declared) for c in self.tests),
+            key=_rank,
+        )
+        return min([best, *self.caps()], key=_rank)
+
+    def caps(self) -> list[Verified]:
+        """The most its tests can show: battery's IDs only ever meet our fake, and an ID cited
+        in a file that still holds a `PIN-ME` value describes something not yet buildable."""
+        caps = [FAMILY_CAPS[f] for f in [self.requirement.family] if f in FAMILY_CAPS]
+        if any(c.unpinned for c in self.code):
+            caps.append(Verified.DEFINITION)
+        return caps
+
+
+def _rank(verified: Verified) -> int:
+    return verified.rank
+
 
 @dataclass(frozen=True)
 class FamilyCount:
@@ -67,6 +91,9 @@ class FamilyCount:
     tested: int
     waived: int
     withdrawn: int
+    real: int
+    own_fake: int
+    definition: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +110,7 @@ class Result:
         for family in FAMILIES:
             mine = [t for t in self.traces.values() if t.requirement.family == family]
             active = [t for t in mine if t.requirement.status is Status.ACTIVE]
+            verified = [t.verified for t in active]
             rows.append(
                 FamilyCount(
                     family=family,
@@ -91,17 +119,26 @@ class Result:
                     tested=sum(1 for t in active if t.tested),
                     waived=sum(1 for t in active if t.waivers),
                     withdrawn=len(mine) - len(active),
+                    real=verified.count(Verified.REAL),
+                    own_fake=verified.count(Verified.OWN_FAKE),
+                    definition=verified.count(Verified.DEFINITION),
                 )
             )
         return rows
 
     def summary(self) -> str:
-        """One line: the totals, then each family as implemented/tested/active."""
+        """One line: the totals, the tested split by how they were verified, then each family
+        as implemented/tested/active."""
         rows = self.counts()
         active = sum(r.active for r in rows)
         implemented = sum(r.implemented for r in rows)
         tested = sum(r.tested for r in rows)
         waived = sum(r.waived for r in rows)
+        real, own_fake, definition = (
+            sum(r.real for r in rows),
+            sum(r.own_fake for r in rows),
+            sum(r.definition for r in rows),
+        )
 
         def pct(n: int) -> str:
             return f"{100 * n // active}%" if active else "0%"
@@ -109,7 +146,8 @@ class Result:
         families = " ".join(f"{r.family} {r.implemented}/{r.tested}/{r.active}" for r in rows)
         return (
             f"requirements: {active} active, {implemented} implemented ({pct(implemented)}), "
-            f"{tested} tested ({pct(tested)}), {waived} waived, {len(self.problems)} problems; "
+            f"{tested} tested ({pct(tested)}: real {real}, own fake {own_fake}, "
+            f"definition only {definition}), {waived} waived, {len(self.problems)} problems; "
             f"per family implemented/tested/active: {families}"
         )
 
@@ -191,7 +229,28 @@ def _record(trace: Trace, citation: Citation, problems: list[Problem]) -> None:
     elif citation.kind is Kind.CODE:
         trace.code.append(citation)
     elif citation.kind is Kind.TEST:
+        _check_by(citation, problems)
         trace.tests.append(citation)
+
+
+def _check_by(citation: Citation, problems: list[Problem]) -> None:
+    """A marker's `by=` names a kind, and no more than its tests use."""
+    declared, derived = citation.declared, citation.verified or Verified.DEFINITION
+    if declared is None:
+        return
+    if declared not in set(Verified):
+        kinds = ", ".join(f'"{v}"' for v in Verified)
+        problems.append(
+            Problem(citation.path, citation.line, f"by={declared!r} is not one of {kinds}")
+        )
+    elif Verified(declared).rank > derived.rank:
+        problems.append(
+            Problem(
+                citation.path,
+                citation.line,
+                f'by="{declared}" says more than its tests use ({derived}; see verification.py)',
+            )
+        )
 
 
 def by_family(result: Result) -> dict[str, list[Trace]]:

@@ -294,3 +294,173 @@ def test_a_planned_or_waived_id_is_neither_implemented_nor_tested_whatever_cites
         "*waived:* needs a cloud account that CI lacks<br>*not counted:* `tests/t_test.py` (4)"
         in page
     )
+
+
+# How a test verifies (verification.py): derived from what it uses, lowered by `by=`, capped.
+
+CONFTEST = 'pytest_plugins = ["batteryop.testing.pytest_plugin"]\n'
+PLUGIN = """import pytest
+from batteryop.testing.controlplane import start
+
+
+@pytest.fixture
+def controlplane():
+    return start()
+"""
+FAKE_CONFTEST = """import pytest
+from batteryop.testing.fake_battery import FakeBattery
+
+
+@pytest.fixture
+def battery():
+    return FakeBattery()
+"""
+
+
+def marked(rid: str, body: str, params: str = "", by: str = "") -> str:
+    """A test file with one test citing `rid`, whose body is `body`."""
+    extra = f', by="{by}"' if by else ""
+    return (
+        "import subprocess\nfrom pathlib import Path\n\nimport pytest\n"
+        "from batteryop.operator import bind\nfrom batteryop.api import names\n\n\n"
+        f'@pytest.mark.req("{rid}"{extra})\ndef test_it({params}) -> None:\n    {body}\n'
+    )
+
+
+def kinds(root: Path) -> dict[str, str | None]:
+    result = check_tree(root)
+    assert result.ok, result.problems
+    return {rid: trace.verified for rid, trace in result.traces.items()}
+
+
+@pytest.mark.parametrize(
+    ("body", "params", "expected"),
+    [
+        # Reads a file or a constant: a definition.
+        ("assert 'x' in Path('a.txt').read_text()", "", "definition"),
+        ("assert names.GROUP == 'x'", "", "definition"),
+        # Calls our code with nothing faked: real.
+        ("assert bind.step() is None", "", "real"),
+        # Our code against our fake battery: own fake.
+        ("assert bind.step(battery) is None", "battery", "own-fake"),
+        # The real control plane, through the root conftest's plugin: real, fake or not.
+        ("assert controlplane", "controlplane", "real"),
+        ("assert bind.step(battery, controlplane)", "battery, controlplane", "real"),
+        # A real external tool is real; a shell script of ours is our code; a unit linter reads.
+        ("subprocess.run(['kubectl', 'apply'])", "", "real"),
+        ("subprocess.run(['bash', 'src/build.sh'])", "", "real"),
+        ("subprocess.run(['systemd-analyze', 'verify', 'u.service'])", "", "definition"),
+        # An annotation is not a use.
+        ("x: bind.Step = None", "", "definition"),
+    ],
+)
+def test_a_tests_kind_follows_what_it_uses(
+    tmp_path: Path, body: str, params: str, expected: str
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "conftest.py": CONFTEST,
+            "src/python/batteryop/testing/pytest_plugin.py": PLUGIN,
+            "src/python/batteryop/operator/conftest.py": FAKE_CONFTEST,
+            "src/python/batteryop/operator/bind_test.py": marked(ONE, body, params),
+            "src/a.py": f"# {ONE}\n",
+            "pants.toml": '[source]\nroot_patterns = ["/src/python", "/tests", "/"]\n',
+        },
+    )
+    assert kinds(root)[ONE] == expected
+
+
+def test_a_helper_of_the_tests_is_followed_into_its_module(tmp_path: Path) -> None:
+    helper = "import subprocess\n\n\ndef boot():\n    subprocess.run(['qemu-system-x86_64'])\n"
+    test = marked(ONE, "boot()").replace(
+        "import pytest\n", "import pytest\nfrom images.vm import boot\n"
+    )
+    root = tree(
+        tmp_path,
+        {
+            "pants.toml": '[source]\nroot_patterns = ["/tests", "/"]\n',
+            "tests/images/vm.py": helper,
+            "tests/images/vm_test.py": test,
+        },
+    )
+    assert kinds(root)[ONE] == "real"
+    (root / "tests/images/vm.py").write_text("def boot():\n    return 'text'\n")
+    assert kinds(root)[ONE] == "definition"
+
+
+def test_the_strongest_test_of_an_id_decides_and_by_can_only_lower_it(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "tests/a_test.py": marked(ONE, "assert bind.step() is None"),
+            "tests/b_test.py": marked(ONE, "assert names.GROUP"),
+            "tests/c_test.py": marked(TWO, "assert bind.step() is None", by="definition"),
+        },
+    )
+    assert [kinds(root)[rid] for rid in (ONE, TWO)] == ["real", "definition"]
+    page = render(check_tree(root))
+    assert "*real:* `tests/a_test.py` (9)<br>*definition only:* `tests/b_test.py` (9)" in page
+    (root / "tests/b_test.py").write_text(marked(ONE, "assert names.GROUP", by="real"))
+    (root / "tests/c_test.py").write_text(marked(TWO, "assert names.GROUP", by="checked"))
+    assert sorted(str(p) for p in check_tree(root).problems) == [
+        'tests/b_test.py:9: by="real" says more than its tests use (definition; see '
+        "verification.py)",
+        'tests/c_test.py:9: by=\'checked\' is not one of "definition", "own-fake", "real"',
+    ]
+
+
+def test_a_module_mark_covers_every_test_and_a_case_table_the_tests_naming_it(
+    tmp_path: Path,
+) -> None:
+    source = f"""import pytest
+from batteryop.operator import bind
+
+pytestmark = pytest.mark.req("{ONE}")
+CASES = [pytest.param(1, marks=pytest.mark.req("{TWO}"))]
+
+
+def test_text() -> None:
+    assert "x"
+
+
+@pytest.mark.parametrize("n", CASES)
+def test_cases(n: int) -> None:
+    assert n
+
+
+def test_code() -> None:
+    assert bind.step()
+"""
+    found = kinds(tree(tmp_path, {"tests/t_test.py": source}))
+    assert (found[ONE], found[TWO]) == ("real", "definition")
+
+
+BATTERY_PAGE = """# battery (BA)
+
+- <a id="BA-001"></a>**BA-001** — When asked, battery shall hand out a MicroVM.
+"""
+
+
+def test_battery_ids_are_at_most_own_fake_and_placeholder_pins_make_definitions(
+    tmp_path: Path,
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "docs/requirements/10-battery.md": BATTERY_PAGE,
+            "tests/a_test.py": marked(ONE, "subprocess.run(['kubectl'])").replace(
+                f'"{ONE}"', f'"{ONE}", "{TWO}", "BA-001"'
+            ),
+            "src/images/versions.env": f"# {TWO}: the base\nBASE=x@sha256:PIN-ME\n",
+        },
+    )
+    found = kinds(root)
+    assert (found[ONE], found[TWO], found["BA-001"]) == ("real", "definition", "own-fake")
+    result = check_tree(root)
+    assert "3 tested (75%: real 1, own fake 1, definition only 1)" in result.summary()
+    assert f"| [{TWO}](02-claims.md#{TWO})" in render(result)
+    assert "| definition only (capped) |" in render(result)
+    # A placeholder named in a comment is not a placeholder value.
+    (root / "src/images/versions.env").write_text(f"# {TWO}: PIN-ME means unpinned\nBASE=x\n")
+    assert kinds(root)[TWO] == "real"

@@ -33,11 +33,12 @@ import io
 import re
 import tokenize
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
 from batteryop.traceability.documents import ID_PATTERN, REQUIREMENTS_DIR
+from batteryop.traceability.verification import Verified, Verifier, placeholders
 
 THIS_PACKAGE = Path("src/python/batteryop/traceability")
 
@@ -95,7 +96,12 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class Citation:
-    """One ID named at one place. `last` is set when the place names a range."""
+    """One ID named at one place. `last` is set when the place names a range.
+
+    A test marker also carries how its tests verify (`verified`, derived by `verification`) and
+    the `by=` it declares, if any; a code citation says whether its file still holds a `PIN-ME`
+    placeholder value (`unpinned`).
+    """
 
     id: str
     path: Path
@@ -103,6 +109,9 @@ class Citation:
     kind: Kind
     last: str | None = None
     reason: str = ""
+    verified: Verified | None = None
+    declared: str | None = None
+    unpinned: bool = False
 
 
 def is_test_file(path: Path) -> bool:
@@ -117,28 +126,41 @@ def is_test_file(path: Path) -> bool:
 
 def scan_tree(root: Path) -> Iterator[Citation]:
     """Every citation in the files under `root` that this module knows how to read."""
+    verifier = Verifier(root)
     for path in sorted(_files(root)):
         rel = path.relative_to(root)
         try:
             text = path.read_text()
         except (UnicodeDecodeError, OSError):
             continue
-        yield from scan_text(rel, text)
+        yield from scan_text(rel, text, verifier)
 
 
-def scan_text(path: Path, text: str) -> Iterator[Citation]:
-    """The citations in one file's text, read according to its kind of file."""
+def scan_text(path: Path, text: str, verifier: Verifier | None = None) -> Iterator[Citation]:
+    """The citations in one file's text, read according to its kind of file. `verifier` finds
+    the fixtures and helpers a test uses elsewhere in the tree; without it, only this file."""
     test = is_test_file(path)
     prose_kind = Kind.MENTION if test else Kind.CODE
     if path.suffix == ".py":
-        yield from _python(path, text, prose_kind)
+        found = _python(path, text, prose_kind, verifier or Verifier())
     elif path.suffix == ".md":
-        yield from _in_text(path, 1, text, Kind.MENTION)
+        found = _in_text(path, 1, text, Kind.MENTION)
     elif path.suffix in _HASH_COMMENT_SUFFIXES or path.name in _HASH_COMMENT_NAMES:
-        for number, line in enumerate(text.splitlines(), start=1):
-            comment = _hash_comment(line)
-            if comment:
-                yield from _in_text(path, number, comment, prose_kind)
+        found = (
+            citation
+            for number, line in enumerate(text.splitlines(), start=1)
+            if (comment := _hash_comment(line))
+            for citation in _in_text(path, number, comment, prose_kind)
+        )
+    else:
+        return
+    unpinned = placeholders(text)
+    for citation in found:
+        yield (
+            replace(citation, unpinned=True)
+            if unpinned and citation.kind is Kind.CODE
+            else citation
+        )
 
 
 def _files(root: Path) -> Iterator[Path]:
@@ -204,23 +226,48 @@ def _in_text(path: Path, first_line: int, text: str, kind: Kind) -> Iterator[Cit
         yield Citation(match[0], path, line_of(match.start()), kind_at(match.start()))
 
 
-def _python(path: Path, text: str, prose_kind: Kind) -> Iterator[Citation]:
+def _python(path: Path, text: str, prose_kind: Kind, verifier: Verifier) -> Iterator[Citation]:
     try:
         tree = ast.parse(text, str(path))
     except SyntaxError:
         return
     for number, comment in _comments(text):
         yield from _in_text(path, number, comment, prose_kind)
+    kinds: dict[ast.Call, Verified] | None = None
     for node in ast.walk(tree):
         if isinstance(
             node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
         ) and (doc := _docstring(node)):
             yield from _in_text(path, doc[0], doc[1], prose_kind)
         if isinstance(node, ast.Call) and _is_req_marker(node.func):
+            if kinds is None:
+                kinds = verifier.marker_kinds(path, tree)
+            verified, declared = kinds.get(node, Verified.DEFINITION), _by(node)
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     found = list(_in_text(path, arg.lineno, arg.value, Kind.TEST))
-                    yield from found or [Citation(arg.value, path, arg.lineno, Kind.TEST)]
+                    found = found or [Citation(arg.value, path, arg.lineno, Kind.TEST)]
+                    yield from (
+                        (
+                            replace(c, verified=verified, declared=declared)
+                            if c.kind is Kind.TEST
+                            else c
+                        )
+                        for c in found
+                    )
+
+
+def _by(call: ast.Call) -> str | None:
+    """The `by=` a marker declares: a constant string, or `?` for anything else."""
+    for keyword in call.keywords:
+        if keyword.arg == "by":
+            value = keyword.value
+            return (
+                value.value
+                if isinstance(value, ast.Constant) and isinstance(value.value, str)
+                else "?"
+            )
+    return None
 
 
 def _comments(text: str) -> Iterator[tuple[int, str]]:

@@ -11,6 +11,13 @@ from pathlib import Path
 from batteryop.traceability.check import Result, Trace, by_family
 from batteryop.traceability.citations import Citation
 from batteryop.traceability.documents import FAMILIES, Status
+from batteryop.traceability.verification import Verified, effective
+
+LABELS = {
+    Verified.REAL: "real",
+    Verified.OWN_FAKE: "own fake",
+    Verified.DEFINITION: "definition only",
+}
 
 MAX_FILES = 6
 """Citing files listed per cell before the rest is summarised as a count."""
@@ -27,15 +34,27 @@ def render(result: Result) -> str:
         "and a planned or waived ID is neither implemented nor tested, whatever cites it",
         "(*not counted* below). Paths are relative to the repository root.",
         "",
+        "*Verified* says how the strongest test of an ID checks it, from what the test uses",
+        "(`batteryop.traceability.verification`): *real* runs the real thing (the real",
+        "kube-apiserver and etcd, a real external tool such as kubectl, Flux or QEMU, or our own",
+        "code with none of our fakes in the way); *own fake* runs our code only against our",
+        "fake battery, fake flintlockd or in-memory API server; *definition only* reads a file or",
+        "a constant, or a marker says it is a dry run or runs stand-ins",
+        '(`@pytest.mark.req(..., by="definition")`). Every BA ID is at most *own fake*: the only',
+        "battery here is ours. An ID cited in a file that still holds a `PIN-ME` placeholder",
+        "value is *definition only*: what it pins cannot be built yet.",
+        "",
         f"**{result.summary()}**",
         "",
-        "| Family | Active | Implemented | Tested | Waived | Withdrawn |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| Family | Active | Implemented | Tested | Real | Own fake | Definition only | Waived "
+        "| Withdrawn |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result.counts():
         lines.append(
             f"| [{row.family}](#{row.family.lower()}) | {row.active} | {row.implemented} | "
-            f"{row.tested} | {row.waived} | {row.withdrawn} |"
+            f"{row.tested} | {row.real} | {row.own_fake} | {row.definition} | {row.waived} | "
+            f"{row.withdrawn} |"
         )
     if result.problems:
         lines += ["", "## Problems", ""]
@@ -52,8 +71,8 @@ def render(result: Result) -> str:
             "",
             f"Defined in [{page}]({page}).",
             "",
-            "| ID | Requirement | Code | Tests |",
-            "|---|---|---|---|",
+            "| ID | Requirement | Code | Tests | Verified |",
+            "|---|---|---|---|---|",
         ]
         lines += [_row(trace) for trace in traces]
     return "\n".join(lines) + "\n"
@@ -64,11 +83,12 @@ def _row(trace: Trace) -> str:
     ident = f"[{req.id}]({req.page.name}#{req.id})"
     text = _cell(req.text)
     if req.status is Status.WITHDRAWN:
-        return f"| {ident} | *(withdrawn)* {text} | — | — |"
+        return f"| {ident} | *(withdrawn)* {text} | — | — | — |"
     if req.ours:
         text = f"*(ours)* {text}"
-    code, tests = _places(trace.code), _places(trace.tests)
+    code, tests = _places(trace.code), _tests(trace.tests)
     if trace.settled:
+        tests = _places(trace.tests)
         why = (
             "*planned:* " + _places(trace.planned)
             if trace.planned
@@ -76,7 +96,30 @@ def _row(trace: Trace) -> str:
         )
         code = "<br>".join(filter(None, [why, code and f"*not counted:* {code}"]))
         tests = "<br>".join(filter(None, [why, tests and f"*not counted:* {tests}"]))
-    return f"| {ident} | {text} | {code or '—'} | {tests or '—'} |"
+    return f"| {ident} | {text} | {code or '—'} | {tests or '—'} | {_verified(trace)} |"
+
+
+def _verified(trace: Trace) -> str:
+    verified = trace.verified
+    if verified is None:
+        return "—"
+    best = max(effective(c.verified or Verified.DEFINITION, c.declared).rank for c in trace.tests)
+    capped = " (capped)" if verified.rank < best else ""
+    return f"{LABELS[verified]}{capped}"
+
+
+def _tests(citations: list[Citation]) -> str:
+    """The citing tests, grouped by how they verify, strongest first."""
+    by_kind: dict[Verified, list[Citation]] = defaultdict(list)
+    for citation in citations:
+        by_kind[effective(citation.verified or Verified.DEFINITION, citation.declared)].append(
+            citation
+        )
+    return "<br>".join(
+        f"*{LABELS[kind]}:* {_places(by_kind[kind])}"
+        for kind in reversed(Verified)
+        if by_kind[kind]
+    )
 
 
 def _places(citations: list[Citation]) -> str:
