@@ -18,9 +18,11 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,13 @@ PACKAGES = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "etcd": "go.etcd.io/etcd/server/v3",
 }
+NODE_PACKAGES = {
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+}
+"""The node's Kubernetes binaries, from the same pins as the API server (`testing.kubenode`)."""
 
 
 class ControlPlaneBuildError(RuntimeError):
@@ -46,9 +55,102 @@ class Binaries:
     etcd: Path
 
 
+@dataclass(frozen=True)
+class ToolSet:
+    """Binaries built from one pinned Go module (`3rdparty/go/<name>`), cached together.
+
+    `ldflags` are added to `-s -w`; `{module:<path>}` in them is replaced by the version go.mod
+    pins for that module, so a version string is never written twice (Kubernetes binaries
+    built outside their own tree report `v0.0.0-master` without it)."""
+
+    cache_name: str
+    module: Path
+    packages: Mapping[str, str]
+    ldflags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ("go.mod", "go.sum")
+    """The files the cache key is made of (a module of our own adds its source)."""
+
+    def ensure(self, module_dir: Path | None = None) -> dict[str, Path]:
+        """Each binary's path, built first if this pin was never built."""
+        module_dir = module_dir or _find(self.module)
+        out = cache_root() / self.cache_name / module_key(module_dir, self.sources)
+        bins = {name: out / "bin" / name for name in self.packages}
+        if _complete(out):
+            return bins
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same pin
+            if not _complete(out):
+                self._build(module_dir, out)
+        return bins
+
+    def _build(self, module_dir: Path, out: Path) -> None:
+        try:
+            go = go_binary()
+        except GoModuleError as err:
+            raise ControlPlaneBuildError(f"{err}; it builds {', '.join(self.packages)}") from None
+        staging = out / "bin.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        env = dict(os.environ)
+        env.setdefault("GOFLAGS", "-mod=readonly")
+        env["CGO_ENABLED"] = "0"
+        ldflags = " ".join(("-s", "-w", *(_fill(f, module_dir) for f in self.ldflags)))
+        tags = [f"-tags={','.join(self.tags)}"] if self.tags else []
+        started = time.monotonic()
+        log.warning(
+            "Building the pinned %s with Go (once per pin; minutes cold)", ", ".join(self.packages)
+        )
+        for name, package in self.packages.items():
+            cmd = [go, "build", "-trimpath", *tags, f"-ldflags={ldflags}"]
+            cmd += ["-o", str(staging / name), package]
+            proc = subprocess.run(cmd, cwd=module_dir, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+                raise ControlPlaneBuildError(
+                    f"go build {package} failed (exit {proc.returncode}):\n{tail}"
+                )
+        (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
+        shutil.rmtree(out / "bin", ignore_errors=True)
+        staging.rename(out / "bin")
+        log.warning("Built %s in %.0f s into %s", self.cache_name, time.monotonic() - started, out)
+
+
+def _fill(flag: str, module_dir: Path) -> str:
+    return re.sub(r"\{module:([^}]+)\}", lambda m: pinned_version(module_dir, m[1]), flag)
+
+
+def pinned_version(module_dir: Path, module: str) -> str:
+    """The version go.mod in `module_dir` requires of `module` (e.g. v1.36.3)."""
+    for line in (module_dir / "go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] in (module, "require") and module in words:
+            return words[words.index(module) + 1]
+    raise ControlPlaneBuildError(f"{module_dir}/go.mod does not require {module}")
+
+
+_KUBERNETES_VERSION = (
+    "-X k8s.io/component-base/version.gitVersion={module:k8s.io/kubernetes}",
+    "-X k8s.io/component-base/version.gitTreeState=clean",
+)
+CONTROL_PLANE = ToolSet("controlplane", MODULE_DIR, PACKAGES, _KUBERNETES_VERSION)
+NODE = ToolSet("kubenode", MODULE_DIR, NODE_PACKAGES, _KUBERNETES_VERSION)
+
+
 def cache_root() -> Path:
     root = os.environ.get("BATTERYOP_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "batteryop"
+
+
+def _find(relative: Path, start: Path | None = None) -> Path:
+    try:
+        return find_pins(relative, start)
+    except GoModuleError as err:
+        raise ControlPlaneBuildError(
+            f"{err}; run from the repository or set BATTERYOP_CONTROLPLANE_BIN to a directory "
+            "holding kube-apiserver and etcd"
+        ) from None
 
 
 def find_module_dir(start: Path | None = None) -> Path:
@@ -57,18 +159,12 @@ def find_module_dir(start: Path | None = None) -> Path:
     Under `pants test` the cwd is the sandbox, which holds the module's go.mod
     and go.sum as a `files` dependency; under `pants run` it is the repo root.
     """
-    try:
-        return find_pins(MODULE_DIR, start)
-    except GoModuleError as err:
-        raise ControlPlaneBuildError(
-            f"{err}; run from the repository or set BATTERYOP_CONTROLPLANE_BIN to a directory "
-            "holding kube-apiserver and etcd"
-        ) from None
+    return _find(MODULE_DIR, start)
 
 
-def module_key(module_dir: Path) -> str:
+def module_key(module_dir: Path, sources: tuple[str, ...] = ("go.mod", "go.sum")) -> str:
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
+    for name in sources:
         digest.update(name.encode() + b"\0" + (module_dir / name).read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
@@ -84,49 +180,9 @@ def ensure_binaries(module_dir: Path | None = None) -> Binaries:
                     f"BATTERYOP_CONTROLPLANE_BIN: {b} is not an executable"
                 )
         return bins
-    module_dir = module_dir or find_module_dir()
-    out = cache_root() / "controlplane" / module_key(module_dir)
-    bins = Binaries(out / "bin" / "kube-apiserver", out / "bin" / "etcd")
-    if _complete(out):
-        return bins
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same pin
-        if not _complete(out):
-            _build(module_dir, out)
-    return bins
+    built = CONTROL_PLANE.ensure(module_dir)
+    return Binaries(built["kube-apiserver"], built["etcd"])
 
 
 def _complete(out: Path) -> bool:
     return (out / "bin" / ".complete").is_file()
-
-
-def _build(module_dir: Path, out: Path) -> None:
-    try:
-        go = go_binary()
-    except GoModuleError as err:
-        raise ControlPlaneBuildError(f"{err}; it builds kube-apiserver and etcd") from None
-    staging = out / "bin.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    env = dict(os.environ)
-    env.setdefault("GOFLAGS", "-mod=readonly")
-    env["CGO_ENABLED"] = "0"
-    started = time.monotonic()
-    log.warning(
-        "Building the pinned kube-apiserver and etcd with Go (once per pin; a few minutes cold)"
-    )
-    for name, package in PACKAGES.items():
-        cmd = [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging / name), package]
-        proc = subprocess.run(cmd, cwd=module_dir, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
-            raise ControlPlaneBuildError(
-                f"go build {package} failed (exit {proc.returncode}):\n{tail}"
-            )
-    (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
-    shutil.rmtree(out / "bin", ignore_errors=True)
-    staging.rename(out / "bin")
-    log.warning(
-        "Built the control plane in %.0f s into %s", time.monotonic() - started, out / "bin"
-    )

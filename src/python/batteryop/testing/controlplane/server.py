@@ -108,21 +108,27 @@ class ControlPlane:
         binaries: Binaries | None = None,
         extra_apiserver_flags: Sequence[str] = (),
         log_dir: Path | None = None,
+        address: str = "127.0.0.1",
+        serving_hosts: Sequence[str] = (),
+        ca: CertificateAuthority | None = None,
     ) -> ControlPlane:
-        """Start etcd and kube-apiserver; their logs go to `log_dir` (default: `workdir`)."""
+        """Start etcd and kube-apiserver; their logs go to `log_dir` (default: `workdir`).
+
+        The API server listens on `address` (loopback unless a real node's Pods must reach it,
+        see `testing.kubenode`); `serving_hosts` are added to its certificate; `ca` (default:
+        a new one) signs it and authenticates clients."""
         started = time.monotonic()
         bins = binaries or ensure_binaries()
         owns = workdir is None
         wd = Path(tempfile.mkdtemp(prefix="batteryop-cp-")) if workdir is None else workdir
         wd.mkdir(parents=True, exist_ok=True)
         pki = wd / "pki"
-        ca = CertificateAuthority.create("batteryop-test-ca")
+        ca = ca or CertificateAuthority.create("batteryop-test-ca")
         (pki).mkdir(parents=True, exist_ok=True)
         (pki / "ca.crt").write_bytes(ca.cert_pem)
+        hosts = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc", address]
         serving = ca.issue(
-            "kube-apiserver",
-            hosts=["127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc"],
-            server=True,
+            "kube-apiserver", hosts=list(dict.fromkeys([*hosts, *serving_hosts])), server=True
         )
         serving.write(pki, "apiserver")
         admin = ca.issue(ADMIN_USER, organizations=["system:masters"], client=True)
@@ -144,6 +150,7 @@ class ControlPlane:
                 bins,
                 log_dir,
                 extra_apiserver_flags,
+                address,
                 last=attempt == PORT_ATTEMPTS,
             )
         ) is None:
@@ -162,13 +169,14 @@ class ControlPlane:
         bins: Binaries,
         log_dir: Path | None,
         extra_apiserver_flags: Sequence[str],
+        address: str,
         *,
         last: bool = False,
     ) -> ControlPlane | None:
         """Start both on fresh ports; None if one found its port taken (and `last` is false)."""
         pki = wd / "pki"
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        url = f"https://127.0.0.1:{api_port}"
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port(address)
+        url = f"https://{address}:{api_port}"
         cp = cls(wd, url, ca, admin, wd / "admin.kubeconfig", _owns_workdir=owns)
         cp._log_dir = log_dir or wd
         cp.write_kubeconfig(cp.admin_kubeconfig, client=admin)
@@ -194,8 +202,8 @@ class ControlPlane:
                 [
                     str(bins.kube_apiserver),
                     f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={address}",
+                    f"--advertise-address={address}",
                     f"--secure-port={api_port}",
                     f"--tls-cert-file={pki / 'apiserver.crt'}",
                     f"--tls-private-key-file={pki / 'apiserver.key'}",

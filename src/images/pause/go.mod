@@ -1,0 +1,3 @@
+module batteryop.local/pause
+
+go 1.26.0
