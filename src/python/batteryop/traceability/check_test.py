@@ -321,8 +321,9 @@ def marked(rid: str, body: str, params: str = "", by: str = "") -> str:
     """A test file with one test citing `rid`, whose body is `body`."""
     extra = f', by="{by}"' if by else ""
     return (
-        "import subprocess\nfrom pathlib import Path\n\nimport pytest\n"
-        "from batteryop.operator import bind\nfrom batteryop.api import names\n\n\n"
+        "import subprocess\nimport sys\nfrom pathlib import Path\n\nimport pytest\n"
+        "from batteryop.operator import bind\nfrom batteryop.api import names\n\n"
+        "HOSTS = bind.hosts()\nTEXT = Path('a.txt')\n\n\n"
         f'@pytest.mark.req("{rid}"{extra})\ndef test_it({params}) -> None:\n    {body}\n'
     )
 
@@ -350,6 +351,12 @@ def kinds(root: Path) -> dict[str, str | None]:
         ("subprocess.run(['kubectl', 'apply'])", "", "real"),
         ("subprocess.run(['bash', 'src/build.sh'])", "", "real"),
         ("subprocess.run(['systemd-analyze', 'verify', 'u.service'])", "", "definition"),
+        # This interpreter running a script is our code; a fake run as a process is a fake.
+        ("subprocess.run([sys.executable, '-c', 'print()'])", "", "real"),
+        ("subprocess.run(module_command('batteryop.testing.fake_battery'))", "", "own-fake"),
+        # A module-level value counts as what made it.
+        ("assert HOSTS.matching()", "", "real"),
+        ("assert TEXT.read_text()", "", "definition"),
         # An annotation is not a use.
         ("x: bind.Step = None", "", "definition"),
     ],
@@ -400,13 +407,13 @@ def test_the_strongest_test_of_an_id_decides_and_by_can_only_lower_it(tmp_path: 
     )
     assert [kinds(root)[rid] for rid in (ONE, TWO)] == ["real", "definition"]
     page = render(check_tree(root))
-    assert "*real:* `tests/a_test.py` (9)<br>*definition only:* `tests/b_test.py` (9)" in page
+    assert "*real:* `tests/a_test.py` (13)<br>*definition only:* `tests/b_test.py` (13)" in page
     (root / "tests/b_test.py").write_text(marked(ONE, "assert names.GROUP", by="real"))
     (root / "tests/c_test.py").write_text(marked(TWO, "assert names.GROUP", by="checked"))
     assert sorted(str(p) for p in check_tree(root).problems) == [
-        'tests/b_test.py:9: by="real" says more than its tests use (definition; see '
+        'tests/b_test.py:13: by="real" says more than its tests use (definition; see '
         "verification.py)",
-        'tests/c_test.py:9: by=\'checked\' is not one of "definition", "own-fake", "real"',
+        'tests/c_test.py:13: by=\'checked\' is not one of "definition", "own-fake", "real"',
     ]
 
 

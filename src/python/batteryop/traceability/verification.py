@@ -3,15 +3,16 @@ definition only. Derived from what the test uses, so a count cannot be raised by
 
 What a test uses is read statically: the names its body calls or reads, the fixtures it asks
 for (found in its own file, the `conftest.py` files above it and the root conftest's
-`pytest_plugins`), and, through them, the functions and fixtures those use in turn: a helper of
-the same file, a helper module of the tests (`tests/images/hostfs.py`, say). Annotations do not
-count. The kinds, strongest first:
+`pytest_plugins`), and, through them, what those use in turn: a helper or a module-level value
+of the same file, a helper module of the tests (`tests/images/hostfs.py`, say). A string that
+names a harness module (one run as a process) counts as using it; annotations do not count.
+The kinds, strongest first:
 
 - `real`: the test runs something real: a harness in `REAL_MODULES` (the real kube-apiserver
   and etcd, Flux's own code, the local stack), or an external tool in `REAL_TOOLS` named as the
   first word of a command (`["kubectl", ...]`, `run("buildah", ...)`, `shutil.which("qemu-...")`);
   or it calls our own code (a name imported from `batteryop` called or instantiated, a shell
-  script of ours run by `bash` or `sh`) with none of our fakes in the way.
+  script of ours run by `bash` or `sh`, `sys.executable` run) with none of our fakes in the way.
 - `own-fake`: it calls our code, but against a harness in `FAKE_MODULES` (the fake battery, the
   fake flintlockd, the in-memory API server) and nothing real.
 - `definition`: it calls nothing of ours and runs nothing: it reads a file, a constant, a
@@ -129,6 +130,7 @@ class _Module:
     imports: dict[str, str] = field(default_factory=dict)
     defs: dict[str, _Def] = field(default_factory=dict)
     fixtures: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    values: dict[str, ast.expr] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for node in self.tree.body:
@@ -146,6 +148,11 @@ class _Module:
                 self.defs[node.name] = node
                 if not isinstance(node, ast.ClassDef) and (name := _fixture_name(node)):
                     self.fixtures[name] = node
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        self.values[target.id] = node.value
 
 
 class Verifier:
@@ -173,12 +180,12 @@ class Verifier:
 
     # What one definition uses, memoised; a cycle adds nothing.
 
-    def _uses_of(self, module: _Module, node: _Def) -> Uses:
+    def _uses_of(self, module: _Module, node: _Def | ast.expr) -> Uses:
         key = (module.path, node)
         if key in self._uses:
             return self._uses[key]
         uses = self._uses[key] = Uses()
-        if not isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             for name in _fixtures_asked(node):
                 if found := self._fixture(module.path, name, skip=node):
                     uses.add(self._uses_of(*found))
@@ -188,12 +195,14 @@ class Verifier:
             if isinstance(child, ast.Name | ast.Attribute):
                 self._reference(module, child, uses)
             elif isinstance(child, ast.List | ast.Tuple) and child.elts:
-                _command(child.elts[0], uses)
+                _command(module, child.elts[0], uses)
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+                _harness_named(child.value, uses)  # a module run as a process, say
         return uses
 
     def _call(self, module: _Module, call: ast.Call, uses: Uses) -> None:
         if call.args:
-            _command(call.args[0], uses)
+            _command(module, call.args[0], uses)
         dotted = _dotted(module, call.func)
         if dotted and _under(dotted, (OUR_CODE,)):
             uses.code = True
@@ -201,16 +210,13 @@ class Verifier:
     def _reference(self, module: _Module, node: ast.Name | ast.Attribute, uses: Uses) -> None:
         dotted = _dotted(module, node)
         if dotted is None:
-            if isinstance(node, ast.Name) and (local := module.defs.get(node.id)):
-                uses.add(self._uses_of(module, local))
+            if isinstance(node, ast.Name):
+                local = module.defs.get(node.id) or module.values.get(node.id)
+                if local is not None:
+                    uses.add(self._uses_of(module, local))
             return
-        if _under(dotted, NEUTRAL_MODULES):
-            return
-        if _under(dotted, REAL_MODULES):
-            uses.real = True
-        elif _under(dotted, FAKE_MODULES):
-            uses.fake = True
-        elif not _under(dotted, (OUR_CODE,)) and (found := self._helper(dotted)):
+        harness = _harness_named(dotted, uses)
+        if not (harness or _under(dotted, (OUR_CODE,))) and (found := self._helper(dotted)):
             uses.add(self._uses_of(*found))
 
     # Finding fixtures and helper modules.
@@ -319,8 +325,23 @@ def _dotted(module: _Module, node: ast.expr) -> str | None:
     return ".".join([module.imports[node.id], *reversed(attrs)])
 
 
-def _command(first: ast.expr, uses: Uses) -> None:
-    """A command's first word: a real tool, or one of our scripts run by a shell."""
+def _harness_named(dotted: str, uses: Uses) -> bool:
+    """Whether `dotted` is in a real or fake harness (noting which); neutral ones are neither."""
+    if _under(dotted, NEUTRAL_MODULES):
+        return True
+    if _under(dotted, REAL_MODULES):
+        uses.real = True
+    elif _under(dotted, FAKE_MODULES):
+        uses.fake = True
+    else:
+        return False
+    return True
+
+
+def _command(module: _Module, first: ast.expr, uses: Uses) -> None:
+    """A command's first word: a real tool, one of our scripts run by a shell, or Python."""
+    if _dotted(module, first) == "sys.executable":
+        uses.code = True  # this interpreter, running a module or a script of ours
     if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
         return
     word = first.value.split(" ", 1)[0].rsplit("/", 1)[-1]
@@ -330,9 +351,12 @@ def _command(first: ast.expr, uses: Uses) -> None:
         uses.code = True
 
 
-def _body_nodes(node: _Def) -> Iterator[ast.AST]:
-    """Every node of a definition's body (and decorators), leaving out annotations."""
-    stack: list[ast.AST] = [*node.body, *node.decorator_list]
+def _body_nodes(node: _Def | ast.expr) -> Iterator[ast.AST]:
+    """Every node of a definition's body (and decorators), or of a module-level value, leaving
+    out annotations."""
+    stack: list[ast.AST] = (
+        [node] if isinstance(node, ast.expr) else [*node.body, *node.decorator_list]
+    )
     while stack:
         current = stack.pop()
         yield current
