@@ -37,7 +37,7 @@ def _arm64_image(path: Path) -> Path:
     return path
 
 
-@pytest.mark.req("GI-002", "GI-032")
+@pytest.mark.req("GI-002", "GI-032", by="definition")
 def test_the_kernel_check_takes_each_architectures_format_and_refuses_the_other(
     tmp_path: Path,
 ) -> None:
@@ -60,7 +60,7 @@ def test_the_kernel_check_takes_each_architectures_format_and_refuses_the_other(
     assert _sh("sh", check, "amd64", tmp_path / "empty").returncode == 1
 
 
-@pytest.mark.req("GI-004", "GI-005")
+@pytest.mark.req("GI-004", "GI-005", by="definition")
 def test_the_kernel_config_check_needs_every_option_built_in(tmp_path: Path) -> None:
     fragment = GUEST / "kernel/config-fragment"
     wanted = [line for line in fragment.read_text().splitlines() if line.startswith("CONFIG_")]
@@ -82,7 +82,7 @@ def test_the_kernel_config_check_needs_every_option_built_in(tmp_path: Path) -> 
     assert done.stderr == f"check-config: {config} lacks CONFIG_EXT4_FS=y\n"
 
 
-@pytest.mark.req("GI-031")
+@pytest.mark.req("GI-031", by="definition")
 @pytest.mark.parametrize("image", ["kernel", "rootfs"])
 def test_a_placeholder_pin_stops_the_guest_build(image: str) -> None:
     done = _sh("bash", GUEST / "build.sh", image, "--arch", "amd64", "--dry-run")
@@ -90,7 +90,7 @@ def test_a_placeholder_pin_stops_the_guest_build(image: str) -> None:
     assert "is not pinned" in done.stderr
 
 
-@pytest.mark.req("GI-001", "GI-003", "GI-030", "GI-031")
+@pytest.mark.req("GI-001", "GI-003", "GI-030", "GI-031", by="definition")
 @pytest.mark.parametrize(("arch", "uarch"), [("amd64", "x86_64"), ("arm64", "aarch64")])
 def test_the_kernel_build_fetches_the_ci_kernel_of_its_architecture(
     tmp_path: Path, arch: str, uarch: str
@@ -109,7 +109,7 @@ def test_the_kernel_build_fetches_the_ci_kernel_of_its_architecture(
     assert "ADD --checksum=sha256:${KERNEL_SHA256} ${KERNEL_URL} /boot/vmlinux" in containerfile
 
 
-@pytest.mark.req("GI-010", "GI-020", "GI-031")
+@pytest.mark.req("GI-010", "GI-020", "GI-031", by="definition")
 def test_the_rootfs_build_pins_ubuntu_and_the_guest_agent(tmp_path: Path) -> None:
     copy = tmp_path / "guest"
     shutil.copytree(GUEST, copy)

@@ -38,7 +38,7 @@ def _run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", *map(str, argv)], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.req("HI-004")
+@pytest.mark.req("HI-004", by="definition")
 def test_a_placeholder_pin_stops_the_build_naming_the_key() -> None:
     done = _run(HOST / "build.sh", "--arch", "amd64", "--dry-run")
     assert done.returncode == 1
@@ -46,7 +46,7 @@ def test_a_placeholder_pin_stops_the_build_naming_the_key() -> None:
     assert "BASE_DIGEST is not pinned" in done.stderr
 
 
-@pytest.mark.req("HI-001", "HI-002")
+@pytest.mark.req("HI-001", "HI-002", by="definition")
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_build_passes_the_pinned_base_and_versions(tmp_path: Path, arch: str) -> None:
     copy = _copy(tmp_path)
@@ -106,7 +106,7 @@ def _fake_release(tmp_path: Path, arch: str) -> tuple[Path, dict[str, str]]:
     return src, sums
 
 
-@pytest.mark.req("HI-003", "HI-004", "HI-007")
+@pytest.mark.req("HI-003", "HI-004", "HI-007", by="definition")
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_fetch_installs_every_binary_whose_checksum_matches(tmp_path: Path, arch: str) -> None:
     src, sums = _fake_release(tmp_path, arch)
@@ -140,7 +140,7 @@ def test_fetch_installs_every_binary_whose_checksum_matches(tmp_path: Path, arch
     assert all(os.access(p, os.X_OK) for p in (out / "usr/bin").iterdir())
 
 
-@pytest.mark.req("HI-004")
+@pytest.mark.req("HI-004", by="definition")
 def test_fetch_fails_on_a_checksum_mismatch(tmp_path: Path) -> None:
     src, sums = _fake_release(tmp_path, "amd64")
     (src / "runc.amd64").write_text("#!/bin/sh\necho tampered\n")
@@ -161,7 +161,7 @@ def test_fetch_fails_on_a_checksum_mismatch(tmp_path: Path) -> None:
     assert f"versions.env pins {sums['RUNC_SHA256_amd64']}" in done.stderr
 
 
-@pytest.mark.req("HI-009")
+@pytest.mark.req("HI-009", by="definition")
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_the_ami_dry_run_names_and_tags_the_ami_with_its_architecture(
     tmp_path: Path, arch: str
@@ -247,7 +247,7 @@ def _image_tree(tmp_path: Path, versions: dict[str, str], lie: str = "") -> Path
     return root
 
 
-@pytest.mark.req("HI-008", "HI-082", "HI-081", "HI-062", "HI-006")
+@pytest.mark.req("HI-008", "HI-082", "HI-081", "HI-062", "HI-006", by="definition")
 def test_the_check_stage_passes_on_a_complete_image(tmp_path: Path) -> None:
     versions = read_env(HOST / "versions.env")
     root = _image_tree(tmp_path, versions)
@@ -258,7 +258,7 @@ def test_the_check_stage_passes_on_a_complete_image(tmp_path: Path) -> None:
     assert "passed every check" in done.stderr
 
 
-@pytest.mark.req("HI-008")
+@pytest.mark.req("HI-008", by="definition")
 def test_the_check_stage_fails_on_a_wrong_version_a_disabled_unit_or_a_shipped_key(
     tmp_path: Path,
 ) -> None:
