@@ -56,7 +56,7 @@ def node(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": "1", "labels": labels}}
 
 
-@pytest.mark.req("PO-010", "PO-011")
+@pytest.mark.req("PO-010", "PO-011", "PO-101")
 async def test_the_host_set_is_unknown_until_every_node_is_listed() -> None:
     async with offline_operator() as operator:
         published = {names.HOSTS_ANNOTATION: json.dumps(["host-a", "host-b"])}

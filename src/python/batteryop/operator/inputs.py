@@ -5,7 +5,7 @@ complete list, then each watch event; `loops`); battery's Events from its stream
 replaces what the operator knew: an object missing from it is gone, whatever watch events
 were missed while the stream was down (a 410 Gone relist included), and leaves every cache.
 The Host set is only computed from every Node (a partial one would declare a Pool to battery
-on too few Hosts after a restart).
+on too few Hosts after a restart, PO-101).
 
 - Pool events -> that Pool. Claim events -> that claim, and its Pool when the claim is gone
   (a deleted Pool goes as soon as its last claim is released, PO-044).

@@ -17,7 +17,7 @@ Order, for a Pool that has its finalizer and is not being deleted:
    `observedGeneration` stays where it was, so the next reconcile sends it again.
 
 Until the host registry has published a Host set, nothing is created or updated: the Pool
-is only read. Other battery failures end the chain (`PoolScope.failed`) for `answered`
+is only read (PO-101). Other battery failures end the chain (`PoolScope.failed`) for `answered`
 to report.
 """
 

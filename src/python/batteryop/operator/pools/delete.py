@@ -7,7 +7,7 @@ For a Pool with a deletionTimestamp, and only for it, this step is the whole cha
    a Pool without it has nothing in battery on our account.
 2. DeletePool (without force). battery drains the available, provisioning and quarantined
    MicroVMs itself. OK, or NotFound (battery no longer holds the Pool): remove the finalizer,
-   and nothing else (PO-044).
+   and nothing else (PO-044); until then it stays (PO-003).
 3. FAILED_PRECONDITION: battery refuses while MicroVMs are leased. GetPool for its spec and
    counts; if its spec is not yet the drained spec, UpdatePool with it, so battery replaces
    no MicroVM meanwhile (PO-042). The finalizer stays; status shows Ready False

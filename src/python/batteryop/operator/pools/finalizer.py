@@ -22,5 +22,5 @@ async def ensure_finalizer(scope: PoolScope) -> None:
     """
     if scope.pool.metadata.has_finalizer(names.POOL_FINALIZER):
         return
-    scope.outcome.add_finalizer = names.POOL_FINALIZER  # PO-001: stored before CreatePool
+    scope.outcome.add_finalizer = names.POOL_FINALIZER  # PO-001: stored before CreatePool; PO-003
     scope.stop()

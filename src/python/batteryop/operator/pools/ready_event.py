@@ -1,5 +1,5 @@
 """ready event: every change of the Pool's Ready reason is also a Kubernetes Event a person
-can read.
+can read (PO-102).
 
 Always run, last, on the status the chain decided: Normal for `AtSize` and for `BelowSize`
 (filling up is the normal way to Ready), Warning for every other reason, which needs

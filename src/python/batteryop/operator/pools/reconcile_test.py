@@ -349,6 +349,7 @@ async def test_a_refused_update_keeps_the_accepted_generation_and_batterys_spec(
     assert env.calls.take() == ["GetPool", "UpdatePool"], "sent again until battery takes it"
 
 
+@pytest.mark.req("PO-101")
 async def test_nothing_is_sent_before_the_host_set_is_published(env: Env) -> None:
     env.deps.hosts = None
     body = pool_body(env.namespace, size=1)
@@ -411,7 +412,7 @@ async def test_battery_unavailable_for_a_new_pool_is_not_in_battery(env: Env) ->
 # --- deletion --------------------------------------------------------------------------------
 
 
-@pytest.mark.req("PO-042", "PO-043", "PO-044")
+@pytest.mark.req("PO-003", "PO-042", "PO-043", "PO-044")
 async def test_deletion_waits_for_the_leased_microvm_on_the_drained_spec(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     ref = ref_of(body)
@@ -471,6 +472,7 @@ async def test_a_deleted_pool_without_the_finalizer_is_left_alone(env: Env) -> N
     assert env.calls.take() == []
 
 
+@pytest.mark.req("PO-003")
 async def test_deletion_with_battery_unavailable_keeps_the_finalizer(env: Env) -> None:
     body = await declared(env, pool_body(env.namespace, size=1))
     env.fake.set_unavailable()
@@ -502,6 +504,7 @@ async def test_a_failed_create_hook_becomes_a_hook_failed_warning(env: Env) -> N
     assert event.vm_uid and event.vm_uid in record.message
 
 
+@pytest.mark.req("PO-102")
 async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
     from datetime import UTC, datetime
 

@@ -62,7 +62,7 @@ def ready(pool: Pool, declared: Declared) -> tuple[bool, PoolReason, str]:
     """Ready's status, reason and message (PO-022, in the order PO-004, PO-012, size)."""
     if declared.rejected is not None:
         return False, PoolReason.REJECTED, declared.rejected  # PO-004: beats NoEligibleHost
-    if not declared.selected and declared.hosts_published:
+    if not declared.selected and declared.hosts_published:  # PO-101: not before publication
         selector = dict(pool.spec.node_selector)
         if selector:
             return False, PoolReason.NO_ELIGIBLE_HOST, f"No Host matches {_selector(selector)}"
