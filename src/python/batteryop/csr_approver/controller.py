@@ -1,12 +1,19 @@
-"""`Approver`: the watch-driven loop that approves, denies, fails and signs requests.
+"""`Approver`: approves, denies, fails and signs requests; kopf drives it.
 
-Inputs, each followed by `batteryop.kube.informer.list_watch` (list, then watch; nothing polls):
-the CertificateSigningRequests (all of them; only the three signers' are kept, the others are
-never touched: CT-001), the two CA Secrets (by name) and the CA bundle ConfigMap (by name, so an
-edit of it is put right). A request is reviewed by a `WorkQueue` worker; one request is never
-reviewed twice at once, and a request changed while under review is reviewed again. Each watch
-and each queue's workers run under an `obs.supervisor.Supervisor` (DP-107): one that fails is
-logged with its traceback, named in `/readyz` while it is down, and started again with backoff.
+Inputs: the CertificateSigningRequests, all of them, listed and watched by kopf
+(`kopf_driver`: it writes nothing to them; only the three signers' reach the approver, the
+others are never touched: CT-001); the two CA Secrets (by name) and the CA bundle ConfigMap (by
+name, so an edit of it is put right), each followed by `batteryop.kube.informer.list_watch`.
+
+A request is reviewed in kopf's event handler (`on_request`), at once, one event at a time per
+request. What that review could not finish is reviewed again by the approver's `WorkQueue`: at
+once with the newest copy after a write conflict, with backoff after an error (kopf logs it with
+its traceback, naming the request), and every open request when a CA is loaded. kopf's own
+retries are not used: they wake a delayed handler by patching the object (`kopf_driver` says
+why). A lock per request keeps the two from reviewing one request at once. kopf's watch runs
+under an `obs.supervisor.Supervisor`, as the other watches and the queues' workers do (DP-107):
+one that fails is logged with its traceback, named in `/readyz` while it is down, and started
+again with backoff.
 
 One review (`_review`), from the newest copy of the request:
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import datetime
 import functools
@@ -44,10 +52,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import kopf
 from cryptography.hazmat.primitives import serialization
 
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
+from batteryop.csr_approver import kopf_driver
 from batteryop.csr_approver.checks import (
     SERVING_SIGNERS,
     Approval,
@@ -83,9 +93,15 @@ FAILED_PREFIX = "Approved, but not signed: "
 PUBLISH_KEY = "publish"
 
 REQUESTS_WATCH_TASK = "watch-certificatesigningrequests"
+"""kopf's list and watch of the requests (`kopf_driver`)."""
 BUNDLE_WATCH_TASK = "watch-ca-bundle"
 REQUESTS_QUEUE_TASK = "queue-certificatesigningrequests"
 PUBLISH_QUEUE_TASK = "queue-ca-bundle"
+
+KOPF_STOP_SECONDS = 10.0
+"""How long kopf is given to stop by itself once the approver is asked to stop."""
+RETRY_SECONDS = 1.0
+"""When a review that raised in kopf's handler is tried again; the queue backs off after."""
 
 
 def ca_watch_task(secret: str) -> str:
@@ -128,10 +144,15 @@ class Approver:
             config.serving_ca_secret: None,
             config.client_ca_secret: None,
         }
-        self._listed = False
+        self._kopf_ready = asyncio.Event()
+        self._stop = asyncio.Event()
         self._serving_lock = asyncio.Lock()
+        self._reviewing: dict[str, asyncio.Lock] = {}
+        """One lock per request: kopf's handler and the queue never review it at once."""
+        self._workers = asyncio.Semaphore(config.workers)
+        """`--workers`: requests reviewed at once, by kopf's handler and the queue together."""
         self._queue: WorkQueue[str] = WorkQueue(
-            self._handle, name="certificatesigningrequests", workers=config.workers
+            self._review_queued, name="certificatesigningrequests", workers=config.workers
         )
         self._publisher: WorkQueue[str] = WorkQueue(self._publish, name="ca-bundle", workers=1)
         self.supervisor = Supervisor()
@@ -144,22 +165,18 @@ class Approver:
 
     @property
     def ready(self) -> bool:
-        """The requests are listed and both CAs are loaded."""
-        return self._listed and all(ca is not None for ca in self._cas.values())
+        """kopf has started (it lists the requests, then watches them) and both CAs are
+        loaded. kopf does not say when its first listing is complete."""
+        return self._kopf_ready.is_set() and all(ca is not None for ca in self._cas.values())
 
     # -- running -----------------------------------------------------------------------------
 
     def _tasks(self) -> dict[str, Callable[[], Awaitable[None]]]:
-        """Every long-lived task, by the name the supervisor and `/readyz` give it."""
+        """Every long-lived task, by the name the supervisor and `/readyz` give it; kopf last,
+        so the tasks it finds running when it starts are not counted as its own."""
         return {
             REQUESTS_QUEUE_TASK: self._queue.run,
             PUBLISH_QUEUE_TASK: self._publisher.run,
-            REQUESTS_WATCH_TASK: lambda: list_watch(
-                self._kube,
-                CERTIFICATE_SIGNING_REQUESTS,
-                on_list=self._on_request_list,
-                on_event=self._on_request_event,
-            ),
             **{ca_watch_task(s): functools.partial(self._follow_ca, s) for s in self._cas},
             BUNDLE_WATCH_TASK: lambda: list_watch(
                 self._kube,
@@ -169,16 +186,41 @@ class Approver:
                 on_list=lambda _items: self._publisher.add(PUBLISH_KEY),
                 on_event=lambda _kind, _obj: self._publisher.add(PUBLISH_KEY),
             ),
+            REQUESTS_WATCH_TASK: self._follow_requests,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the inputs and work the queues, each under the supervisor, until `stop`."""
-        for name, task in self._tasks().items():
-            self.supervisor.start(name, task)  # logged, restarted with backoff, in /readyz
+        self._stop = stop
+        tasks = {
+            name: self.supervisor.start(name, task)  # logged, restarted with backoff, in /readyz
+            for name, task in self._tasks().items()
+        }
         try:
             await stop.wait()
+            # kopf sees `stop` too (its stop flag) and winds down by itself first.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(tasks[REQUESTS_WATCH_TASK]), KOPF_STOP_SECONDS
+                )
         finally:
             await self.supervisor.stop()
+
+    async def _follow_requests(self) -> None:
+        """kopf, in this process, with a registry and settings of its own (`kopf_driver`)."""
+        self._kopf_ready.clear()
+        await kopf.operator(
+            registry=kopf_driver.registry(self._kube.config, self.on_request),
+            settings=kopf_driver.settings(),
+            clusterwide=True,  # CSRs are cluster-scoped; no namespace is watched by kopf
+            standalone=True,
+            stop_flag=self._stop,
+            ready_flag=self._kopf_ready,
+        )
+        # kopf returns only once stopped: by `stop`, or by SIGINT/SIGTERM, whose handlers it
+        # puts in place of the process's own (`obs.process`) when it starts. Either way the
+        # approver stops with it.
+        self._stop.set()
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -198,35 +240,42 @@ class Approver:
             on_event=on_event,
         )
 
-    def _on_request_list(self, items: Objects) -> None:
-        ours = {
-            str(o["metadata"]["name"]): o
-            for o in items
-            if (o.get("spec") or {}).get("signerName") in names.SIGNERS
-        }
-        self._requests = ours
-        self._superseded = {}
-        self._listed = True
-        for name, obj in ours.items():
-            if not _finished(Request.from_object(obj)):
-                self._queue.add(name)
+    async def on_request(self, kind: str | None, obj: Object) -> None:
+        """kopf's handler: one event of a request of ours (`kind` None: listed), one at a time
+        per request. Reviews it now if it is open and this is its newest copy."""
+        name = str(obj["metadata"]["name"])
+        if not self._on_request_event(kind or "ADDED", obj):
+            return
+        async with self._reviewing.setdefault(name, asyncio.Lock()):
+            try:
+                again = await self._handle(name)
+            except Exception:
+                self._queue.add_after(name, RETRY_SECONDS)
+                raise  # kopf logs it, naming the request
+        if again is not None:
+            self._queue.add_after(name, again)
 
-    def _on_request_event(self, kind: str, obj: Object) -> None:
+    async def _review_queued(self, name: str) -> float | None:
+        async with self._reviewing.setdefault(name, asyncio.Lock()):
+            return await self._handle(name)
+
+    def _on_request_event(self, kind: str, obj: Object) -> bool:
+        """Keep the newest copy of each request; True if it is open and should be reviewed."""
         if (obj.get("spec") or {}).get("signerName") not in names.SIGNERS:
-            return  # CT-001: never touched
+            return False  # CT-001: never touched
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
             self._requests.pop(name, None)
             self._superseded.pop(name, None)
-            return
+            self._reviewing.pop(name, None)
+            return False
         rv = str(obj["metadata"].get("resourceVersion") or "")
         stale = self._superseded.get(name)
         if stale and rv in stale:
             stale.discard(rv)
-            return
+            return False
         self._requests[name] = obj
-        if not _finished(Request.from_object(obj)):
-            self._queue.add(name)
+        return not _finished(Request.from_object(obj))
 
     def _on_ca(self, secret: str, obj: Object | None) -> None:
         ca: CA | None = None
@@ -271,15 +320,22 @@ class Approver:
             return None  # CT-003
         started = time.monotonic()
         try:
-            if request.signer in SERVING_SIGNERS:
-                async with self._serving_lock:
+            async with self._workers:
+                if request.signer in SERVING_SIGNERS:
+                    async with self._serving_lock:
+                        await self._review(name, request, obj)
+                else:
                     await self._review(name, request, obj)
-            else:
-                await self._review(name, request, obj)
         except ConflictError:
             # Someone else wrote first (the request, or the pins): review the newest copy.
             await self._refresh(name)
             return 0.0
+        except NotFoundError:
+            # The request gone is the end of it (kopf lists again after 410 Gone, but sends no
+            # DELETED for what went meanwhile); anything else missing is an error to retry.
+            if await self._refresh(name):
+                raise
+            return None
         finally:
             if self._metrics:
                 self._metrics.review_seconds.observe(time.monotonic() - started)
@@ -464,13 +520,15 @@ class Approver:
             self._superseded.setdefault(name, set()).add(old_rv)
         self._requests[name] = answer
 
-    async def _refresh(self, name: str) -> None:
+    async def _refresh(self, name: str) -> bool:
+        """Read the request again; False if it is gone."""
         try:
             fresh = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
         except NotFoundError:
             self._requests.pop(name, None)
-            return
+            return False
         self._remember(fresh)
+        return True
 
     def _count(self, request: Request, outcome: str, check: str = "") -> None:
         if self._metrics:

@@ -494,6 +494,50 @@ async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) ->
     assert not signed(obj)
 
 
+def kopf_traces(obj: dict[str, Any]) -> list[str]:
+    """What kopf would leave on an object it wrote to: its finalizer, its annotations (progress,
+    last-handled configuration, the retry "touch"), a managedFields entry under its name."""
+    meta = obj["metadata"]
+    return [
+        *(f for f in meta.get("finalizers") or [] if "kopf" in f),
+        *(a for a in meta.get("annotations") or {} if "kopf" in a),
+        *(str(m["manager"]) for m in meta.get("managedFields") or [] if "kopf" in m["manager"]),
+    ]
+
+
+@pytest.mark.req("CT-001")
+async def test_kopf_writes_nothing_to_the_requests_it_watches(cluster: Cluster) -> None:
+    """kopf drives the approver (`kopf_driver`) and writes nothing to any request: ours carry
+    only the approval and the certificate, other signers' nothing at all."""
+    node = await cluster.node("host-k", "10.39.0.1")
+    async with cluster.client_as(node) as agent, running(cluster):
+        pem = request_pem(ec_key(), (agent_id(node),))
+        foreign = await cluster.create_csr(
+            agent,
+            csr_body(
+                cluster.name("k-foreign"),
+                "example.test/other-signer",
+                pem,
+                usages=list(names.CLIENT_USAGES),
+            ),
+        )
+        ours = await cluster.create_csr(agent, csr_body(cluster.name("k-ours"), CLIENT, pem))
+        await until_csr(cluster.kube, ours, signed, "signed")
+        # Another Node's identity: denied by the approver.
+        bad = request_pem(ec_key(), (agent_id("elsewhere"),))
+        denied = await cluster.create_csr(agent, csr_body(cluster.name("k-denied"), CLIENT, bad))
+        await denial(cluster, denied)
+    for name in (ours, foreign, denied):
+        obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
+        assert kopf_traces(obj) == [], name
+    assert [
+        c["type"]
+        for c in (await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, ours))["status"][
+            "conditions"
+        ]
+    ] == [CSRCondition.APPROVED]
+
+
 async def test_an_approved_request_left_by_a_stopped_approver_is_signed_after_a_restart(
     cluster: Cluster,
 ) -> None:
