@@ -213,7 +213,7 @@ async def test_another_service_accounts_token_bound_to_the_claims_secret_is_deni
     await assert_nothing_ran(flintlockd)
 
 
-@pytest.mark.req("EA-012", "EA-013")
+@pytest.mark.req("EA-012", "EA-013", "EA-100")
 async def test_a_token_bound_to_another_claims_secret_cannot_reach_this_microvm(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
 ) -> None:

@@ -11,8 +11,8 @@ socket can be bound to it; every loopback address is, which is what tests use.
 
 Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certificate), EA-002
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
-on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 (the
-not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
+on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 and EA-036
+(the not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
 timeout), EA-105 (the limits on streams, failed authentications and relay buffers).
 """
 

@@ -123,7 +123,7 @@ def test_endpoints_split_with_ipv6_in_brackets() -> None:
             split_endpoint(bad)
 
 
-@pytest.mark.req("EA-033")
+@pytest.mark.req("EA-033", "EA-036")
 def test_the_host_checks_look_where_the_flags_say() -> None:
     env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
     default = parse(FILES, env)

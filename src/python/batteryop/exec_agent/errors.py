@@ -3,7 +3,8 @@
 Every refusal of the exec API is one of these, raised where the check fails and turned into the
 call's status in one place (`servicer.refuse`). The message starts with the check's name
 (`Check`), so a caller (and a log reader) sees which rule stopped the call, and carries only what
-the caller sent or what its own token names: never another claim's data (EA-010..EA-014).
+the caller sent or what its own token names: never another claim's data (EA-100; the checks
+are EA-010..EA-014).
 
     Exception
     └── RefusedError        .code (grpc.StatusCode), .check (Check), .detail

@@ -107,7 +107,7 @@ def thin_pool_problem(paths: HostPaths) -> str | None:
 async def check_host(paths: HostPaths, server_info: ServerInfo) -> HostReport:
     """Run every check (see the module docstring) and report the first failure's reason."""
     problems: list[tuple[HostReportReason, str]] = []
-    for reason in not_ready_reasons(paths.not_ready_dir):
+    for reason in not_ready_reasons(paths.not_ready_dir):  # EA-036: the configured directory
         problems.append((HostReportReason.HOST_IMAGE_NOT_READY, f"Host Image not ready: {reason}"))
     kvm = kvm_problem(paths)
     if kvm:

@@ -39,7 +39,7 @@ async def test_a_healthy_host_is_ready(tmp_path: Path) -> None:
     assert report.message == "flintlockd v0.16.0 with exec enabled"
 
 
-@pytest.mark.req("EA-033")
+@pytest.mark.req("EA-033", "EA-036")
 async def test_a_not_ready_file_names_its_reason(tmp_path: Path) -> None:
     paths = healthy_host(tmp_path)
     (paths.not_ready_dir / "containerd.service").write_text("thin pool not set up yet\nmore\n")

@@ -29,11 +29,11 @@ code and message become the call's status. In order:
      joined (same kind, at most `COALESCE_BYTES`); the one carrying `exit_code` is the last
      and the call then ends OK. The agent never makes up an exit status: a stream that
      flintlockd ends without one, or fails, ends with a non-OK status (flintlockd's code,
-     except that OK and UNKNOWN become UNAVAILABLE), never with an exit code.
+     except that OK and UNKNOWN become UNAVAILABLE), never with an exit code (EA-101).
 
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
-who is gone (flintlockd ends the guest session when its RPC ends). Backpressure holds end to
+who is gone (flintlockd ends the guest session when its RPC ends; EA-102). Backpressure holds end to
 end: at most `buffer_bytes` of responses (plus the one being added) wait between flintlockd and
 a slow caller (`Outbox`); flintlockd is not read while they do.
 

@@ -108,7 +108,7 @@ async def test_a_command_ended_by_a_signal_exits_with_128_plus_its_number(
     assert_exit_last(responses, 128 + 15)
 
 
-@pytest.mark.req("EA-020")
+@pytest.mark.req("EA-020", "EA-101")
 @pytest.mark.parametrize("after_chunks", [None, 2])
 async def test_a_stream_cut_by_flintlockd_fails_and_never_ends_with_an_exit_code(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd, after_chunks: int | None
@@ -215,7 +215,7 @@ async def process_exit(pid: int) -> None:
         os.close(fd)
 
 
-@pytest.mark.req("EA-020")
+@pytest.mark.req("EA-020", "EA-102")
 async def test_a_caller_who_cancels_stops_the_command(agent: Agent, holders: Holders) -> None:
     holding = await holders.hold()
     start = Start(uid=holding.microvm_uid, cmd="echo $$; exec sleep 600", shell=True)
