@@ -99,6 +99,7 @@ async def test_an_operator_killed_after_battery_committed_gets_the_same_lease_af
     assert [x.lease_id for x in leases] == [bound["status"]["leaseID"]]
 
 
+@pytest.mark.req("DP-102")
 async def test_metrics_report_claims_by_phase_and_bind_latency(
     stack: Stack, namespace: str
 ) -> None:

@@ -2,9 +2,9 @@
 
 CL-001 and PO-001 ask for the finalizer before battery is called. The controllers add it
 themselves (a write, then the watch event of that write, then the reconcile that calls
-battery); this policy lets the API server store it with the create instead, so a claim
-arrives at the controller ready to bind: one write and one round trip fewer on the path a
-consumer waits for (measured in tests/bench/claim_bind_bench.py).
+battery); this policy lets the API server store it with the create instead (CL-100, PO-100),
+so a claim arrives at the controller ready to bind: one write and one round trip fewer on the
+path a consumer waits for (measured in tests/bench/claim_bind_bench.py).
 
 The controllers do not rely on it. `failurePolicy: Ignore`: a cluster without the policy
 (MutatingAdmissionPolicy is GA since Kubernetes 1.36), or an evaluation error, creates the

@@ -14,7 +14,8 @@ then ``readyz check failed``. ``?verbose`` lists every check on success too. A c
 plain or async callable returning a bool; one that raises, or outlasts `check_timeout`,
 fails with its error in the body. Checks run concurrently.
 
-`MetricsServer` serves ``/metrics`` alone, for a separate ``--metrics-bind-address`` port.
+`MetricsServer` serves ``/metrics`` alone, for a separate ``--metrics-bind-address`` port
+(DP-102).
 Neither server uses `prometheus_client`'s global registry.
 """
 

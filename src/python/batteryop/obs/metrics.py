@@ -1,4 +1,4 @@
-"""The operator's Prometheus metrics, on a registry each process (or test) creates itself.
+"""The operator's Prometheus metrics (DP-102), on a registry each process (or test) creates.
 
 Nothing here touches `prometheus_client.REGISTRY`: an entry point creates a
 `CollectorRegistry`, builds `OperatorMetrics` on it and hands the registry to the metrics

@@ -52,6 +52,7 @@ def test_claim_bind_latency_buckets_run_from_5ms_to_60s() -> None:
     assert _value(registry, "claim_bind_seconds_count") == 3.0
 
 
+@pytest.mark.req("DP-102")
 def test_the_call_observer_adapter_records_latency_and_counts_only_non_ok_codes() -> None:
     registry = CollectorRegistry()
     observer: CallObserver = BatteryCallMetrics(OperatorMetrics(registry))
@@ -80,6 +81,7 @@ def test_the_call_observer_adapter_records_latency_and_counts_only_non_ok_codes(
     )
 
 
+@pytest.mark.req("DP-102")
 def test_reconcile_workqueue_and_subscription_metrics() -> None:
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
