@@ -59,6 +59,7 @@ REAL_MODULES = (
     "batteryop.testing.fluxcli",  # Flux's own CLI
     "batteryop.testing.fluxoci",  # Flux's own OCI library
     "batteryop.testing.gomodules",  # the Go toolchain over the pinned modules
+    "batteryop.testing.kubenode",  # a real kubelet and container runtime on one node
     "batteryop.devstack",  # the dev stack: its API server, kubectl, the client's wheel
 )
 FAKE_MODULES = (
