@@ -167,6 +167,7 @@ class _Reconciler:
         strategy = spec.replenishment_strategy
         # BA-075, BA-076: every strategy fills the Pool when its reconciler starts and on each tick;
         # besides, IMMEDIATE_ON_LEASE tops up on a claim and REPLACE_ON_DELETE on a deletion.
+        # TD-003: the fake replenishes its Pools as battery does.
         acts_on = {
             types_pb2.IMMEDIATE_ON_LEASE: {"start", "tick", "claimed"},
             types_pb2.MIN_SIZE_THRESHOLD: {"start", "tick"},
@@ -904,7 +905,7 @@ class FakeBattery:
             else:
                 store.emit(types_pb2.VM_DELETED_DUE_TO_EXPIRY, vm.pool, vm.uid)
             self._notify(vm.pool, "deleted")
-        # 2. Expire Leases whose expiry has passed; warn about those about to expire.
+        # 2. Expire Leases whose expiry has passed (TD-003); warn about those about to expire.
         now = self.clock.now()
         window = timedelta(seconds=self.timings.warning_window)
         expired: list[VmRow] = []

@@ -233,7 +233,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         available = Phase.AVAILABLE
         vm = next((v for v in store.pool_vms(key) if v.phase == available), None)
         # BA-005: picking the MicroVM and moving it out of AVAILABLE are one step; BA-001: none left
-        # means RESOURCE_EXHAUSTED and no Lease.
+        # means RESOURCE_EXHAUSTED and no Lease (TD-003).
         if vm is None or not store.set_phase(
             vm.uid, Phase.LEASED, expect=frozenset({Phase.AVAILABLE})
         ):
