@@ -1,7 +1,8 @@
 """The CSR approver: a deployable of its own that reviews, approves and signs the Exec Agents'
 certificate requests, and publishes the two CA certificates.
 
-It follows CertificateSigningRequests (certificates.k8s.io/v1) by list and watch, and acts on
+It follows CertificateSigningRequests (certificates.k8s.io/v1) through kopf, which lists and
+watches them and writes nothing to them (`kopf_driver`), and acts on
 the three signers of `batteryop.api.names.SIGNERS` only (CT-001). Each request goes through the
 chain of checks in `checks` (CT-010..CT-016); one that is not yet Approved is approved or denied
 with a reason naming the failing check (CT-013); one that is Approved, by anyone, is signed only
@@ -11,7 +12,8 @@ the address pins (CT-015, CT-016), `publish` writes the CA bundle ConfigMap (CT-
 refuses to start without a trust domain (CT-020).
 
 Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (CAs and
-certificates), `pins`, `publish`, `controller` (the watch-driven loop), `config`, `main`.
+certificates), `pins`, `publish`, `controller` (reviews, decisions, retries), `kopf_driver`
+(how kopf runs its watch of the requests), `config`, `main`.
 
 Its Deployment, ServiceAccount and least-privilege RBAC are in the Manifests
 (`batteryop.manifests.csr_approver`); the cert-manager resources that issue the two CAs it signs

@@ -312,6 +312,11 @@ class Approver:
     # -- one request -------------------------------------------------------------------------
 
     async def _handle(self, name: str) -> float | None:
+        # `--workers` reviews at once; the time a review took starts once it has a worker.
+        async with self._workers:
+            return await self._handle_one(name)
+
+    async def _handle_one(self, name: str) -> float | None:
         obj = self._requests.get(name)
         if obj is None:
             return None
@@ -320,12 +325,11 @@ class Approver:
             return None  # CT-003
         started = time.monotonic()
         try:
-            async with self._workers:
-                if request.signer in SERVING_SIGNERS:
-                    async with self._serving_lock:
-                        await self._review(name, request, obj)
-                else:
+            if request.signer in SERVING_SIGNERS:
+                async with self._serving_lock:
                     await self._review(name, request, obj)
+            else:
+                await self._review(name, request, obj)
         except ConflictError:
             # Someone else wrote first (the request, or the pins): review the newest copy.
             await self._refresh(name)
