@@ -48,6 +48,7 @@ HEALTH_PORT: Final = 8081
 METRICS_PORT: Final = 8080
 RUN_AS: Final = 65532
 TOKEN_DIR: Final = rbac.TOKEN_DIR
+VOLUME_TMP: Final = "csr-approver-tmp"
 
 CSRS: Final = "certificatesigningrequests"
 
@@ -129,7 +130,10 @@ def container(image: str) -> Obj:
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": rbac.VOLUME_TOKEN, "mountPath": TOKEN_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": rbac.VOLUME_TOKEN, "mountPath": TOKEN_DIR, "readOnly": True},
+            rbac.tmp_mount(VOLUME_TMP),  # found missing by the real node (issue 23)
+        ],
     }
 
 
@@ -157,7 +161,7 @@ def deployment_object(namespace: str, labels: Mapping[str, str], image: str) -> 
                     },
                     "nodeSelector": {"kubernetes.io/os": "linux"},
                     "containers": [container(image)],
-                    "volumes": [rbac.token_volume()],
+                    "volumes": [rbac.token_volume(), rbac.tmp_volume(VOLUME_TMP)],
                 },
             },
         },

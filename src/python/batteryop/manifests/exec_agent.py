@@ -66,6 +66,7 @@ VOLUME_FLINTLOCKD_CERTS: Final = "flintlockd-certs"
 VOLUME_DEV: Final = "host-dev"
 VOLUME_SYS: Final = "host-sys"
 VOLUME_NOT_READY: Final = "not-ready"
+VOLUME_TMP: Final = "exec-agent-tmp"
 TOKEN_DIR: Final = rbac.TOKEN_DIR
 RUN_AS: Final = 65532
 
@@ -393,6 +394,7 @@ def container(image: str) -> Obj:
             {"name": VOLUME_DEV, "mountPath": HOST_DEV, "readOnly": True},
             {"name": VOLUME_SYS, "mountPath": HOST_SYS, "readOnly": True},
             {"name": VOLUME_NOT_READY, "mountPath": NOT_READY_DIR, "readOnly": True},
+            rbac.tmp_mount(VOLUME_TMP),  # found missing by the real node (issue 23)
         ],
     }
 
@@ -442,6 +444,7 @@ def daemon_set_object(namespace: str, labels: Mapping[str, str], image: str) -> 
                         _host_path(VOLUME_DEV, "/dev", "Directory"),
                         _host_path(VOLUME_SYS, "/sys", "Directory"),
                         _host_path(VOLUME_NOT_READY, NOT_READY_DIR, "DirectoryOrCreate"),
+                        rbac.tmp_volume(VOLUME_TMP),
                     ],
                 },
             },

@@ -251,6 +251,20 @@ KUBE_ROOT_CA_CONFIG_MAP: Final = "kube-root-ca.crt"
 VOLUME_TOKEN: Final = "kube-api-access"
 
 
+TMP_DIR: Final = "/tmp"
+TMP_SIZE: Final = "64Mi"
+"""Every container's root filesystem is read-only; its PEX unpacks into a /tmp of its own."""
+
+
+def tmp_volume(name: str) -> Obj:
+    """A container's writable /tmp (an emptyDir of `TMP_SIZE`)."""
+    return {"name": name, "emptyDir": {"sizeLimit": TMP_SIZE}}
+
+
+def tmp_mount(name: str) -> Obj:
+    return {"name": name, "mountPath": TMP_DIR}
+
+
 def token_volume(*, namespace_file: bool = True) -> Obj:
     """The projected ServiceAccount token volume (what automounting would give, but only where
     it is mounted): the token, the API server's CA and, with `namespace_file`, the namespace."""

@@ -294,7 +294,7 @@ def operator_container(image: str) -> Obj:
         "securityContext": _container_security(),
         "volumeMounts": [
             _mount(VOLUME_TOKEN, TOKEN_DIR),
-            _mount(VOLUME_TMP_OPERATOR, "/tmp", read_only=False),
+            rbac.tmp_mount(VOLUME_TMP_OPERATOR),
         ],
     }
 
@@ -347,7 +347,7 @@ def host_registry_container(image: str) -> Obj:
             # DP-006, DP-007: restart battery only once this mount shows what was written.
             _mount(VOLUME_CONFIG, CONFIG_DIR),
             _mount(VOLUME_TLS, TLS_DIR),
-            _mount(VOLUME_TMP_HOST_REGISTRY, "/tmp", read_only=False),
+            rbac.tmp_mount(VOLUME_TMP_HOST_REGISTRY),
         ],
     }
 
@@ -363,7 +363,7 @@ def battery_container(image: str) -> Obj:
             _mount(VOLUME_CONFIG, CONFIG_DIR),  # DP-004
             _mount(VOLUME_TLS, TLS_DIR),  # DP-005
             _mount(VOLUME_DATA, DATA_DIR, read_only=False),  # DP-003
-            _mount(VOLUME_TMP_BATTERY, "/tmp", read_only=False),
+            rbac.tmp_mount(VOLUME_TMP_BATTERY),
         ],
     }
 
@@ -412,9 +412,9 @@ def _volumes() -> list[Obj]:
             "name": VOLUME_DATA,
             "persistentVolumeClaim": {"claimName": names.BATTERY_DATA_PVC},
         },
-        {"name": VOLUME_TMP_OPERATOR, "emptyDir": {"sizeLimit": "64Mi"}},
-        {"name": VOLUME_TMP_HOST_REGISTRY, "emptyDir": {"sizeLimit": "64Mi"}},
-        {"name": VOLUME_TMP_BATTERY, "emptyDir": {"sizeLimit": "64Mi"}},
+        rbac.tmp_volume(VOLUME_TMP_OPERATOR),
+        rbac.tmp_volume(VOLUME_TMP_HOST_REGISTRY),
+        rbac.tmp_volume(VOLUME_TMP_BATTERY),
     ]
 
 

