@@ -11,7 +11,6 @@ it is a class of its own (`concurrent.futures.TimeoutError`, not an `OSError`), 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import enum
 import sys
@@ -20,11 +19,15 @@ from typing import Final
 UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11)
 """`datetime.UTC` of 3.11, the same object."""
 
-# CC-111: one name for a timeout on 3.10 (two classes) and on 3.11 and newer (one).
-TIMEOUT_ERRORS: Final[tuple[type[Exception], ...]] = (
-    TimeoutError,
-    asyncio.TimeoutError,
-)
+# CC-111: one name for a timeout on 3.10 (two classes) and on 3.11 and newer (one). asyncio is
+# imported only where it has a class of its own: its import costs ~25 ms, a fifth of the
+# `battery --help` budget (docs/dev/client-performance.md).
+if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)
+    TIMEOUT_ERRORS: Final[tuple[type[Exception], ...]] = (TimeoutError,)
+else:  # pragma: no cover - exercised by the wheel test on CPython 3.10
+    import asyncio
+
+    TIMEOUT_ERRORS: Final[tuple[type[Exception], ...]] = (TimeoutError, asyncio.TimeoutError)
 """What a timeout raises on every supported Python: `except TIMEOUT_ERRORS:` (one class from 3.11)."""
 
 if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)

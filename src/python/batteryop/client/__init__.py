@@ -13,15 +13,17 @@
 Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync` the blocking
 facade, `_transport` the exec transport Protocol and its gRPC form, `_models` the plain values,
 `_exceptions` the error tree, `_mock` the public test double for exec (`MockExecTransport`:
-consumers test their own code without an Exec Agent). Only the names below are public; each reports this module as its
-home.
+consumers test their own code without an Exec Agent). Only the names below are public; each
+reports this module as its home. The ones whose modules bring aiohttp, gRPC and protobuf are
+imported on first use, so that `battery --help` loads none of them.
 
 The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
 the vocabulary shared with the operator; that package takes `StrEnum` and `UTC` from
 `batteryop.api._compat`, which is 3.11's own on 3.11 and newer and a small stand-in on 3.10.
 """
 
-from batteryop.client._async import AsyncClaim, AsyncClient
+import typing
+
 from batteryop.client._exceptions import (
     ClaimError,
     ClaimTimeoutError,
@@ -38,10 +40,13 @@ from batteryop.client._exceptions import (
     PoolExhaustedError,
     PoolNotFoundError,
 )
-from batteryop.client._mock import ExecCall, MockExecTransport
 from batteryop.client._models import ClaimInfo, ExecResult, Pending, Timeouts
-from batteryop.client._sync import Claim, Client
-from batteryop.client._transport import ExecRequest, ExecTransport, GrpcExecTransport
+
+if typing.TYPE_CHECKING:
+    from batteryop.client._async import AsyncClaim, AsyncClient
+    from batteryop.client._mock import ExecCall, MockExecTransport
+    from batteryop.client._sync import Claim, Client
+    from batteryop.client._transport import ExecRequest, ExecTransport, GrpcExecTransport
 
 __all__ = [
     "AsyncClaim",
@@ -73,7 +78,42 @@ __all__ = [
     "Timeouts",
 ]
 
-__locals = locals()
-for __name in __all__:
-    if not __name.startswith("__"):
-        setattr(__locals[__name], "__module__", "batteryop.client")  # noqa: B010
+
+_LAZY = {
+    "AsyncClaim": "_async",
+    "AsyncClient": "_async",
+    "Claim": "_sync",
+    "Client": "_sync",
+    "ExecCall": "_mock",
+    "ExecRequest": "_transport",
+    "ExecTransport": "_transport",
+    "GrpcExecTransport": "_transport",
+    "MockExecTransport": "_mock",
+}
+"""The public names whose modules bring aiohttp, gRPC and protobuf, imported on first use (PEP
+562) so that `battery --help` and the other light paths never load them."""
+
+
+def _publish(names: list[str], where: dict[str, typing.Any]) -> None:
+    for name in names:
+        value = where[name]
+        value.__module__ = "batteryop.client"
+        globals()[name] = value
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    for module_name in sorted(set(_LAZY.values())):  # all at once, as an eager import did
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        _publish([n for n, m in _LAZY.items() if m == module_name], vars(module))
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+_publish([n for n in __all__ if n not in _LAZY], globals())

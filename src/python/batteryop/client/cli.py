@@ -20,20 +20,23 @@ unless `--wait-for-pool` (CC-113). No token is ever printed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from batteryop.api.times import format_time
 from batteryop.client._exceptions import ClientError
 from batteryop.client._models import Pending, Timeouts
-from batteryop.client._sync import Claim, Client
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from batteryop.client._sync import Claim, Client
 
 EXIT_ERROR = 1
 """A `claim`, `release` or `ls` that failed."""
@@ -43,7 +46,16 @@ EXIT_INTERRUPTED = 130
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-_stderr = Console(stderr=True, highlight=False)
+
+# Imported where used, not above: `battery --help` (and a failing argument) loads neither the
+# client's IO (aiohttp, gRPC, protobuf: `_sync`) nor rich; see docs/dev/client-performance.md.
+
+
+@functools.cache
+def _stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -67,6 +79,8 @@ def _errors(code: int) -> Iterator[None]:
 
 def _client(ctx: click.Context, bind_timeout: float | None = None) -> Client:
     """The client of the global options; `bind_timeout` 0 waits for Bound without limit."""
+    from batteryop.client._sync import Client
+
     opts = ctx.obj
     timeouts = Timeouts()
     if bind_timeout is not None:
@@ -83,8 +97,8 @@ def _client(ctx: click.Context, bind_timeout: float | None = None) -> Client:
 @contextlib.contextmanager
 def _progress(pool: str) -> Iterator[Callable[[Pending], None]]:
     """A spinner on a terminal while a claim waits, else one line per new pending reason."""
-    if _stderr.is_terminal:
-        with _stderr.status(f"Waiting for a MicroVM from Pool {pool}...") as status:
+    if _stderr().is_terminal:
+        with _stderr().status(f"Waiting for a MicroVM from Pool {pool}...") as status:
 
             def update(p: Pending) -> None:
                 what = "exhausted" if p.pool_exhausted else p.reason
@@ -319,6 +333,9 @@ def ls(ctx: click.Context) -> None:  # CC-105
             claims = client.claims()
         finally:
             client.close()
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "POOL", "PHASE", "NODE", "MICROVM", "EXPIRES"):
         table.add_column(column, no_wrap=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,56 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     for command in ("claim", "exec", "release", "ls", "run"):
         assert command in out
+
+
+HEAVY = ("aiohttp", "grpc", "google.protobuf", "rich", "yaml") + (
+    ("asyncio",) if sys.version_info >= (3, 11) else ()  # 3.10: batteryop.api._compat needs it
+)
+"""What `battery --help` does not load: the client's IO, its progress display, its kubeconfig
+parser (docs/dev/client-performance.md)."""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["exec", "c1"]])
+def test_help_and_usage_errors_load_none_of_the_client_s_io(argv: list[str]) -> None:
+    probe = (
+        "import sys\n"
+        "from batteryop.client.cli import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules], file=sys.__stderr__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.stderr.splitlines()[-1] == "[]", done.stderr
+
+
+def test_the_package_loads_its_io_on_first_use_and_names_itself_home() -> None:
+    probe = (
+        "import sys, batteryop.client as c\n"
+        "print('aiohttp' in sys.modules, 'grpc' in sys.modules)\n"
+        "print(c.Client.__module__, c.GrpcExecTransport.__module__, c.ClientError.__module__)\n"
+        "print('aiohttp' in sys.modules, 'grpc' in sys.modules, 'Client' in vars(c))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "False False",
+        "batteryop.client batteryop.client batteryop.client",
+        "True True True",
+    ]
 
 
 def test_a_usage_error_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
