@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from batteryop.api import names, samples
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.kube.resources import CONFIGMAPS
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS
 from batteryop.manifests import render
 from batteryop.testing.host_registry_env import published, until_listed
 from batteryop.testing.kubenode import binaries, install
@@ -47,6 +48,7 @@ INSTALL_YAML = Path("release/install.yaml")
 DEMO_NAMESPACE = "demo"
 HOLDER = "sandbox"
 POOL = "demo"
+ROUNDS = 20
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +160,18 @@ def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.req("TD-115", "IN-001", "EA-064")
-def test_the_node_is_a_host_and_battery_run_reaches_its_agent_pod(
-    node: KubeNode, installed: install.Installed, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def demo(node: KubeNode, installed: install.Installed) -> str:
+    """The claims' namespace and their Holder."""
     node.kubectl(["create", "namespace", DEMO_NAMESPACE])
     node.kubectl(["create", "serviceaccount", HOLDER, "-n", DEMO_NAMESPACE])
+    return DEMO_NAMESPACE
+
+
+@pytest.mark.req("TD-115", "IN-001", "EA-064")
+def test_the_node_is_a_host_and_battery_run_reaches_its_agent_pod(
+    node: KubeNode, installed: install.Installed, demo: str, tmp_path: Path
+) -> None:
     # The host registry Pod publishes the Node, at its address, as battery's one Host, once
     # its agent has reported it ready for the settle time install.yaml gives (IN-001, IN-011).
     want = {NODE_NAME: f"{NODE_ADDRESS}:{names.FLINTLOCKD_PORT}"}
@@ -207,6 +215,165 @@ def test_the_node_is_a_host_and_battery_run_reaches_its_agent_pod(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Linux "), proc.stdout
     print(f"\n`battery run {POOL} -- uname -a` through the agent Pod: {took:.2f} s\n{proc.stdout}")
+
+
+BURST = 30
+
+
+def kube(node: KubeNode) -> KubeClient:
+    return KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests")
+
+
+async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> dict[str, float]:
+    """When (monotonic) each of `claims` was first seen Bound, watched until all are."""
+    seen: dict[str, float] = {}
+
+    def check(found: dict[str, dict]) -> bool:
+        for name, body in found.items():
+            if name in claims and (body.get("status") or {}).get("phase") == "Bound":
+                seen.setdefault(name, time.monotonic())
+        return claims <= set(seen)
+
+    async with kube(node) as client:
+        await until_listed(
+            client,
+            CLAIMS,
+            DEMO_NAMESPACE,
+            check,
+            timeout=timeout,
+            what=f"claims {sorted(claims)} Bound",
+        )
+    return seen
+
+
+def apply(node: KubeNode, *objects: dict) -> None:
+    node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(objects))
+
+
+def ready_pool(node: KubeNode, name: str, size: int) -> None:
+    pool = samples.demo_pool(name, namespace=DEMO_NAMESPACE)
+    pool["spec"]["size"] = size
+    apply(node, pool)
+    node.kubectl(
+        ["wait", "-n", DEMO_NAMESPACE, f"pool/{name}", "--for=condition=Ready", "--timeout=180s"]
+    )
+
+
+def claim_statuses(node: KubeNode, prefix: str) -> dict[str, dict]:
+    items = json.loads(node.kubectl(["get", "microvmclaims", "-n", DEMO_NAMESPACE, "-o", "json"]))
+    return {
+        c["metadata"]["name"]: c.get("status") or {}
+        for c in items["items"]
+        if c["metadata"]["name"].startswith(prefix)
+    }
+
+
+def battery_leases(node: KubeNode) -> dict[str, str]:
+    """Lease id -> MicroVM uid, as battery's database on its volume holds them (BA-060)."""
+    db = node.state / "volumes" / install.BATTERY_VOLUME / "poolmgr.db"
+    state = json.loads(db.read_text().splitlines()[1])
+    return {row["lease_id"]: row["vm_uid"] for row in state["leases"]}
+
+
+def wait_restarted(node: KubeNode, pod: str, container: str, restarts: int) -> None:
+    """Until the kubelet reports `container` of `pod` restarted `restarts` times (watched)."""
+    path = f'{{.status.containerStatuses[?(@.name=="{container}")].restartCount}}'
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            install.NAMESPACE,
+            f"pod/{pod}",
+            f"--for=jsonpath={path}={restarts}",
+            "--timeout=120s",
+        ]
+    )
+
+
+def container_restarts(node: KubeNode, container: str) -> tuple[str, int]:
+    (pod,) = (p for p in pods(node) if p["metadata"]["name"].startswith(names.OPERATOR_DEPLOYMENT))
+    (status,) = (s for s in pod["status"]["containerStatuses"] if s["name"] == container)
+    return pod["metadata"]["name"], int(status["restartCount"])
+
+
+def assert_one_microvm_and_lease_each(node: KubeNode, prefix: str, count: int) -> None:
+    statuses = claim_statuses(node, prefix)
+    assert len(statuses) == count
+    leases = [s.get("leaseID") for s in statuses.values()]
+    vms = [(s.get("microVM") or {}).get("uid") for s in statuses.values()]
+    assert all(leases) and len(set(leases)) == count, statuses  # one Lease each (CL-061)
+    assert all(vms) and len(set(vms)) == count, statuses  # one MicroVM each
+    held = battery_leases(node)
+    for status in statuses.values():
+        assert held.get(status["leaseID"]) == status["microVM"]["uid"], (status, held)
+
+
+@pytest.mark.req("CL-008", "CL-030", "CL-061", "DP-002")
+def test_the_operator_killed_in_a_burst_binds_every_claim_once(
+    node: KubeNode, installed: install.Installed, demo: str
+) -> None:
+    ready_pool(node, "burst", BURST)
+    pod, restarts = container_restarts(node, "operator")
+    claims = {f"burst-{i}" for i in range(BURST)}
+    apply(node, *(samples.sample_claim(c, "burst", HOLDER, DEMO_NAMESPACE) for c in sorted(claims)))
+    # The operator's process dies mid-burst, as a crash or an OOM kill ends it.
+    node.kill_container(install.NAMESPACE, pod, "operator")
+    killed = time.monotonic()
+    bound = asyncio.run(bound_at(node, claims))
+    after = sorted(t - killed for t in bound.values() if t > killed)
+    wait_restarted(node, pod, "operator", restarts + 1)  # the kubelet restarted it, same Pod
+    assert_one_microvm_and_lease_each(node, "burst-", BURST)
+    print(
+        f"\noperator killed during a burst of {BURST}: {BURST - len(after)} bound before the kill; "
+        f"binding resumed {after[0]:.1f} s after it, all bound after {after[-1]:.1f} s"
+        if after
+        else "\nevery claim was bound before the kill landed"
+    )
+
+
+@pytest.mark.req("BA-060", "DP-003", "CL-030")
+def test_battery_killed_keeps_its_leases_on_its_volume(
+    node: KubeNode, installed: install.Installed, demo: str
+) -> None:
+    ready_pool(node, "burst", BURST)
+    bound = {c: s["leaseID"] for c, s in claim_statuses(node, "burst-").items()}
+    assert len(bound) == BURST, "runs after the burst drill"
+    before = battery_leases(node)
+    assert set(bound.values()) <= set(before)
+    pod, restarts = container_restarts(node, "battery")
+    node.kill_container(install.NAMESPACE, pod, "battery")
+    started = time.monotonic()
+    # A claim made after the kill binds once battery is back: it read its database again.
+    apply(node, samples.sample_claim("after-battery", "burst", HOLDER, DEMO_NAMESPACE))
+    asyncio.run(bound_at(node, {"after-battery"}))
+    print(f"\nbattery killed: a new claim bound {time.monotonic() - started:.1f} s later")
+    wait_restarted(node, pod, "battery", restarts + 1)
+    after = battery_leases(node)
+    assert {lease: before[lease] for lease in bound.values()} == {
+        lease: after.get(lease) for lease in bound.values()
+    }
+    assert {c: s["leaseID"] for c, s in claim_statuses(node, "burst-").items()} == bound
+
+
+@pytest.mark.req("TD-114")
+def test_one_claim_at_a_time_through_the_installed_operator(
+    node: KubeNode, installed: install.Installed, demo: str
+) -> None:
+    ready_pool(node, "serial", 2)
+    seconds = []
+    for i in range(ROUNDS):
+        name = f"serial-{i}"
+        started = time.monotonic()
+        apply(node, samples.sample_claim(name, "serial", HOLDER, DEMO_NAMESPACE))
+        bound = asyncio.run(bound_at(node, {name}, timeout=120))
+        seconds.append(bound[name] - started)
+        node.kubectl(["delete", "microvmclaim", name, "-n", DEMO_NAMESPACE, "--wait=false"])
+    print(
+        f"\none claim at a time through the installed operator, create to Bound over {ROUNDS}: "
+        f"p50 {statistics.median(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms "
+        "(kubectl apply's own start included)"
+    )
+    assert len(seconds) == ROUNDS
 
 
 @pytest.mark.req("TD-113")

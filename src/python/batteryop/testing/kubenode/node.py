@@ -283,6 +283,24 @@ class KubeNode:
         tails = "\n".join(f"--- {n}\n{self.procs[n].tail()}" for n in procs if n in self.procs)
         raise NodeError(f"{what}: not within {timeout:.0f}s\n{tails}")
 
+    def kill_container(self, namespace: str, pod: str, container: str) -> None:
+        """SIGKILL a container's main process through containerd, as a crash or an OOM kill
+        ends it; the kubelet then restarts the container in the same Pod."""
+        body = json.loads(self.kubectl(["get", "pod", pod, "-n", namespace, "-o", "json"]))
+        (status,) = (s for s in body["status"]["containerStatuses"] if s["name"] == container)
+        container_id = str(status["containerID"]).removeprefix("containerd://")
+        self.node_run(
+            [
+                str(self.bins.ctr),
+                f"--address={self.containerd_socket}",
+                "--namespace=k8s.io",
+                "tasks",
+                "kill",
+                "--signal=SIGKILL",
+                container_id,
+            ]
+        )
+
     def node_run(self, argv: Sequence[str], *, check: bool = True) -> str:
         """Run a command inside the node (as a Host's own service would) and return stdout."""
         return run(self.ns.enter(argv), check=check).stdout
