@@ -13,6 +13,17 @@ passes the whole authorization. Prints one JSON line per figure:
     {"bench": "exec_roundtrip_true_client_library", ...}   (the same through batteryop.client)
     {"bench": "exec_stdout_throughput", "mib": 100, "seconds": ..., "mib_per_s": ...}
     {"bench": "flintlockd_direct_baseline", ...}            (straight to the fake, no agent)
+    {"bench": "exec_via_standin", "roundtrip": {...}, "stdout_mib_per_s": ...,
+     "standin_direct_mib_per_s": ..., "agent_cpu_s_per_100_mib": ...}
+
+The fake flintlockd runs every command for real and sends its output as it reads it from a
+pipe: at 100 MiB it is slower than the agent (`flintlockd_direct_baseline`), and on two cores
+its CPU and the command's are taken from the agent's. `exec_via_standin` measures the agent
+against `bench.flintlockd_standin` instead, its own process, which answers at once and sends
+ready-made 32 KiB stdout messages (as many messages per MiB as flintlockd): the round trip with
+a flintlockd that costs nothing (every check of the agent still made: EA-010..EA-014), and the
+agent's stdout throughput where the stand-in is not the bottleneck (`standin_direct_mib_per_s`,
+straight to it, says how far it goes alone).
 
 Where the time goes: the API server (token_review and claim_read, which run side by side),
 flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
@@ -27,16 +38,20 @@ and the client's are one figure.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import statistics
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import grpc
 import grpc.aio
+from bench.flintlockd_standin import CHUNK_BYTES
 from bench.stats import FULL, latency_figures
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
@@ -48,6 +63,7 @@ from batteryop.testing.exec_agent import (
     Holding,
     Pki,
     agent_kube_config,
+    joined,
     make_pki,
     prepare_cluster,
     run_exec,
@@ -166,6 +182,7 @@ async def test_exec_round_trip_and_throughput(
                 )
             )
             await print_baseline(pki, fl, holding.microvm_uid, size)
+            await print_standin(cluster, pki, holding, size)
     finally:
         api.close()
 
@@ -237,6 +254,92 @@ async def print_baseline(pki: Pki, fl: FakeFlintlockd, uid: str, size: int) -> N
                 "runs": RUNS,
                 **latency_figures(seconds, ndigits=2),
                 "mib_per_s": round(MIB / spent, 1),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
+
+
+@contextlib.asynccontextmanager
+async def standin(pki: Pki) -> AsyncIterator[str]:
+    """`bench.flintlockd_standin` as its own process, on flintlockd's address: its target."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.flintlockd_standin",
+        f"--address={FLINTLOCKD_ADDRESS}",
+        f"--cert={pki.flintlockd_tls.cert}",
+        f"--key={pki.flintlockd_tls.key}",
+        f"--client-ca={pki.flintlockd_tls.client_ca}",
+        f"--mib={MIB}",
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert process.stdout is not None
+        port = int(await asyncio.wait_for(process.stdout.readline(), 60))
+        yield f"{FLINTLOCKD_ADDRESS}:{port}"
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size: int) -> None:
+    """The round trip and the stdout throughput of the agent against the stand-in (see the
+    module docstring); the stream is read three times and the median taken."""
+    true = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
+    big = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="stdout")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=pki.serving_ca.cert_pem,
+        private_key=pki.files["flintlockd_key_file"].read_bytes(),
+        certificate_chain=pki.files["flintlockd_cert_file"].read_bytes(),
+    )
+    async with (
+        standin(pki) as target,
+        running_agent(pki, agent_kube_config(cluster), target) as agent,
+        agent.channel() as channel,
+        grpc.aio.secure_channel(
+            target, credentials, options=[("grpc.max_receive_message_length", -1)]
+        ) as direct,
+    ):
+        for _ in range(WARM):
+            await run_exec(channel, holding.metadata, true)
+        agent.phases.clear()
+        seconds = []
+        for _ in range(RUNS):
+            started = time.perf_counter()
+            await run_exec(channel, holding.metadata, true)
+            seconds.append(time.perf_counter() - started)
+        by_phase: dict[str, list[float]] = defaultdict(list)
+        for phase, spent in agent.phases:
+            by_phase[phase.value].append(spent * 1000)
+
+        async def stream(over: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> float:
+            started = time.perf_counter()
+            responses = await run_exec(over, metadata, big)
+            spent = time.perf_counter() - started
+            assert len(joined(responses, "stdout")) == size - size % CHUNK_BYTES
+            return spent
+
+        cpu = CpuMeter({"agent+client": os.getpid()})
+        through_agent = [await stream(channel, holding.metadata) for _ in range(3)]
+        agent_cpu = cpu.per_call_ms(3, fake="agent+client", commands="-")["agent+client"]
+        straight = [await stream(direct, ()) for _ in range(3)]
+    print(
+        json.dumps(
+            {
+                "bench": "exec_via_standin",
+                "roundtrip": {
+                    "runs": RUNS,
+                    **latency_figures(seconds, ndigits=2),
+                    "phases_p50_ms": {
+                        k: round(statistics.median(v), 2) for k, v in by_phase.items()
+                    },
+                },
+                "mib": MIB,
+                "stdout_mib_per_s": round(MIB / statistics.median(through_agent), 1),
+                "standin_direct_mib_per_s": round(MIB / statistics.median(straight), 1),
+                "agent_cpu_ms_per_mib": round(agent_cpu / MIB, 2),
                 "load_average_1m": round(os.getloadavg()[0], 2),
             }
         )

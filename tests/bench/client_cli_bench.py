@@ -1,0 +1,324 @@
+"""The consumer's path timed end to end: `battery --help`, `battery run POOL -- true` on a warm
+Pool, and 100 MiB of stdout through `battery run` (issue 25, item 7).
+
+Every `battery` here is the console script of the built wheel (`src:battery-operator-client`)
+installed in a clean venv, as a user runs it. `battery --help` needs no cluster; the rest runs
+on the local stack (`batteryop.devstack.stack.Stack`: every deployable its own process, two
+Hosts, the demo Pool of `batteryop.devstack.demo`). Before each timed run the benchmark waits
+(by a watch) until the Pool has all its MicroVMs available again, so every run claims from a
+warm Pool and none waits for a MicroVM to boot. Prints one JSON line per figure:
+
+    {"bench": "battery_help", "runs": ..., "p50_ms": ..., "p99_ms": ...,
+     "python_floor_p50_ms": ..., "imports_ms": {...}, "load_average_1m": ...}
+    {"bench": "battery_run_true", "runs": ..., "p50_ms": ..., "p99_ms": ...,
+     "phases_p50_ms": {"interpreter": ..., "import_cli": ..., "import_io": ...,
+                       "client": ..., "claim": {...}, "exec": ..., "release": ..., "close": ...}}
+    {"bench": "battery_run_stdout", "mib": 100, "seconds": ..., "mib_per_s": ...,
+     "stream_seconds": ..., "stream_mib_per_s": ...}
+
+Where `battery run` spends its time (`phases_p50_ms`) comes from a probe that does what the
+command does, in the same venv, with each step timed: `interpreter` is `python -c pass`;
+`import_cli` the import of `batteryop.client.cli` (what `--help` loads); `import_io` the
+client's IO (aiohttp, gRPC, protobuf), which the command imports when it makes its client;
+`client` reading the kubeconfig and the CA; `claim` each API request of the claim by verb and
+resource, and `wait_bound` the rest (the watch until the operator bound it, CL-001..CL-003,
+CC-003); `exec` the command through the Exec Agent on a new gRPC channel (TLS handshake,
+every check of the agent, the command); `release` the two deletes (CC-021); `close` the
+client's shutdown; `total` their sum, `wall` the probe process from spawn to exit (so
+`wall - total - interpreter` is the interpreter's start and exit around them). `imports_ms` is `python -X importtime` on the import of the command's
+module, by top-level package (importtime itself adds to each).
+`stream_seconds` is the 100 MiB run less the p50 of `true`: the stream alone.
+
+BATTERYOP_BENCH=1: 200 `--help`, 30 `run -- true` and 100 MiB; otherwise a smoke pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from bench.stats import FULL, latency_figures
+from e2e.driver import until
+
+from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
+from batteryop.devstack import demo
+from batteryop.devstack.artifacts import Artifacts
+from batteryop.devstack.cluster import DEMO_NAMESPACE
+from batteryop.devstack.stack import Stack
+from batteryop.devstack.state import StateDir
+from batteryop.kube.client import KubeClient
+from batteryop.kube.resources import POOLS
+
+HELP_RUNS = 200 if FULL else 10
+RUN_RUNS = 30 if FULL else 3
+PROBE_RUNS = 30 if FULL else 2
+MIB = 100 if FULL else 10
+WARM = 3
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def wall_times(argv: Sequence[str | Path], runs: int) -> list[float]:
+    """Seconds each of `runs` runs of `argv` took, start to exit, after two unrecorded ones."""
+    seconds = []
+    for i in range(runs + 2):
+        started = time.perf_counter()
+        subprocess.run([str(a) for a in argv], stdout=subprocess.DEVNULL, check=True, timeout=60)
+        if i >= 2:
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def import_breakdown(python: Path, module: str, runs: int = 5) -> dict[str, float]:
+    """`python -X importtime -c "import module"`: the median ms each top-level package's own
+    modules took (self times summed by the first dotted part of each module's name), the
+    eight largest, and their `total`."""
+    per_run: dict[str, list[float]] = defaultdict(list)
+    for _ in range(runs):
+        done = subprocess.run(
+            [str(python), "-X", "importtime", "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        totals: dict[str, float] = defaultdict(float)
+        for line in done.stderr.splitlines():
+            fields = line.removeprefix("import time:").split("|")
+            if len(fields) != 3 or not fields[0].strip().isdigit():
+                continue  # the header, or not importtime's
+            totals[fields[2].strip().split(".")[0]] += int(fields[0]) / 1000
+        totals["total"] = sum(totals.values())
+        for package, ms in totals.items():
+            per_run[package].append(ms)
+    medians = {p: round(statistics.median(v), 1) for p, v in per_run.items()}
+    return dict(sorted(medians.items(), key=lambda kv: -kv[1])[:9])
+
+
+def test_battery_help_wall_time(tmp_path: Path) -> None:
+    python = pyenv_python("3.11") or Path(sys.executable)
+    bin_dir = make_venv(python, tmp_path / "venv")
+    installed = pip_install(bin_dir, the_wheel())
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    floor = wall_times([bin_dir / "python", "-c", "pass"], HELP_RUNS)
+    helped = wall_times([bin_dir / "battery", "--help"], HELP_RUNS)
+    print(
+        json.dumps(
+            {
+                "bench": "battery_help",
+                "runs": HELP_RUNS,
+                **latency_figures(helped),
+                "python_floor_p50_ms": round(statistics.median(floor) * 1000, 1),
+                "imports_ms": import_breakdown(bin_dir / "python", "batteryop.client.cli"),
+                "load_average_1m": load_average(),
+            }
+        )
+    )
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    root = tmp_path_factory.mktemp("devstack")
+    state = StateDir(root / "state")
+    state.claim()
+    up = Stack(state, root / "logs", Artifacts.find(Path(".")), host_count=2)
+    try:
+        await up.up()
+        yield up
+    finally:
+        up.down()
+
+
+async def warm(kube: KubeClient) -> None:
+    """Until the demo Pool has every MicroVM available again (its size), by a watch."""
+
+    def full(body: dict[str, Any] | None) -> bool:
+        spec, status = (body or {}).get("spec") or {}, (body or {}).get("status") or {}
+        return status.get("available", 0) >= spec.get("size", 1) and not status.get("leased")
+
+    await until(kube, POOLS, demo.POOL, full, namespace=DEMO_NAMESPACE, what="the Pool warm")
+
+
+async def battery(env: Mapping[str, str], *args: str) -> tuple[float, int, str]:
+    """`battery args` (stdout counted, not kept): its seconds, stdout bytes and stderr."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        "battery",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    errors = asyncio.ensure_future(process.stderr.read())
+    got = 0
+    while chunk := await process.stdout.read(1024 * 1024):
+        got += len(chunk)
+    code = await process.wait()
+    spent = time.perf_counter() - started
+    err = (await errors).decode()
+    assert code == 0, err
+    return spent, got, err
+
+
+PROBE = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+import batteryop.client.cli  # what the console script imports first
+t1 = time.perf_counter()
+from batteryop.client._sync import Client  # what `_client` imports for every command but --help
+from batteryop.kube.client import KubeClient
+t2 = time.perf_counter()
+
+requests = []
+_request = KubeClient._request
+
+async def timed(self, verb, method, path, **kw):
+    started = time.perf_counter()
+    try:
+        return await _request(self, verb, method, path, **kw)
+    finally:
+        parts = path.split("/")
+        at = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts) - 1
+        what = "/".join(p for i, p in enumerate(parts) if i == at or (i == at + 2 and p))
+        requests.append((f"{verb} {what}", time.perf_counter() - started))
+
+KubeClient._request = timed
+pool, holder, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+client = Client(namespace=os.environ["BATTERY_NAMESPACE"], kubeconfig=os.environ["KUBECONFIG"],
+                serving_ca=os.environ["BATTERY_CA"])
+t3 = time.perf_counter()
+held = client.claim(pool, holder)
+t4 = time.perf_counter()
+claim_requests = list(requests)
+got = [0]
+result = held.exec_stream(argv, stdout=lambda b: got.__setitem__(0, got[0] + len(b)),
+                          stderr=lambda b: None)
+t5 = time.perf_counter()
+held.release()
+t6 = time.perf_counter()
+client.close()
+t7 = time.perf_counter()
+assert result.exit_code == 0, result
+ms = lambda s: round(s * 1000, 2)
+claim = {}
+for what, s in claim_requests:
+    claim[what] = claim.get(what, 0) + ms(s)
+claim["wait_bound"] = round(ms(t4 - t3) - sum(claim.values()), 2)
+print(json.dumps({"import_cli": ms(t1 - t0), "import_io": ms(t2 - t1), "client": ms(t3 - t2),
+                  "claim": claim, "exec": ms(t5 - t4), "release": ms(t6 - t5),
+                  "close": ms(t7 - t6), "total": ms(t7 - t0), "stdout_bytes": got[0]}))
+"""
+
+
+async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
+    """The probe above, in the client venv with the stack's environment: its figures, and
+    `wall`, the ms from its spawn to its exit."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        str(stack.venv / "bin" / "python"),
+        "-c",
+        PROBE,
+        demo.POOL,
+        stack.cli_env()["BATTERY_HOLDER"],
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=stack.cli_env(),
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()[-3000:]
+    figures: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    figures["wall"] = round((time.perf_counter() - started) * 1000, 2)
+    return figures
+
+
+def median_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per phase (and per claim request) the median over `runs`, in ms."""
+    out: dict[str, Any] = {}
+    for key in ("import_cli", "import_io", "client", "exec", "release", "close", "total", "wall"):
+        out[key] = round(statistics.median(r[key] for r in runs), 2)
+    claim_keys = {k for r in runs for k in r["claim"]}
+    out["claim"] = {
+        k: round(statistics.median(r["claim"].get(k, 0.0) for r in runs), 2)
+        for k in sorted(claim_keys)
+    }
+    return out
+
+
+async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
+    env = stack.cli_env()
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+        for _ in range(WARM):
+            await warm(kube)
+            await battery(env, "run", demo.POOL, "--", "true")
+        seconds = []
+        phases = []
+        for i in range(RUN_RUNS):  # the command and the probe in turns: the same load on both
+            await warm(kube)
+            spent, _, _ = await battery(env, "run", demo.POOL, "--", "true")
+            seconds.append(spent)
+            if i < PROBE_RUNS:
+                await warm(kube)
+                phases.append(await probe(stack, "true"))
+        load = load_average()
+        floor = wall_times([stack.venv / "bin" / "python", "-c", "pass"], 10)
+        print(
+            json.dumps(
+                {
+                    "bench": "battery_run_true",
+                    "runs": RUN_RUNS,
+                    **latency_figures(seconds),
+                    "phases_p50_ms": {
+                        "interpreter": round(statistics.median(floor) * 1000, 2),
+                        **median_phases(phases),
+                    },
+                    "probe_runs": PROBE_RUNS,
+                    "load_average_1m": load,
+                }
+            )
+        )
+
+        size = MIB * 1024 * 1024
+        await warm(kube)
+        spent, got, _ = await battery(
+            env, "run", demo.POOL, "--", "head", "-c", str(size), "/dev/zero"
+        )
+        assert got == size
+        await warm(kube)
+        library = await probe(stack, "head", "-c", str(size), "/dev/zero")
+        assert library["stdout_bytes"] == size
+        stream = spent - statistics.median(seconds)
+        print(
+            json.dumps(
+                {
+                    "bench": "battery_run_stdout",
+                    "mib": MIB,
+                    "seconds": round(spent, 3),
+                    "mib_per_s": round(MIB / spent, 1),
+                    "stream_seconds": round(stream, 3),
+                    "stream_mib_per_s": round(MIB / stream, 1) if stream > 0 else None,
+                    "library_exec_ms": library["exec"],
+                    "library_exec_mib_per_s": round(MIB / (library["exec"] / 1000), 1),
+                    "load_average_1m": load_average(),
+                }
+            )
+        )
