@@ -52,6 +52,7 @@ from batteryop.release.version import Version
 from batteryop.testing import certmanager, fluxcli, fluxoci
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 from batteryop.testing.fake_battery import FakeBattery
+from batteryop.testing.kubenode.node import registry_config
 from batteryop.testing.localstack import (
     HOSTS,
     LocalStack,
@@ -294,17 +295,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("skopeo is not installed (apt-get install skopeo)")
     folder = tmp_path_factory.mktemp("registry")
     address = f"127.0.0.1:{free_port()}"
-    config = folder / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "info"},
-                "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-                "http": {"addr": address},
-            }
-        )
-    )
+    config = registry_config(folder, address)
     proc = subprocess.Popen(
         [binary, "serve", str(config)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
     )

@@ -63,7 +63,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # PR_SET_PDEATHSIG = 1: the kernel sends SIGKILL to the child when the
     # process that started it dies, so a crashed test run leaves nothing behind.
     with contextlib.suppress(Exception):
@@ -72,7 +72,9 @@ def _die_with_parent() -> None:
 
 
 @dataclass
-class _Proc:
+class LoggedProcess:
+    """A child process and the file its output goes to."""
+
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
@@ -94,7 +96,7 @@ class ControlPlane:
     admin: KeyPair
     admin_kubeconfig: Path
     started_in: float = 0.0
-    _procs: list[_Proc] = field(default_factory=list)
+    _procs: list[LoggedProcess] = field(default_factory=list)
     _owns_workdir: bool = True
     _log_dir: Path | None = None
 
@@ -242,9 +244,9 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # - single-threaded at this point
+                preexec_fn=die_with_parent,  # - single-threaded at this point
             )
-        self._procs.append(_Proc(name, popen, log))
+        self._procs.append(LoggedProcess(name, popen, log))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT

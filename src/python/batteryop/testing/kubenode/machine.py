@@ -25,7 +25,6 @@ What is left outside, each undone by `Machine.restore()`:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -36,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from batteryop.testing.controlplane.server import die_with_parent
 
 GATEWAY: Final = "10.89.0.1"
 NODE_ADDRESS: Final = "10.89.0.2"
@@ -60,13 +61,6 @@ def run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProce
     if check and proc.returncode != 0:
         raise MachineError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()}")
     return proc
-
-
-def die_with_parent() -> None:
-    # PR_SET_PDEATHSIG (1): the kernel kills the child when the test process dies.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    os.setsid()
 
 
 @dataclass
