@@ -48,7 +48,7 @@ import yaml
 
 from batteryop.release import oci
 from batteryop.testing.controlplane.gobuild import cache_root
-from batteryop.testing.controlplane.server import ControlPlane
+from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess, die_with_parent
 from batteryop.testing.kubenode import binaries
 from batteryop.testing.kubenode.machine import (
     CGROUP_ROOT,
@@ -59,7 +59,6 @@ from batteryop.testing.kubenode.machine import (
     MachineError,
     Namespaces,
     cgroup_pids,
-    die_with_parent,
     kill_where,
     make_cgroups,
     run,
@@ -91,19 +90,6 @@ class NodeError(RuntimeError):
 
 
 @dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-@dataclass
 class KubeNode:
     """A running control plane and node; use `start()`."""
 
@@ -113,7 +99,7 @@ class KubeNode:
     ns: Namespaces
     bins: binaries.NodeBinaries
     lock: IO[str]
-    procs: dict[str, _Proc] = field(default_factory=dict)
+    procs: dict[str, LoggedProcess] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -237,7 +223,7 @@ class KubeNode:
         *,
         in_node: bool = True,
         env: dict[str, str] | None = None,
-    ) -> _Proc:
+    ) -> LoggedProcess:
         """Start `argv` (inside the node's namespaces unless `in_node` is false)."""
         path = self._log_dir / f"{name}.log"
         with open(path, "ab") as out:
@@ -249,7 +235,7 @@ class KubeNode:
                 env=env,
                 preexec_fn=die_with_parent,  # - no threads start children here
             )
-        proc = _Proc(name, popen, path)
+        proc = LoggedProcess(name, popen, path)
         self.procs[name] = proc
         return proc
 
@@ -360,17 +346,7 @@ class KubeNode:
     def _start_registry(self) -> None:
         folder = self.state / "registry"
         folder.mkdir()
-        config = folder / "config.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "version": 0.1,
-                    "log": {"level": "info"},
-                    "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-                    "http": {"addr": REGISTRY},
-                }
-            )
-        )
+        config = registry_config(folder, REGISTRY)
         proc = self.spawn("registry", ["docker-registry", "serve", str(config)])
         # Ready when its own log says it listens.
         self.wait_for(
@@ -597,6 +573,22 @@ class KubeNode:
             == 2,
             procs=["kube-controller-manager"],
         )
+
+
+def registry_config(folder: Path, address: str) -> Path:
+    """A config file for Debian's docker-registry: plain HTTP on `address`, data in `folder`."""
+    config = folder / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "info"},  # its "listening on" line says it is ready
+                "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
+                "http": {"addr": address},
+            }
+        )
+    )
+    return config
 
 
 def kubectl_binary() -> str:
