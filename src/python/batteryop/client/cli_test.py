@@ -77,6 +77,28 @@ def test_the_package_loads_its_io_on_first_use_and_names_itself_home() -> None:
     ]
 
 
+@pytest.mark.req("CC-109")
+def test_the_command_flushes_its_output_and_keeps_its_exit_code_as_it_exits_at_once() -> None:
+    """`battery` skips the interpreter's teardown (os._exit): nothing it wrote is lost, and the
+    exit status is the one the command chose."""
+
+    def battery(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "batteryop.client.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+
+    helped = battery("--help")
+    assert helped.returncode == 0
+    assert helped.stdout.splitlines()[-1].split()[:2] == ["run", "Claim"]  # the last line
+    usage = battery("exec", "c1")
+    assert usage.returncode == 2
+    assert usage.stderr.startswith("battery: error: ") and usage.stderr.count("\n") == 1
+
+
 def test_a_usage_error_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["exec", "c1"], capsys)
     assert code == 2
