@@ -61,10 +61,15 @@ def test_the_agent_gets_certificates_by_csr_and_writes_only_flintlockds_director
     assert f"--trust-domain={names.DEFAULT_TRUST_DOMAIN}" in container["args"]
     assert f"--flintlockd-cert-dir={names.FLINTLOCKD_CERT_DIR}" in container["args"]
     assert not [a for a in container["args"] if a.startswith(("--tls-", "--flintlockd-key"))]
+    volumes = {v["name"]: v for v in pod["volumes"]}
     writable = [m for m in container["volumeMounts"] if not m.get("readOnly")]
-    assert [m["mountPath"] for m in writable] == [names.FLINTLOCKD_CERT_DIR]
-    (volume,) = (v for v in pod["volumes"] if v["name"] == writable[0]["name"])
-    assert volume["hostPath"]["path"] == names.FLINTLOCKD_CERT_DIR
+    # Of the Host's files it writes only flintlockd's folder; /tmp is an emptyDir of its own
+    # (its root filesystem is read-only, and the PEX unpacks there).
+    assert {m["mountPath"]: volumes[m["name"]] for m in writable} == {
+        names.FLINTLOCKD_CERT_DIR: volumes[writable[0]["name"]],
+        "/tmp": {"name": "exec-agent-tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+    }
+    assert volumes[writable[0]["name"]]["hostPath"]["path"] == names.FLINTLOCKD_CERT_DIR
 
 
 @pytest.mark.req("EA-067")

@@ -290,7 +290,9 @@ def test_a_port_taken_between_choosing_and_binding_starts_again_on_other_ports(
     real = server.free_port
     with held_port() as port:
         given = [port]
-        monkeypatch.setattr(server, "free_port", lambda: given.pop() if given else real())
+        monkeypatch.setattr(
+            server, "free_port", lambda host="127.0.0.1": given.pop() if given else real(host)
+        )
         cp = ControlPlane.start()
         try:
             assert cp.running
@@ -307,7 +309,7 @@ def test_a_port_taken_on_every_attempt_fails_with_the_cause(
     from batteryop.testing.controlplane import server
 
     with held_port() as port:
-        monkeypatch.setattr(server, "free_port", lambda: port)
+        monkeypatch.setattr(server, "free_port", lambda host="127.0.0.1": port)
         with pytest.raises(server.ControlPlaneError, match="address already in use"):
             ControlPlane.start()
 
