@@ -49,10 +49,10 @@ import copy
 import datetime
 import functools
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
-import kopf
 from cryptography.hazmat.primitives import serialization
 
 from batteryop.api import names
@@ -144,7 +144,8 @@ class Approver:
             config.serving_ca_secret: None,
             config.client_ca_secret: None,
         }
-        self._kopf_ready = asyncio.Event()
+        self._kopf_ready = threading.Event()
+        """Set by kopf, in its own thread (`kopf_driver.run`), once it has started."""
         self._stop = asyncio.Event()
         self._serving_lock = asyncio.Lock()
         self._reviewing: dict[str, asyncio.Lock] = {}
@@ -172,8 +173,7 @@ class Approver:
     # -- running -----------------------------------------------------------------------------
 
     def _tasks(self) -> dict[str, Callable[[], Awaitable[None]]]:
-        """Every long-lived task, by the name the supervisor and `/readyz` give it; kopf last,
-        so the tasks it finds running when it starts are not counted as its own."""
+        """Every long-lived task, by the name the supervisor and `/readyz` give it."""
         return {
             REQUESTS_QUEUE_TASK: self._queue.run,
             PUBLISH_QUEUE_TASK: self._publisher.run,
@@ -198,7 +198,7 @@ class Approver:
         }
         try:
             await stop.wait()
-            # kopf sees `stop` too (its stop flag) and winds down by itself first.
+            # kopf sees `stop` too (`kopf_driver.run`) and winds down by itself first.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     asyncio.shield(tasks[REQUESTS_WATCH_TASK]), KOPF_STOP_SECONDS
@@ -207,19 +207,14 @@ class Approver:
             await self.supervisor.stop()
 
     async def _follow_requests(self) -> None:
-        """kopf, in this process, with a registry and settings of its own (`kopf_driver`)."""
+        """kopf, in this process but on a loop and thread of its own, with a registry and
+        settings of its own (`kopf_driver`); its handler reviews on this loop."""
         self._kopf_ready.clear()
-        await kopf.operator(
-            registry=kopf_driver.registry(self._kube.config, self.on_request),
-            settings=kopf_driver.settings(),
-            clusterwide=True,  # CSRs are cluster-scoped; no namespace is watched by kopf
-            standalone=True,
-            stop_flag=self._stop,
-            ready_flag=self._kopf_ready,
+        await kopf_driver.run(
+            self._kube.config, self.on_request, stop=self._stop, ready=self._kopf_ready
         )
-        # kopf returns only once stopped: by `stop`, or by SIGINT/SIGTERM, whose handlers it
-        # puts in place of the process's own (`obs.process`) when it starts. Either way the
-        # approver stops with it.
+        # kopf returns without raising only once stopped by `stop`; should it end by itself,
+        # the approver stops with it rather than run on without its requests.
         self._stop.set()
 
     # -- inputs ------------------------------------------------------------------------------

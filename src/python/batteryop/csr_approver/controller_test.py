@@ -7,6 +7,7 @@ awaited on watches; nothing sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import ipaddress
@@ -536,6 +537,23 @@ async def test_kopf_writes_nothing_to_the_requests_it_watches(cluster: Cluster) 
             "conditions"
         ]
     ] == [CSRCondition.APPROVED]
+
+
+async def test_a_task_started_while_the_approver_runs_outlives_its_stop(cluster: Cluster) -> None:
+    """kopf, as it stops, cancels every task of its event loop started after it, whoever
+    started it. It has a loop of its own (`kopf_driver.run`), so a task the process started
+    while the approver ran (in a test: the Exec Agent's certificate keepers) lives on."""
+    node = await cluster.node("host-t", "10.40.0.1")
+    released = asyncio.Event()
+    async with cluster.client_as(node) as agent:
+        async with running(cluster):
+            pem = request_pem(ec_key(), (agent_id(node),))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("t"), CLIENT, pem))
+            await until_csr(cluster.kube, name, signed, "signed")  # kopf has started
+            other = asyncio.create_task(released.wait())
+        assert not other.done()
+        released.set()
+        assert await asyncio.wait_for(other, 5)
 
 
 async def test_an_approved_request_left_by_a_stopped_approver_is_signed_after_a_restart(

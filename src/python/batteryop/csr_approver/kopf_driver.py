@@ -26,6 +26,15 @@ nothing to them, and does not:
   scanning (no watch of CRDs or Namespaces), so kopf needs no RBAC beyond the approver's own
   (`batteryop.manifests.csr_approver`): get, list and watch on CSRs.
 
+kopf runs on an event loop of its own, in a thread of its own (`run`), as kopf's embedding
+documentation asks: when `kopf.operator` ends it takes every task of its loop started after it
+for one of its own, waits 5 s for them and cancels them. On the approver's loop that was every
+task started while kopf ran (a supervised task started again, a server's handler, and, with the
+approver in a test's process, the test's own tasks: the Exec Agent's certificate keepers were
+cancelled when the approver stopped). The handler hands each event to the approver's loop,
+which owns the approver's caches and queue, and waits for its review there. kopf in a thread
+also leaves the process's SIGINT and SIGTERM handlers (`obs.process`) in place.
+
 The CA Secrets and the CA bundle ConfigMap stay on `informer.list_watch` by name: kopf watches a
 kind in a namespace with one field selector, so the two Secrets would need list and watch on
 every Secret in the namespace, which the approver's RBAC rightly does not grant (CT-022).
@@ -33,8 +42,11 @@ every Secret in the namespace, which the approver's RBAC rightly does not grant 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import threading
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -47,7 +59,7 @@ from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS
 HANDLER_ID = "review"
 """The handler's id in kopf's log lines (`Handler 'review' failed ...`)."""
 
-OnRequest = Callable[[str | None, Object], Awaitable[None]]
+OnRequest = Callable[[str | None, Object], Coroutine[Any, Any, None]]
 
 
 class MemoryProgressStorage(kopf.ProgressStorage):
@@ -126,6 +138,19 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
+class _NoSignalsWarning(logging.Filter):
+    """Drops kopf's warning that it sets no signal handlers outside the main thread: `run`
+    puts it there on purpose, and the process's own handlers stop it (`obs.process`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("OS signals are ignored")
+
+
+_KOPF_RUNNING_LOG = logging.getLogger("kopf._core.reactor.running")
+if not any(isinstance(f, _NoSignalsWarning) for f in _KOPF_RUNNING_LOG.filters):
+    _KOPF_RUNNING_LOG.addFilter(_NoSignalsWarning())
+
+
 def _ours(spec: Mapping[str, Any], **_: Any) -> bool:
     return spec.get("signerName") in names.SIGNERS  # CT-001: the others are never handled
 
@@ -152,3 +177,63 @@ def registry(kube_config: KubeConfig, on_request: OnRequest) -> kopf.OperatorReg
         await on_request(event.get("type"), event.get("object") or {})
 
     return reg
+
+
+async def run(
+    kube_config: KubeConfig,
+    on_request: OnRequest,
+    *,
+    stop: asyncio.Event,
+    ready: threading.Event,
+) -> None:
+    """kopf until `stop` is set, on an event loop and in a thread of its own (module
+    docstring: why); `on_request` runs on the caller's loop. `ready` is set once kopf has
+    started. Returns once kopf has ended; raises what kopf raised if it failed."""
+    home = asyncio.get_running_loop()
+    loop = asyncio.new_event_loop()
+    stopping = asyncio.Event()  # kopf's stop flag: waited for, and set, on kopf's loop only
+    ended: asyncio.Future[None] = home.create_future()
+
+    async def on_request_at_home(kind: str | None, obj: Object) -> None:
+        # kopf cancelling its handler (as it stops) cancels the review too.
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_request(kind, obj), home))
+
+    async def operator() -> None:
+        await kopf.operator(
+            registry=registry(kube_config, on_request_at_home),
+            settings=settings(),
+            clusterwide=True,  # CSRs are cluster-scoped; no namespace is watched by kopf
+            standalone=True,
+            stop_flag=stopping,
+            ready_flag=ready,
+        )
+
+    def settle(error: BaseException | None) -> None:
+        if ended.done():
+            return
+        if error is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(error)
+
+    def thread() -> None:
+        error: BaseException | None = None
+        try:
+            with asyncio.Runner(loop_factory=lambda: loop) as runner:
+                runner.run(operator())
+        except Exception as e:
+            error = e
+        except BaseException as e:  # not raised as is into the caller's task
+            error = RuntimeError(f"kopf ended with {e!r}")
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+            home.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=thread, name="kopf", daemon=True).start()
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([ended, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        with contextlib.suppress(RuntimeError):  # kopf's loop is closed: kopf has ended
+            loop.call_soon_threadsafe(stopping.set)
+    await ended
