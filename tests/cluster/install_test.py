@@ -40,7 +40,7 @@ from batteryop.manifests import render
 from batteryop.testing.host_registry_env import published, until_listed
 from batteryop.testing.kubenode import binaries, install
 from batteryop.testing.kubenode.machine import NODE_ADDRESS
-from batteryop.testing.kubenode.node import NODE_NAME, KubeNode
+from batteryop.testing.kubenode.node import NODE_NAME, KubeNode, kubectl_binary
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry", install.FAKE_BATTERY)
 IMAGE_DIR = Path("images")
@@ -80,6 +80,8 @@ def installed(node: KubeNode) -> install.Installed:
         f"\ninstall.yaml: images mirrored in {times['mirror']:.1f} s; "
         f"`kubectl apply -k` to every workload ready: {times['apply_to_ready']:.1f} s"
     )
+    print(done.applied)
+    print(node.kubectl(["get", "pods", "-n", install.NAMESPACE, "-o", "wide"]))
     return done
 
 
@@ -374,6 +376,65 @@ def test_one_claim_at_a_time_through_the_installed_operator(
         "(kubectl apply's own start included)"
     )
     assert len(seconds) == ROUNDS
+
+
+@pytest.mark.req("EA-040", "EA-041")
+def test_a_drain_of_the_host_waits_until_its_claims_are_released(
+    node: KubeNode, installed: install.Installed, demo: str
+) -> None:
+    # Bound claims from the tests above are on the Host; the agent's guard Pod runs.
+    assert any(s.get("phase") == "Bound" for s in claim_statuses(node, "").values())
+    selector = f"{names.DRAIN_GUARD_LABEL}={NODE_NAME}"
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            install.NAMESPACE,
+            "pod",
+            "-l",
+            selector,
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ]
+    )
+    # One node: a full drain would also evict the operator, which must stay to release the
+    # claims; the drain is of the guard (the Pod that stands for the claims), as the
+    # requirement pages describe the hold.
+    drain = subprocess.Popen(
+        [
+            kubectl_binary(),
+            f"--kubeconfig={node.cp.admin_kubeconfig}",
+            "drain",
+            NODE_NAME,
+            f"--pod-selector={selector}",
+            "--timeout=300s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert drain.stdout is not None
+        held = ""
+        for line in drain.stdout:
+            if "disruption budget" in line:
+                held = line.strip()
+                break
+        assert held, "the drain finished without being held"
+        assert drain.poll() is None, "the drain ended while claims were Bound"
+        started = time.monotonic()
+        node.kubectl(["delete", "microvmclaims", "--all", "-n", DEMO_NAMESPACE, "--wait=false"])
+        rest, _ = drain.communicate(timeout=300)
+        assert drain.returncode == 0, rest
+        print(
+            f"\ndrain held ({held!r}); it finished {time.monotonic() - started:.1f} s after "
+            "the claims were released"
+        )
+        assert "evicted" in rest or "drained" in rest, rest
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        node.kubectl(["uncordon", NODE_NAME])
 
 
 @pytest.mark.req("TD-113")

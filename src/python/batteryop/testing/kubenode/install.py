@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -233,23 +233,27 @@ def wait_workloads(node: KubeNode, timeout: float = 300.0) -> None:
         node.kubectl(["rollout", "status", "-n", NAMESPACE, workload, f"--timeout={int(timeout)}s"])
 
 
-def start_flintlockd(node: KubeNode, timeout: float = 120.0) -> None:
+def start_flintlockd(
+    node: KubeNode, command: Sequence[str] | None = None, timeout: float = 120.0
+) -> None:
     """flintlockd on the node once the Exec Agent wrote its certificate (the Host Image's
-    flintlockd.path starts flintlockd.service on it): the fake, as a host service."""
+    flintlockd.path starts flintlockd.service on it): the fake, as a host service, run as
+    `command` (default: this interpreter with this process's import path)."""
     certs = node.state / "root" / names.FLINTLOCKD_CERT_DIR.lstrip("/")
     node.wait_for(
         "flintlockd's certificate from the Exec Agent",
         lambda: (certs / names.TLS_CERT_FILE).is_file(),
         timeout=timeout,
     )
-    # The node's commands start in its root folder: every import path absolute.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p)}
+    env = dict(os.environ)
+    if command is None:
+        # The node's commands start in its root folder: every import path absolute.
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+        command = [sys.executable, "-m", "batteryop.testing.fake_flintlock"]
     node.spawn(
         "flintlockd",
         [
-            sys.executable,
-            "-m",
-            "batteryop.testing.fake_flintlock",
+            *command,
             f"--address={NODE_ADDRESS}",
             f"--port={names.FLINTLOCKD_PORT}",
             f"--tls-cert={names.FLINTLOCKD_CERT_DIR}/{names.TLS_CERT_FILE}",
@@ -290,10 +294,17 @@ class Installed:
     """Seconds per phase: `mirror`, `apply_to_ready`."""
     pki: Pki
     images: dict[str, Mirrored]
+    applied: str
+    """What `kubectl apply -k` printed."""
 
 
-def install(node: KubeNode, install_yaml: Path, layouts: Mapping[str, Path]) -> Installed:
-    """Everything above, in order."""
+def install(
+    node: KubeNode,
+    install_yaml: Path,
+    layouts: Mapping[str, Path],
+    flintlockd: Sequence[str] | None = None,
+) -> Installed:
+    """Everything above, in order (`flintlockd`: see `start_flintlockd`)."""
     times: dict[str, float] = {}
     started = time.monotonic()
     make_host(node)
@@ -303,14 +314,14 @@ def install(node: KubeNode, install_yaml: Path, layouts: Mapping[str, Path]) -> 
     battery_volume(node)
     folder = kustomization(node.state / "kustomize", install_yaml, images)
     applied = time.monotonic()
-    node.kubectl(["apply", "--server-side", "-k", str(folder)])
+    applied_output = node.kubectl(["apply", "--server-side", "-k", str(folder)])
     try:
-        start_flintlockd(node)
+        start_flintlockd(node, flintlockd)
         wait_workloads(node)
     except NodeError as err:
         raise NodeError(f"{err}\n{diagnose(node)}") from None
     times["apply_to_ready"] = time.monotonic() - applied
-    return Installed(times, pki, images)
+    return Installed(times, pki, images, applied_output)
 
 
 __all__ = ["FAKE_BATTERY", "Installed", "Mirrored", "install"]
