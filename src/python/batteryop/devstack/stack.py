@@ -115,6 +115,46 @@ class HostEndpoints:
         return f"{self.files.address}:{self.agent_port}"
 
 
+async def make_client_venv(venv: Path, wheel: Path, log_dir: Path) -> Path:
+    """A venv with the client wheel and what its metadata asks for; returns its `battery`.
+
+    The requirements are downloaded once into WHEELHOUSE (a cache, like pip's own) and
+    installed from there, by this interpreter's pip into a venv made without one (ensurepip
+    alone can take most of a minute on a loaded machine)."""
+    log = log_dir / "client-venv.log"
+    python = str(venv / "bin" / "python")
+    with log.open("ab") as out:
+
+        async def run(*argv: str) -> int:
+            out.write(f"$ {shlex.join(argv)}\n".encode())
+            out.flush()
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdout=out,
+                stderr=out,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=clean_env(os.environ),
+            )
+            return await process.wait()
+
+        if await run(sys.executable, "-m", "pip", "--version") == 0:
+            make = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
+            pip = [sys.executable, "-m", "pip", "--python", python]
+        else:
+            make = [sys.executable, "-m", "venv", str(venv)]
+            pip = [python, "-m", "pip"]
+        if await run(*make) != 0:
+            raise RuntimeError(f"making the client venv failed; see {log}")
+        quiet = ["-q", "--disable-pip-version-check"]
+        offline = [*pip, "install", *quiet, "--no-index", f"--find-links={WHEELHOUSE}", str(wheel)]
+        if await run(*offline) != 0:
+            WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+            download = [*pip, "download", *quiet, "-d", str(WHEELHOUSE)]
+            if await run(*download, str(wheel)) != 0 or await run(*offline) != 0:
+                raise RuntimeError(f"installing the client wheel failed; see {log}")
+    return venv / "bin" / "battery"
+
+
 def clean_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment for a child: without this process's pex and import path settings.
 
@@ -568,49 +608,7 @@ class Stack:
         return name
 
     async def _make_venv(self) -> Path:
-        """A venv with the client wheel and what its metadata asks for. The requirements are
-        downloaded once into WHEELHOUSE (a cache, like pip's own) and installed from there,
-        by this interpreter's pip into a venv made without one (ensurepip alone can take most
-        of a minute on a loaded machine)."""
-        log = self.log_dir / "client-venv.log"
-        python = str(self.venv / "bin" / "python")
-        with log.open("ab") as out:
-
-            async def run(*argv: str) -> int:
-                out.write(f"$ {shlex.join(argv)}\n".encode())
-                out.flush()
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdout=out,
-                    stderr=out,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    env=clean_env(os.environ),
-                )
-                return await process.wait()
-
-            if await run(sys.executable, "-m", "pip", "--version") == 0:
-                venv = [sys.executable, "-m", "venv", "--without-pip", str(self.venv)]
-                pip = [sys.executable, "-m", "pip", "--python", python]
-            else:
-                venv = [sys.executable, "-m", "venv", str(self.venv)]
-                pip = [python, "-m", "pip"]
-            if await run(*venv) != 0:
-                raise RuntimeError(f"making the client venv failed; see {log}")
-            quiet = ["-q", "--disable-pip-version-check"]
-            offline = [
-                *pip,
-                "install",
-                *quiet,
-                "--no-index",
-                f"--find-links={WHEELHOUSE}",
-                str(self.artifacts.wheel),
-            ]
-            if await run(*offline) != 0:
-                WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-                download = [*pip, "download", *quiet, "-d", str(WHEELHOUSE)]
-                if await run(*download, str(self.artifacts.wheel)) != 0 or await run(*offline) != 0:
-                    raise RuntimeError(f"installing the client wheel failed; see {log}")
-        self.battery_cli = self.venv / "bin" / "battery"
+        self.battery_cli = await make_client_venv(self.venv, self.artifacts.wheel, self.log_dir)
         return self.battery_cli
 
     @property
