@@ -53,10 +53,8 @@ from e2e.driver import until
 
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
 from batteryop.devstack import demo
-from batteryop.devstack.artifacts import Artifacts
 from batteryop.devstack.cluster import DEMO_NAMESPACE
-from batteryop.devstack.stack import Stack
-from batteryop.devstack.state import StateDir
+from batteryop.devstack.stack import Stack, running
 from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import POOLS
 
@@ -133,15 +131,8 @@ def test_battery_help_wall_time(tmp_path: Path) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    root = tmp_path_factory.mktemp("devstack")
-    state = StateDir(root / "state")
-    state.claim()
-    up = Stack(state, root / "logs", Artifacts.find(Path(".")), host_count=2)
-    try:
-        await up.up()
+    async with running(tmp_path_factory.mktemp("devstack"), Path(".")) as up:
         yield up
-    finally:
-        up.down()
 
 
 async def warm(kube: KubeClient) -> None:

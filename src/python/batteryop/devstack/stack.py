@@ -34,11 +34,12 @@ Requirements: TD-110 (every component a process from its pex, as the Manifests r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -659,3 +660,17 @@ class Stack:
         if self.cp is not None:
             self.cp.stop()
         self.state.remove()
+
+
+@contextlib.asynccontextmanager
+async def running(root: Path, artifacts: Path, host_count: int = 2) -> AsyncIterator[Stack]:
+    """A stack in `root` (state and logs) from the pexes under `artifacts`, up until the block
+    ends, then down: what the end-to-end tests and the benchmarks start."""
+    state = StateDir(root / "state")
+    state.claim()
+    up = Stack(state, root / "logs", Artifacts.find(artifacts), host_count=host_count)
+    try:
+        await up.up()
+        yield up
+    finally:
+        up.down()
