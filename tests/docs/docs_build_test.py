@@ -18,3 +18,38 @@ def test_docs_site_builds_strictly(built_site: Path) -> None:
     assert operator.index("release.release") < operator.index("bind.bind")
     assert operator.index("bind.bind") < operator.index("synced.synced")
     assert operator.index("delete.delete_pool") < operator.index("declare.declare")
+
+
+# Every figure the pages ask for, by page: drawn as inline SVG by the figures hook.
+FIGURES = {
+    "architecture": ("architecture", "install"),
+    "operator": ("claim-life",),
+    "exec-agent": ("exec-authorization", "host-certificates"),
+    "performance": ("bind-latency", "burst", "requests-per-claim", "scale", "exec-round-trip"),
+}
+
+
+def test_every_diagram_and_plot_is_drawn_inline(built_site: Path) -> None:
+    for page, names in FIGURES.items():
+        html = (built_site / page / "index.html").read_text()
+        for marker in ("```dot", "```sequence", "<!-- figure:", "<!-- plot:", "reconcile-diagram"):
+            assert marker not in html, f"{page}: {marker} was left as it was"
+        assert 'data-figure="' not in html, f"{page}: a figure placeholder was left"
+        for name in names:
+            start = html.index(f'<figure class="bo-figure" id="figure-{name}">')
+            figure = html[start : html.index("</figure>", start)]
+            assert "<svg" in figure and "</svg>" in figure, f"{page}: {name} has no SVG"
+    # The claim's life names the steps the reconcile runs, and the phases they set.
+    operator = (built_site / "operator" / "index.html").read_text()
+    life = operator[operator.index('id="figure-claim-life"') :]
+    for text in ("bind.bind", "ClaimVM", "phase Bound", "phase Expired", "always: synced.synced"):
+        assert text in life, text
+    # The install diagram names objects of the rendered install.yaml.
+    architecture = (built_site / "architecture" / "index.html").read_text()
+    assert (
+        "battery-operator-exec-agent" in architecture[architecture.index('id="figure-install"') :]
+    )
+    # Each plot says when, where and how it was measured.
+    performance = (built_site / "performance" / "index.html").read_text()
+    assert performance.count("<figcaption>Measured by tests/bench/") == len(FIGURES["performance"])
+    assert "2-core development machine" in performance and "c25e2d8" in performance

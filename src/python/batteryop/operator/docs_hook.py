@@ -6,12 +6,17 @@ The page holds a marker, `<!-- reconcile-steps: claims -->` or `... pools -->`, 
 table goes. The hook reads the source (Python's `ast`), not the imported modules, so the
 site builds with mkdocs alone: no generated protobuf code, no gRPC, no Kubernetes client.
 `chain_test.py` checks that what it reads is what the imported tuples hold.
+
+`<!-- reconcile-diagram: claims -->` becomes a ```` ```dot claim-life ```` block: the claim's
+life drawn from the same tuples (`docs_diagram.py`), which `batteryop.figures`' hook, listed
+after this one, draws as SVG.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1]  # src/python
 MARKER = re.compile(r"<!-- reconcile-steps: (claims|pools) -->")
+DIAGRAM = re.compile(r"<!-- reconcile-diagram: claims -->")
 
 
 @dataclass(frozen=True)
@@ -77,4 +83,14 @@ def steps_table(controller: str) -> str:
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    return MARKER.sub(lambda m: steps_table(m.group(1)), markdown)
+    markdown = MARKER.sub(lambda m: steps_table(m.group(1)), markdown)
+    return DIAGRAM.sub(lambda _m: f"```dot claim-life\n{_claim_life_dot()}```\n", markdown)
+
+
+def _claim_life_dot() -> str:
+    # The diagram module reads the same tuples through this module; imported here, where the
+    # package is importable (mkdocs loads this file by its path).
+    sys.path.insert(0, str(SRC))
+    from batteryop.operator.docs_diagram import claim_life_dot
+
+    return claim_life_dot()
