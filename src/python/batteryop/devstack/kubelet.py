@@ -66,11 +66,15 @@ async def run_demo(node: KubeNode, artifacts: Artifacts, work: Path) -> None:
     say(f'  export PATH={battery.parent}:{KUBECTL_DIR}:"$PATH"')
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="up-kubelet", description=__doc__.split("\n")[0])
     parser.add_argument("--artifacts", type=Path, required=True, help="where Pants built them")
     parser.add_argument("--once", action="store_true", help="stop after the demo")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     if os.geteuid() != 0:
         print("up-kubelet: the real node needs root (namespaces, cgroups, nftables)",
               file=sys.stderr)  # fmt: skip
