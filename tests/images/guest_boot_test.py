@@ -17,6 +17,8 @@ import pytest
 from images import guestboot
 from images.hostfs import have
 
+from batteryop.testing import guest_image
+
 GUEST = Path("src/images/guest")
 MULTI_USER = r"Reached target multi-user\.target"
 
@@ -39,8 +41,8 @@ CHECKS = {
 
 @pytest.mark.req("GI-100")
 def test_the_init_loads_modules_in_dependency_order(tmp_path: Path) -> None:
-    kit = guestboot.unpack_kit(tmp_path / "kit")
-    order = [ko.stem for ko in guestboot.load_order(kit.modules, guestboot.MODULES)]
+    kit = guest_image.unpack_kit(tmp_path / "kit")
+    order = [ko.stem for ko in guest_image.load_order(kit.modules, guest_image.MODULES)]
     for first, then in (
         ("virtio_ring", "virtio"),
         ("virtio", "virtio_pci"),
@@ -51,21 +53,21 @@ def test_the_init_loads_modules_in_dependency_order(tmp_path: Path) -> None:
     ):
         assert order.index(first) < order.index(then), order
     assert len(order) == len(set(order))
-    with pytest.raises(guestboot.BootError, match="module no_such_module is not in"):
-        guestboot.load_order(kit.modules, ["no_such_module"])
+    with pytest.raises(guest_image.BootError, match="module no_such_module is not in"):
+        guest_image.load_order(kit.modules, ["no_such_module"])
 
 
 @pytest.mark.req("GI-100")
 def test_the_kernel_needs_an_initramfs_for_virtio(tmp_path: Path) -> None:
     """Why the test makes an initramfs: Debian's cloud kernel has ext4 and devtmpfs built in,
     virtio and virtio-blk as modules (GI-004's kernel has them all built in)."""
-    kit = guestboot.unpack_kit(tmp_path / "kit")
-    config = guestboot.kernel_config(kit.config)
+    kit = guest_image.unpack_kit(tmp_path / "kit")
+    config = guest_image.kernel_config(kit.config)
     assert config["CONFIG_EXT4_FS"] == "y"
     assert config["CONFIG_DEVTMPFS"] == "y"
     assert config["CONFIG_VIRTIO_BLK"] == "m"
     assert config["CONFIG_VIRTIO_PCI"] == "m"
-    archive = guestboot.initramfs(kit, tmp_path / "initrd.gz")
+    archive = guest_image.initramfs(kit, tmp_path / "initrd.gz")
     listing = gzip.decompress(archive.read_bytes())
     assert listing.startswith(b"070701")
     for name in (b"init\0", b"bin/busybox\0", b"modules.order\0", b"lib/modules/virtio_blk.ko\0"):
@@ -79,7 +81,7 @@ def test_the_debian_rootfs_boots_to_multi_user_under_qemu(tmp_path: Path) -> Non
         have(tool)
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 not found: install Debian's qemu-system-x86")
-    accel, why = guestboot.accelerator()
+    accel, why = guest_image.accelerator()
     root = tmp_path / "root"
     built = subprocess.run(
         ["bash", str(GUEST / "debian/build-rootfs.sh"), "--arch", "amd64", "--out", str(root)],
@@ -87,9 +89,9 @@ def test_the_debian_rootfs_boots_to_multi_user_under_qemu(tmp_path: Path) -> Non
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-2000:]
     assert (root / "etc/machine-id").read_text() == ""
-    kit = guestboot.unpack_kit(tmp_path / "kit")
-    initrd = guestboot.initramfs(kit, tmp_path / "initrd.gz")
-    disk = guestboot.root_disk(root, tmp_path / "root.img")
+    kit = guest_image.unpack_kit(tmp_path / "kit")
+    initrd = guest_image.initramfs(kit, tmp_path / "initrd.gz")
+    disk = guest_image.root_disk(root, tmp_path / "root.img")
     shutil.rmtree(root)
     results, seconds, reached = asyncio.run(_boot(kit, initrd, disk, accel))
 
@@ -111,9 +113,9 @@ def test_the_debian_rootfs_boots_to_multi_user_under_qemu(tmp_path: Path) -> Non
 
 
 async def _boot(
-    kit: guestboot.Kit, initrd: Path, disk: Path, accel: str
+    kit: guest_image.Kit, initrd: Path, disk: Path, accel: str
 ) -> tuple[dict[str, str], float, str]:
-    guest = await guestboot.Guest.start(guestboot.qemu_command(kit, initrd, disk, accel))
+    guest = await guestboot.Guest.start(guest_image.qemu_command(kit.vmlinuz, initrd, disk, accel))
     try:
         # The kernel takes /dev/vda from the initramfs' /init (GI-012: nothing in fstab).
         await guest.wait_for(r"EXT4-fs \(vda\): mounted filesystem", 300)

@@ -12,6 +12,7 @@ import pytest
 from images.hostfs import have
 
 from batteryop.release import guest_rootfs, oci
+from batteryop.testing import guest_agent
 
 GUEST = Path("src/images/guest")
 ELF_MACHINE = {"amd64": b"\x3e\x00", "arm64": b"\xb7\x00"}
@@ -20,7 +21,16 @@ CREATED = 1767225600  # 2026-01-01T00:00:00Z
 
 def _tree(arch: str, out: Path) -> Path:
     done = subprocess.run(
-        ["bash", str(GUEST / "debian/build-rootfs.sh"), "--arch", arch, "--out", str(out)],
+        [
+            "bash",
+            str(GUEST / "debian/build-rootfs.sh"),
+            "--arch",
+            arch,
+            "--out",
+            str(out),
+            "--guest-agent",
+            str(guest_agent.ensure_agent(arch).folder),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -29,7 +39,7 @@ def _tree(arch: str, out: Path) -> Path:
     return out
 
 
-@pytest.mark.req("GI-030", "GI-032", "GI-013", "GI-011")
+@pytest.mark.req("GI-030", "GI-032", "GI-013", "GI-011", "GI-026")
 def test_the_debian_rootfs_is_one_image_for_amd64_and_arm64(tmp_path: Path) -> None:
     for tool in ("apt-get", "dpkg-deb", "systemctl", "tar", "buildah"):
         have(tool)
@@ -53,7 +63,7 @@ def test_the_debian_rootfs_is_one_image_for_amd64_and_arm64(tmp_path: Path) -> N
         subprocess.run(["tar", "-xzf", str(blob), "-C", str(root)], check=True)
         # The image's own check stage, on what a pull of the image gives.
         done = subprocess.run(
-            ["sh", str(GUEST / "rootfs/check-rootfs.sh"), "--root", str(root), "--without-agent"],
+            ["sh", str(GUEST / "rootfs/check-rootfs.sh"), "--root", str(root)],
             capture_output=True,
             text=True,
         )

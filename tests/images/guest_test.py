@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from images.hostfs import have
 
+from batteryop.testing import guest_agent
+
 GUEST = Path("src/images/guest")
 FAKE_SUM = "ef" * 32
 ELF_MACHINE = {"amd64": b"\x3e\x00", "arm64": b"\xb7\x00"}
@@ -130,7 +132,17 @@ def debian_rootfs(
         have(tool)
     arch = request.param
     out = tmp_path_factory.mktemp(f"rootfs-{arch}") / "root"
-    done = _sh("bash", GUEST / "debian/build-rootfs.sh", "--arch", arch, "--out", out)
+    agent = guest_agent.ensure_agent(arch).folder
+    done = _sh(
+        "bash",
+        GUEST / "debian/build-rootfs.sh",
+        "--arch",
+        arch,
+        "--out",
+        out,
+        "--guest-agent",
+        agent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     yield arch, out
     shutil.rmtree(out, ignore_errors=True)
@@ -141,9 +153,9 @@ def debian_rootfs(
 )
 def test_the_debian_rootfs_passes_the_images_check(debian_rootfs: tuple[str, Path]) -> None:
     arch, root = debian_rootfs
-    done = _sh("sh", GUEST / "rootfs/check-rootfs.sh", "--root", root, "--without-agent")
+    done = _sh("sh", GUEST / "rootfs/check-rootfs.sh", "--root", root)
     assert done.returncode == 0, done.stderr
-    assert "no guest agent in this tree" in done.stderr
+    assert "no guest agent" not in done.stderr
     # The tree is of its architecture: its shell is an ELF for that machine.
     bash = (root / "bin/bash").read_bytes()[:20]
     assert bash[:4] == b"\x7fELF" and bash[18:20] == ELF_MACHINE[arch]
@@ -152,6 +164,27 @@ def test_the_debian_rootfs_passes_the_images_check(debian_rootfs: tuple[str, Pat
         root / "etc/systemd/system/multi-user.target.wants/systemd-networkd.service"
     ).is_symlink()
     assert (root / "usr/lib/tmpfiles.d/guest-resolv.conf").is_file()
+
+
+@pytest.mark.req("GI-020", "GI-026")
+def test_the_debian_rootfs_carries_the_guest_agent_built_from_its_pinned_source(
+    debian_rootfs: tuple[str, Path],
+) -> None:
+    arch, root = debian_rootfs
+    agent = root / "usr/local/bin/guest-agent"
+    head = agent.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF" and head[18:20] == ELF_MACHINE[arch]
+    # Static (CGO_ENABLED=0): no program interpreter, so it needs nothing from the tree's libc.
+    assert (
+        b"/lib64/ld-linux" not in agent.read_bytes() and b"/lib/ld-linux" not in agent.read_bytes()
+    )
+    unit = (root / "usr/lib/systemd/system/guest-agent.service").read_text()
+    assert "ExecStart=/usr/local/bin/guest-agent" in unit
+    wants = root / "etc/systemd/system/multi-user.target.wants/guest-agent.service"
+    assert wants.is_symlink()
+    if arch == "amd64":  # the machine's own architecture: the binary runs here
+        done = _sh(agent, "--version")
+        assert done.stdout.strip() == guest_agent.pinned_source().version, done
 
 
 @pytest.mark.req("GI-032")
@@ -169,7 +202,13 @@ def test_the_check_fails_a_rootfs_that_breaks_the_rules(
     shadow = root / "etc/shadow"
     shadow.write_text(shadow.read_text().replace("root:*:", "root:$6$salt$hash:"))
     subprocess.run(
-        ["systemctl", f"--root={root}", "disable", "systemd-resolved.service"],
+        [
+            "systemctl",
+            f"--root={root}",
+            "disable",
+            "systemd-resolved.service",
+            "guest-agent.service",
+        ],
         check=True,
         capture_output=True,
     )

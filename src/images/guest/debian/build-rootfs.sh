@@ -1,7 +1,7 @@
 #!/bin/bash
 # A guest root filesystem from Debian's packages, with the same layout, files and checks as the
 # Ubuntu image (rootfs/Containerfile), for one architecture, with nothing run from the packages:
-#   build-rootfs.sh --arch amd64|arm64 --out DIR [--cache DIR]
+#   build-rootfs.sh --arch amd64|arm64 --out DIR [--cache DIR] [--guest-agent DIR]
 # 1. apt resolves the packages of rootfs/versions.env (plus Debian's essential set) for ARCH
 #    with a private apt state, and downloads them (every .deb checked by apt against the
 #    signed index);
@@ -9,23 +9,31 @@
 #    no emulator);
 # 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
 #    configure-rootfs.sh, as in the image.
-# The guest agent is not included (it cannot be downloaded here); check-rootfs.sh runs with
-# --without-agent on this tree. `python -m batteryop.release.guest_rootfs` packs the trees of
-# both architectures as one OCI image index with the release images' buildah recipe (GI-030).
+# 4. GI-020: with --guest-agent DIR (flintlock's guest agent for ARCH, `guest-agent` and
+#    upstream's `guest-agent.service`, as batteryop.testing.guest_agent builds them from the
+#    pinned source), the agent where its .deb puts it, its unit enabled by configure-rootfs.sh.
+#    Without it the tree has no agent and check-rootfs.sh needs --without-agent.
+# `python -m batteryop.release.guest_rootfs` packs the trees of both architectures as one OCI
+# image index with the release images' buildah recipe (GI-030).
 set -euo pipefail
 here=$(dirname "$(readlink -f "$0")")
 rootfs=$here/../rootfs
-arch="" out="" cache=${XDG_CACHE_HOME:-$HOME/.cache}/batteryop/guest-debian
+arch="" out="" agent="" cache=${XDG_CACHE_HOME:-$HOME/.cache}/batteryop/guest-debian
 while (($#)); do
   case $1 in
   --arch) arch=$2; shift 2 ;;
   --out) out=$2; shift 2 ;;
   --cache) cache=$2; shift 2 ;;
+  --guest-agent) agent=$2; shift 2 ;;
   *) echo "build-rootfs.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [[ $arch == amd64 || $arch == arm64 ]] || { echo "build-rootfs.sh: --arch must be amd64 or arm64" >&2; exit 2; }
 [[ -n $out ]] || { echo "build-rootfs.sh: --out is required" >&2; exit 2; }
+if [[ -n $agent ]] && ! [[ -x $agent/guest-agent && -f $agent/guest-agent.service ]]; then
+  echo "build-rootfs.sh: --guest-agent $agent holds no guest-agent and guest-agent.service" >&2
+  exit 2
+fi
 
 packages=$(sed -n 's/^PACKAGES=//p' "$rootfs/versions.env")
 # Debian's essential set: what every Debian system has before anything else is installed.
@@ -93,5 +101,10 @@ for kind in auth account password session session-noninteractive; do
 done
 
 cp -r "$rootfs/files/." "$out/"
+# GI-020: the paths the agent's .deb installs (merged /usr: /lib is usr/lib).
+if [[ -n $agent ]]; then
+  install -D -m 0755 "$agent/guest-agent" "$out/usr/local/bin/guest-agent"
+  install -D -m 0644 "$agent/guest-agent.service" "$out/usr/lib/systemd/system/guest-agent.service"
+fi
 sh "$rootfs/configure-rootfs.sh" --root "$out"
 echo "build-rootfs.sh: $arch root filesystem from $count packages in $out" >&2
