@@ -55,6 +55,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--agent-delay", type=float, default=0.0, help="seconds after CREATED before exec works"
     )
+    p.add_argument(
+        "--guests",
+        choices=("sandbox", "qemu"),
+        default="sandbox",
+        help="what runs a MicroVM: a sandbox folder here (default) or a QEMU guest whose "
+        "guest agent runs each command",
+    )
     p.add_argument("--exit-on-stdin-eof", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -87,6 +94,7 @@ async def serve(args: argparse.Namespace) -> None:
         boot_delay=args.boot_delay,
         delete_delay=args.delete_delay,
         agent_delay=args.agent_delay,
+        guests=args.guests,
     )
     host = FakeHost(config)
     runner = web.AppRunner(control_app(host), access_log=None)

@@ -1,12 +1,21 @@
 """The fake's MicroVMExec stream: stdin, chunked output, env/cwd sandboxes, exit code last,
-errors as flintlockd gives them, and a cut stream (TD-010, TD-011)."""
+errors as flintlockd gives them, and a cut stream (TD-010, TD-011).
+
+The stream's semantics are checked against both `Guests` backends (`guest` fixture): the
+sandbox, with a fresh MicroVM per test, and QEMU (`--guests qemu`), where the commands run in
+one real guest booted once for this module through flintlock's guest agent (GI-101). What
+only the sandbox has (its folder layout, `--agent-delay`, the process timings) is checked on
+the sandbox alone."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+import shutil
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 
 import grpc
 import pytest
+import pytest_asyncio
 
 from battery_protos.flintlock.services.microvm.v1alpha1.microvms_pb2_grpc import MicroVMStub
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
@@ -15,34 +24,53 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
 )
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.testing.fake_flintlock import FakeFlintlockd
-from batteryop.testing.fake_flintlock.testkit import ADDRESS, Client, make_spec
+from batteryop.testing.fake_flintlock.testkit import (
+    ADDRESS,
+    Client,
+    assert_exit_last,
+    joined,
+    make_spec,
+    requests_for,
+    run,
+)
 
 Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
 State = microvm_pb2.MicroVMStatus.MicroVMState
+BACKENDS = ("sandbox", "qemu")
+on_both = pytest.mark.asyncio(loop_scope="module")
 
 
-async def _requests(
-    start: microvmexec_pb2.ExecStart, stdin: Sequence[bytes] = ()
-) -> AsyncIterator[Request]:
-    """start, then (only when start.has_stdin) the stdin chunks and stdin_eof.
+@dataclass
+class Guest:
+    """A client of a fake Host of one backend, and the uid of a ready MicroVM on it."""
 
-    Nothing more is written: a grpc.aio client that writes after the server ended the stream
-    can turn the server's status into INTERNAL ("Internal error from Core").
-    """
-    yield Request(start=start)
-    if start.has_stdin:
-        for chunk in stdin:
-            yield Request(stdin=chunk)
-        yield Request(stdin_eof=True)
+    backend: str
+    client: Client
+    uid: str
 
 
-async def run(
-    client: Client, start: microvmexec_pb2.ExecStart, stdin: Sequence[bytes] = ()
-) -> list[Response]:
-    """Every response of one exec stream (raises the RPC error if it fails)."""
-    call = client.exec.ExecCommand(_requests(start, stdin), timeout=20)
-    return [response async for response in call]
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=BACKENDS)
+async def backend_client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
+    backend: str = request.param
+    if backend == "qemu" and shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 not found: install Debian's qemu-system-x86")
+    async with (
+        FakeFlintlockd.start(address=ADDRESS, guests=backend) as host,
+        grpc.aio.insecure_channel(host.target) as channel,
+    ):
+        client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
+        if backend == "qemu":
+            client.shared_uid = await client.create_ready(make_spec("guest"))
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def guest(backend_client: Client) -> Guest:
+    """The sandbox: a fresh MicroVM per test; QEMU: the module's one booted guest."""
+    if backend_client.shared_uid is not None:
+        return Guest("qemu", backend_client, backend_client.shared_uid)
+    return Guest("sandbox", backend_client, await backend_client.create())
 
 
 async def collect(call: AsyncIterable[Response], into: list[Response]) -> None:
@@ -51,20 +79,10 @@ async def collect(call: AsyncIterable[Response], into: list[Response]) -> None:
         into.append(response)
 
 
-def joined(responses: Sequence[Response], kind: str) -> bytes:
-    return b"".join(getattr(r, kind) for r in responses if r.WhichOneof("payload") == kind)
-
-
-def assert_exit_last(responses: Sequence[Response], code: int) -> None:
-    kinds = [r.WhichOneof("payload") for r in responses]
-    assert kinds.count("exit_code") == 1, kinds
-    assert kinds[-1] == "exit_code", kinds
-    assert responses[-1].exit_code == code
-
-
 @pytest.mark.req("TD-010")
-async def test_stdin_is_relayed_and_exit_code_comes_last(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_stdin_is_relayed_and_exit_code_comes_last(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     start = microvmexec_pb2.ExecStart(uid=uid, cmd="cat", has_stdin=True)
     responses = await run(client, start, stdin=[b"hello ", b"from ", b"stdin"])
     assert joined(responses, "stdout") == b"hello from stdin"
@@ -72,8 +90,9 @@ async def test_stdin_is_relayed_and_exit_code_comes_last(client: Client) -> None
 
 
 @pytest.mark.req("TD-010")
-async def test_stdout_and_stderr_in_chunks_of_at_most_32k(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_stdout_and_stderr_in_chunks_of_at_most_32k(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     script = "head -c 100000 /dev/zero; printf oops >&2; exit 3"
     responses = await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd=script, shell=True))
     stdout = [r.stdout for r in responses if r.WhichOneof("payload") == "stdout"]
@@ -85,12 +104,32 @@ async def test_stdout_and_stderr_in_chunks_of_at_most_32k(client: Client) -> Non
 
 
 @pytest.mark.req("TD-010")
-async def test_shell_joins_args_and_argv_does_not_interpret(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_shell_joins_args_and_argv_does_not_interpret(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     shell = microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["a", "$((1+2))"], shell=True)
     assert joined(await run(client, shell), "stdout") == b"a 3\n"
     argv = microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["a", "$((1+2))"])
     assert joined(await run(client, argv), "stdout") == b"a $((1+2))\n"
+
+
+@pytest.mark.req("TD-010")
+@on_both
+async def test_env_is_merged_and_cwd_is_a_guest_path(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
+    start = microvmexec_pb2.ExecStart(
+        uid=uid, cmd='echo "$GREETING"; pwd', shell=True, env={"GREETING": "hi"}, cwd="/tmp"
+    )
+    responses = await run(client, start)
+    greeting, cwd = joined(responses, "stdout").decode().splitlines()
+    assert greeting == "hi"
+    # The sandbox maps the guest path into its rootfs/; a QEMU guest has the path itself.
+    assert cwd == "/tmp" if guest.backend == "qemu" else cwd.endswith(f"/{uid}/rootfs/tmp")
+    assert_exit_last(responses, 0)
+    missing = microvmexec_pb2.ExecStart(uid=uid, cmd="true", cwd="/no/such/folder")
+    responses = await run(client, missing)
+    assert responses[0].error  # the agent's words and the sandbox's differ
+    assert_exit_last(responses, 127)
 
 
 @pytest.mark.req("TD-010")
@@ -122,16 +161,18 @@ async def test_env_and_cwd_are_per_microvm(client: Client) -> None:
 
 
 @pytest.mark.req("TD-010")
-async def test_start_failure_is_an_error_then_exit_127(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_start_failure_is_an_error_then_exit_127(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     responses = await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="/no/such/program"))
     assert responses[0].WhichOneof("payload") == "error"
     assert_exit_last(responses, 127)
 
 
 @pytest.mark.req("TD-010")
-async def test_timeout_seconds_terminates_the_command(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_timeout_seconds_terminates_the_command(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     start = microvmexec_pb2.ExecStart(uid=uid, cmd="sleep", args=["30"], timeout_seconds=1)
     assert_exit_last(await run(client, start), 128 + 15)
 
@@ -151,8 +192,10 @@ async def read_to_end(call: grpc.aio.StreamStreamCall) -> None:
 
 
 @pytest.mark.req("TD-010")
-async def test_errors_as_flintlockd_gives_them(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_errors_as_flintlockd_gives_them(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
+    execs_before = len(await client.host.exec_history())
 
     err = await _status(client, Request(stdin=b"x"))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -165,22 +208,27 @@ async def test_errors_as_flintlockd_gives_them(client: Client) -> None:
 
     no_agent = await client.create(make_spec("closed", allow_guest_agent=False))
     err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=no_agent, cmd="true")))
+    await client.delete(no_agent)  # a QEMU guest stops booting
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert err.details() == "microvm was not created with guest agent access enabled"
 
     await client.host.set_vm_state(uid, State.PENDING)
-    err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))
+    try:
+        err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))
+    finally:
+        await client.host.set_vm_state(uid, State.CREATED)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert err.details() == "microvm is not ready (state: PENDING)"
-    assert await client.host.exec_history() == []
+    assert len(await client.host.exec_history()) == execs_before
 
 
 @pytest.mark.req("TD-011")
-async def test_cut_stream_relays_output_but_no_exit_code(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_cut_stream_relays_output_but_no_exit_code(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     await client.host.cut_next_exec_stream()
     call = client.exec.ExecCommand(
-        _requests(microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["partial"])), timeout=20
+        requests_for(microvmexec_pb2.ExecStart(uid=uid, cmd="echo", args=["partial"])), timeout=20
     )
     seen: list[Response] = []
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -191,17 +239,18 @@ async def test_cut_stream_relays_output_but_no_exit_code(client: Client) -> None
 
     # Only the next stream is cut; the one after ends normally.
     assert_exit_last(await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="true")), 0)
-    assert [s.cmd for s in await client.host.exec_history()] == ["echo", "true"]
+    assert [s.cmd for s in await client.host.exec_history()][-2:] == ["echo", "true"]
 
 
 @pytest.mark.req("TD-011")
-async def test_cut_stream_mid_command_with_a_chosen_status(client: Client) -> None:
-    uid = await client.create()
+@on_both
+async def test_cut_stream_mid_command_with_a_chosen_status(guest: Guest) -> None:
+    client, uid = guest.client, guest.uid
     await client.host.cut_next_exec_stream(
         after_chunks=1, code=grpc.StatusCode.UNAVAILABLE, message="agent went away"
     )
     start = microvmexec_pb2.ExecStart(uid=uid, cmd="echo one; sleep 30; echo two", shell=True)
-    call = client.exec.ExecCommand(_requests(start), timeout=20)
+    call = client.exec.ExecCommand(requests_for(start), timeout=20)
     seen: list[Response] = []
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await collect(call, seen)

@@ -12,10 +12,12 @@ Stream semantics follow flintlockd with a guest agent behind it:
   `timeout_seconds` sends SIGTERM to the process group, SIGKILL 5 s later;
 - `exit_code` is the last message and the RPC then ends OK; a cancelled RPC kills the command.
 
-The command runs for real on this machine, in the MicroVM's sandbox: the working directory is
-`cwd` taken inside the sandbox's `rootfs/` (which stands in for the guest's `/`), and the
-environment is the sandbox's own (HOME and TMPDIR inside it, the MicroVM's identity in
-FAKE_FLINTLOCK_VM_*) with `env` merged over it.
+The checks and the cut-stream fault are here; what runs the command is the Host's `Guests`
+backend (`guests.py`). In the sandbox backend (`run_command`) it runs for real on this machine,
+in the MicroVM's sandbox: the working directory is `cwd` taken inside the sandbox's `rootfs/`
+(which stands in for the guest's `/`), and the environment is the sandbox's own (HOME and
+TMPDIR inside it, the MicroVM's identity in FAKE_FLINTLOCK_VM_*) with `env` merged over it.
+In the QEMU backend it runs in the guest, through flintlock's guest agent (`qemu.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
@@ -38,6 +40,9 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
 from batteryop.testing.fake_flintlock.faults import ExecTiming, Faults, StreamCut
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmRecord, VmStore
 
+if TYPE_CHECKING:
+    from batteryop.testing.fake_flintlock.guests import Guests
+
 CHUNK_BYTES = 32 * 1024
 KILL_GRACE_SECONDS = 5.0
 EXIT_START_FAILURE = 127
@@ -47,6 +52,8 @@ MSG_BAD_FIRST = "first message must be a start message with uid and cmd set"
 MSG_NO_AGENT = "microvm was not created with guest agent access enabled"
 
 Response = microvmexec_pb2.ExecCommandResponse
+ExecTimings = list[ExecTiming]
+MSG_AGENT_UNREACHABLE = "starting guest-agent exec session: dialing guest agent"
 
 
 def _exit_status(returncode: int) -> int:
@@ -89,10 +96,13 @@ def sandbox_env(record: VmRecord, start: microvmexec_pb2.ExecStart) -> dict[str,
 
 
 class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
-    """MicroVMExec over a VmStore, with the stream cut fault."""
+    """MicroVMExec over a VmStore and its Guests, with the stream cut fault."""
 
-    def __init__(self, store: VmStore, faults: Faults, *, agent_delay: float = 0.0) -> None:
+    def __init__(
+        self, store: VmStore, guests: Guests, faults: Faults, *, agent_delay: float = 0.0
+    ) -> None:
         self._store = store
+        self._guests = guests
         self._faults = faults
         self._agent_delay = agent_delay
 
@@ -124,25 +134,59 @@ class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
                 grpc.StatusCode.FAILED_PRECONDITION, f"microvm is not ready (state: {state})"
             )
         if self._store.agent_up_for(record) < self._agent_delay:
-            await fail(
-                grpc.StatusCode.UNKNOWN,
-                "starting guest-agent exec session: dialing guest agent: connection refused",
-            )
+            await fail(grpc.StatusCode.UNKNOWN, f"{MSG_AGENT_UNREACHABLE}: connection refused")
         self._faults.exec_history.append(start)
         cut = self._faults.take_stream_cut()
-        timings = self._faults.exec_timings
-        async for response in run_command(record, start, requests, cut, fail, timings=timings):
-            yield response
+        responses = self._guests.exec(record, start, requests)
+        try:
+            async for response in with_cut(responses, cut, fail):
+                yield response
+        except ConnectionError as err:  # guests.GuestUnreachableError, a lost agent
+            await fail(grpc.StatusCode.UNKNOWN, str(err))
+        finally:
+            await aclose(responses)
+
+
+async def aclose(responses: AsyncIterator[Response]) -> None:
+    closer = getattr(responses, "aclose", None)
+    if closer is not None:
+        await closer()
+
+
+async def with_cut(
+    responses: AsyncIterator[Response],
+    cut: StreamCut | None,
+    abort: Callable[[grpc.StatusCode, str], Awaitable[NoReturn]],
+) -> AsyncIterator[Response]:
+    """responses, or, with a cut, the cut's status instead of the exit code, or as soon as
+    `after_chunks` output messages went out (the caller then closes `responses`, which stops
+    the command)."""
+    sent = 0
+
+    def due() -> bool:
+        return cut is not None and cut.after_chunks is not None and sent >= cut.after_chunks
+
+    if due():
+        assert cut is not None
+        await abort(cut.code, cut.message)
+    async for response in responses:
+        kind = response.WhichOneof("payload")
+        if cut is not None and kind == "exit_code":
+            await abort(cut.code, cut.message)
+        yield response
+        if kind in ("stdout", "stderr"):
+            sent += 1
+            if due():
+                assert cut is not None
+                await abort(cut.code, cut.message)
 
 
 async def run_command(
     record: VmRecord,
     start: microvmexec_pb2.ExecStart,
     requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
-    cut: StreamCut | None,
-    abort: Callable[[grpc.StatusCode, str], Awaitable[NoReturn]],
     *,
-    timings: list[ExecTiming] | None = None,
+    timings: ExecTimings | None = None,
 ) -> AsyncIterator[Response]:
     """Run start's command in record's sandbox and yield the stream's responses; the time
     spent starting the process and running it goes to `timings` once it exited."""
@@ -182,22 +226,16 @@ async def run_command(
     if start.timeout_seconds > 0:
         tasks.append(asyncio.create_task(_enforce_timeout(process, start.timeout_seconds)))
     try:
-        open_pipes, sent = 2, 0
+        open_pipes = 2
         while open_pipes:
-            if cut is not None and cut.after_chunks is not None and sent >= cut.after_chunks:
-                _signal_group(process, signal.SIGKILL)
-                await abort(cut.code, cut.message)
             item = await output.get()
             if item is None:
                 open_pipes -= 1
                 continue
             yield item
-            sent += 1
         returncode = await process.wait()
         if timings is not None:
             timings.append(ExecTiming(spawned - spawning, time.perf_counter() - spawned))
-        if cut is not None:
-            await abort(cut.code, cut.message)
         yield Response(exit_code=_exit_status(returncode))
     finally:
         for task in tasks:

@@ -81,9 +81,11 @@ class FakeFlintlockd:
         boot_delay: float = 0.0,
         delete_delay: float = 0.0,
         agent_delay: float = 0.0,
+        guests: str = "sandbox",
         ready_timeout: float = READY_TIMEOUT_SECONDS,
     ) -> AsyncIterator[FakeFlintlockd]:
-        """Run a fake flintlockd on address (port 0: any free port) until the block ends."""
+        """Run a fake flintlockd on address (port 0: any free port) until the block ends;
+        guests "qemu" makes every MicroVM a QEMU guest (`fake_flintlock.qemu`)."""
         workdir = Path(tempfile.mkdtemp(prefix="fake-flintlockd-"))
         argv = [
             f"--address={address}",
@@ -93,6 +95,7 @@ class FakeFlintlockd:
             f"--boot-delay={boot_delay}",
             f"--delete-delay={delete_delay}",
             f"--agent-delay={agent_delay}",
+            f"--guests={guests}",
             "--exit-on-stdin-eof",
         ]
         if tls is not None:
@@ -202,6 +205,13 @@ class FakeFlintlockd:
         process start (fork and exec) and the command's run until its exit was reaped."""
         answer = await self._control("GET", "/exec-timings")
         return [(t["spawn_ms"] / 1000, t["run_ms"] / 1000) for t in answer["timings"]]
+
+    async def guests(self) -> list[dict[str, Any]]:
+        """Each running QEMU guest: uid, pid (QEMU's), agent_port, boot_seconds (QEMU's start
+        to the agent's first ping), rss_kib, accelerator. Empty with sandboxes."""
+        answer = await self._control("GET", "/guests")
+        guests: list[dict[str, Any]] = answer["guests"]
+        return guests
 
     async def _control(
         self, method: str, path: str, body: dict[str, Any] | None = None

@@ -20,6 +20,7 @@ Control API (JSON bodies and answers; errors are `{"error": ...}` with 400 or 40
 | `GET /vms` | | `{"vms": [MicroVM as proto JSON]}` |
 | `GET /execs` | | `{"execs": [ExecStart as proto JSON]}`, in the order they started |
 | `GET /exec-timings` | | `{"timings": [{"spawn_ms", "run_ms"}]}`: each command's process start and run, as they exited |
+| `GET /guests` | | `{"guests": [...]}`: each running QEMU guest (uid, pid, agent port, boot seconds, RSS); empty for sandboxes |
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from batteryop.testing.fake_flintlock.faults import (
     Faults,
     StreamCut,
 )
+from batteryop.testing.fake_flintlock.guests import Guests, SandboxGuests
+from batteryop.testing.fake_flintlock.qemu import QemuGuests
 from batteryop.testing.fake_flintlock.services import MicroVMService, ServerInfoConfig
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmStore
 from batteryop.testing.faultcodes import status_code
@@ -75,6 +78,16 @@ class HostConfig:
     boot_delay: float = 0.0
     delete_delay: float = 0.0
     agent_delay: float = 0.0
+    guests: str = "sandbox"
+    """The `Guests` backend: "sandbox" or "qemu" (guests.py)."""
+
+
+def make_guests(config: HostConfig, faults: Faults) -> Guests:
+    if config.guests == "qemu":
+        return QemuGuests(config.state_dir)
+    if config.guests != "sandbox":
+        raise ValueError(f"unknown guests backend {config.guests!r}")
+    return SandboxGuests(boot_delay=config.boot_delay, timings=faults.exec_timings)
 
 
 def host_port(address: str, port: int) -> str:
@@ -89,10 +102,9 @@ class FakeHost:
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
-        self.store = VmStore(
-            config.state_dir, boot_delay=config.boot_delay, delete_delay=config.delete_delay
-        )
         self.faults = Faults()
+        self.guests = make_guests(config, self.faults)
+        self.store = VmStore(config.state_dir, self.guests, delete_delay=config.delete_delay)
         self.port = config.port
         self._server: grpc.aio.Server | None = None
         self._credentials = self._load_credentials(config.tls)
@@ -115,7 +127,10 @@ class FakeHost:
         )
         if self.config.info.exec_enabled:
             microvmexec_pb2_grpc.add_MicroVMExecServicer_to_server(
-                ExecService(self.store, self.faults, agent_delay=self.config.agent_delay), server
+                ExecService(
+                    self.store, self.guests, self.faults, agent_delay=self.config.agent_delay
+                ),
+                server,
             )
         where = host_port(self.config.address, self.port)
         try:
@@ -142,6 +157,7 @@ class FakeHost:
     async def close(self) -> None:
         await self.down()
         self.store.close()
+        await self.guests.close()
 
     @staticmethod
     def _load_credentials(tls: TLSFiles | None) -> grpc.ServerCredentials | None:
@@ -223,6 +239,9 @@ def control_app(host: FakeHost) -> web.Application:
     async def get_execs(request: web.Request) -> dict[str, Any]:
         return {"execs": [json_format.MessageToDict(s) for s in host.faults.exec_history]}
 
+    async def get_guests(request: web.Request) -> dict[str, Any]:
+        return {"guests": host.guests.describe()}
+
     async def get_exec_timings(request: web.Request) -> dict[str, Any]:
         timings = [
             {"spawn_ms": t.spawn_seconds * 1000, "run_ms": t.run_seconds * 1000}
@@ -254,4 +273,5 @@ def control_app(host: FakeHost) -> web.Application:
     app.router.add_get("/vms", route(get_vms))
     app.router.add_get("/execs", route(get_execs))
     app.router.add_get("/exec-timings", route(get_exec_timings))
+    app.router.add_get("/guests", route(get_guests))
     return app

@@ -2,8 +2,9 @@
 
 A `VmStore` holds every MicroVM of one fake Host by uid. Create checks and normalises the spec as
 flintlockd does (defaults, ranges, required parts; flintlock-api.md §1.3), gives the MicroVM a
-fresh ULID and stores it PENDING; a timer then moves it to CREATED (the "reconciler"). Delete
-marks it DELETING and a timer removes it. Each MicroVM owns a sandbox directory under the state
+fresh ULID and stores it PENDING, and the Host's `Guests` backend (guests.py) starts its guest
+and moves it to CREATED once the guest is ready (the "reconciler"); a guest that dies removes
+its MicroVM. Delete marks it DELETING, stops the guest, and a timer removes it. Each MicroVM owns a sandbox directory under the state
 dir, laid out like flintlockd's (`vm/<namespace>/<name>/<uid>/`), whose `rootfs/` stands in for
 the guest's filesystem root when commands run in it.
 """
@@ -11,17 +12,25 @@ the guest's filesystem root when commands run in it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import timestamp_pb2
 
 from battery_protos.flintlock.types import microvm_pb2
+
+if TYPE_CHECKING:
+    from batteryop.testing.fake_flintlock.guests import Guests
+
+log = logging.getLogger(__name__)
 
 State = microvm_pb2.MicroVMStatus.MicroVMState
 
@@ -181,14 +190,14 @@ class VmStore:
     def __init__(
         self,
         state_dir: Path,
+        guests: Guests,
         *,
-        boot_delay: float = 0.0,
         delete_delay: float = 0.0,
         default_provider: str = "firecracker",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._state_dir = state_dir
-        self._boot_delay = boot_delay
+        self._guests = guests
         self._delete_delay = delete_delay
         self._default_provider = default_provider
         self._clock = clock
@@ -215,7 +224,7 @@ class VmStore:
             vm.status.vsock_path = str(directory / GUEST_AGENT_VSOCK_NAME)
         record = VmRecord(vm=vm, directory=directory)
         self._vms[uid] = record
-        self._later(self._boot_delay, self._boot, uid)
+        self._guests.start(record, ready=partial(self._boot, uid), gone=partial(self._vanish, uid))
         return self._copy(vm)
 
     def get(self, uid: str) -> microvm_pb2.MicroVM:
@@ -242,6 +251,7 @@ class VmStore:
         if record.state != State.DELETING:
             self._set_state(record, State.DELETING)
             record.vm.spec.deleted_at.GetCurrentTime()
+            self._guests.stop(record)
         self._later(self._delete_delay, self._remove, uid)
 
     def set_state(self, uid: str, state: State.ValueType) -> microvm_pb2.MicroVM:
@@ -285,6 +295,16 @@ class VmStore:
             status.index = 100 + index
             status.mac_address = _random_mac()
         self._set_state(record, State.CREATED)
+
+    def _vanish(self, uid: str) -> None:
+        """The guest died by itself (its VMM process was killed): the MicroVM is gone."""
+        record = self._vms.get(uid)
+        if record is None or record.state == State.DELETING:
+            return
+        log.warning("microvm %s/%s (%s): its guest died; gone", record.vm.spec.namespace,
+                    record.vm.spec.id, uid)  # fmt: skip
+        record.vm.status.state = State.DELETING
+        self._remove(uid)
 
     def _remove(self, uid: str) -> None:
         record = self._vms.get(uid)
