@@ -7,8 +7,8 @@ font, script or image from outside would be one); every link within the site mus
 or file of the site, and every `#anchor` an element of the page it names; every image, object
 and inline SVG (the diagrams) must load and have a size. mkdocs-material's search must find a
 term from its own index in the browser. Screenshots of the home page, the architecture page
-and a requirement page are saved under `extra-output/site-browser/` (Pants copies it to
-`dist/test/extra-output/`).
+and a requirement page are saved under `extra-output/site-browser/` of the sandbox, which Pants
+copies to `dist/test/tests.docs.site_browser_test.py.tests/site-browser/`.
 """
 
 from __future__ import annotations

@@ -120,8 +120,14 @@ class Page:
             raise ChromiumError(str(exc.get("description") or details.get("text")))
         return answer["result"].get("value")
 
-    async def screenshot(self, path: Path) -> None:
-        answer = await self.send("Page.captureScreenshot", {"format": "png"})
+    async def screenshot(self, path: Path, max_height: int = 8000) -> None:
+        """A PNG of the whole page (up to `max_height` CSS pixels), not only the viewport."""
+        size = (await self.send("Page.getLayoutMetrics"))["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], max_height)}
+        answer = await self.send(
+            "Page.captureScreenshot",
+            {"format": "png", "captureBeyondViewport": True, "clip": {**clip, "scale": 1}},
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(answer["data"]))
 
