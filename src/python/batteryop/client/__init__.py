@@ -11,11 +11,11 @@
 `battery` command line (`batteryop.client.cli`) is built on the sync one.
 
 Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync` the blocking
-facade, `_transport` the exec transport Protocol and its gRPC form, `_models` the plain values,
-`_exceptions` the error tree, `_mock` the public test double for exec (`MockExecTransport`:
-consumers test their own code without an Exec Agent). Only the names below are public; each
-reports this module as its home. The ones whose modules bring aiohttp, gRPC and protobuf are
-imported on first use, so that `battery --help` loads none of them.
+facade, `_exec` the exec transport Protocol, `_transport` its gRPC form, `_models` the plain
+values, `_exceptions` the error tree, `_mock` the public test double for exec
+(`MockExecTransport`: consumers test their own code without an Exec Agent). Only the names
+below are public; each reports this module as its home. The ones whose modules bring aiohttp,
+gRPC and protobuf are imported on first use, so that `battery --help` loads none of them.
 
 The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
 the vocabulary shared with the operator; that package takes `StrEnum` and `UTC` from
@@ -44,9 +44,10 @@ from batteryop.client._models import ClaimInfo, ExecResult, Pending, Timeouts
 
 if typing.TYPE_CHECKING:
     from batteryop.client._async import AsyncClaim, AsyncClient
+    from batteryop.client._exec import ExecRequest, ExecTransport
     from batteryop.client._mock import ExecCall, MockExecTransport
     from batteryop.client._sync import Claim, Client
-    from batteryop.client._transport import ExecRequest, ExecTransport, GrpcExecTransport
+    from batteryop.client._transport import GrpcExecTransport
 
 __all__ = [
     "AsyncClaim",
@@ -85,8 +86,8 @@ _LAZY = {
     "Claim": "_sync",
     "Client": "_sync",
     "ExecCall": "_mock",
-    "ExecRequest": "_transport",
-    "ExecTransport": "_transport",
+    "ExecRequest": "_exec",
+    "ExecTransport": "_exec",
     "GrpcExecTransport": "_transport",
     "MockExecTransport": "_mock",
 }

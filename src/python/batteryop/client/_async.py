@@ -30,12 +30,13 @@ import contextlib
 import inspect
 import logging
 import os
+import sys
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from batteryop.api import names
 from batteryop.api._compat import TIMEOUT_ERRORS, UTC
@@ -55,19 +56,19 @@ from batteryop.client._exceptions import (
     PoolExhaustedError,
     PoolNotFoundError,
 )
+from batteryop.client._exec import (
+    ExecRequest,
+    ExecTransport,
+    OutputSink,
+    bytes_source,
+    check_serving_ca,
+)
 from batteryop.client._models import (
     DEFAULT_TOKEN_EXPIRATION,
     ClaimInfo,
     ExecResult,
     Pending,
     Timeouts,
-)
-from batteryop.client._transport import (
-    ExecRequest,
-    ExecTransport,
-    GrpcExecTransport,
-    OutputSink,
-    bytes_source,
 )
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -79,6 +80,9 @@ from batteryop.kube.errors import (
     NotFoundError,
 )
 from batteryop.kube.resources import CLAIMS, POOLS, SECRETS, SERVICEACCOUNTS
+
+if TYPE_CHECKING:
+    from batteryop.client._transport import GrpcExecTransport
 
 log = logging.getLogger("batteryop.client")
 
@@ -92,6 +96,9 @@ HostCallback = Callable[[HostNotReadyError], None]
 
 _GAVE_UP: tuple[type[Exception], ...] = (ClientError, *TIMEOUT_ERRORS)
 """How a bounded delete may fail: an API error, or its time ran out."""
+
+_GRPC_TRANSPORT = "batteryop.client._transport"
+"""The module of `GrpcExecTransport`, imported at the first need (gRPC and protobuf with it)."""
 
 WATCH_SECONDS = 300
 """Length of one watch request while waiting for Bound; the wait continues across them."""
@@ -192,9 +199,11 @@ class AsyncClient:
         except KubeConfigError as e:
             raise ConfigError(f"unusable Kubernetes configuration: {e}") from e
         ca = _read_ca(serving_ca)
+        self._serving_ca: bytes | None = None
+        if exec_transport is None and ca is not None:
+            self._serving_ca = check_serving_ca(ca)
         self._transport: ExecTransport | None = exec_transport
-        if self._transport is None and ca is not None:
-            self._transport = GrpcExecTransport(ca, open_timeout=self.timeouts.exec_open)
+        self._grpc: GrpcExecTransport | None = None
         self._claims: set[AsyncClaim] = set()
         self._cleanups: set[asyncio.Future[None]] = set()
 
@@ -216,8 +225,9 @@ class AsyncClient:
             await claim.detach()
         if self._cleanups:
             await asyncio.wait(set(self._cleanups), timeout=self.timeouts.release)
-        if self._transport is not None:
-            await self._transport.aclose()
+        for transport in (self._transport, self._grpc):
+            if transport is not None:
+                await transport.aclose()
         await self._kube.aclose()
 
     # -- claims ------------------------------------------------------------------------------
@@ -283,7 +293,10 @@ class AsyncClient:
                 on_lost=on_lost,
                 on_host_not_ready=on_host_not_ready,
             )
-            await held.token()  # CC-002: the first token before the caller gets the claim
+            # The gRPC transport starts connecting to the claim's agent for the first exec
+            # (CC-020) while the first token is requested (CC-002), before the caller gets it.
+            self._connect(held.agent_address)
+            await held.token()
             held.start_holding()
             return held
         except BaseException:
@@ -419,6 +432,7 @@ class AsyncClient:
                     f"claim {name} is not Bound (phase {claim.status.phase or 'Pending'})",
                     claim=name,
                 )
+            self._connect(claim.status.agent_address)  # while the rest is read
             secret_name = names.exec_secret_name(name)
             try:
                 secret = await self._kube.get(SECRETS, secret_name, self.namespace)
@@ -551,9 +565,34 @@ class AsyncClient:
             return _core.read_token(answer, datetime.now(UTC))
 
     def _exec_transport(self) -> ExecTransport:
-        if self._transport is None:
+        transport = self._transport if self._transport is not None else self._grpc_transport()
+        if transport is None:
             raise ConfigError("no Exec Agent CA configured: pass serving_ca to the client")
-        return self._transport
+        return transport
+
+    def _grpc_transport(self) -> GrpcExecTransport | None:
+        """The client's own gRPC transport (None when it was given another, or no CA), made
+        at its first use: gRPC and protobuf are imported then, not with the client (`_exec`)."""
+        if self._serving_ca is None:
+            return None
+        if self._grpc is None:
+            from batteryop.client._transport import GrpcExecTransport  # _GRPC_TRANSPORT
+
+            self._grpc = GrpcExecTransport(self._serving_ca, open_timeout=self.timeouts.exec_open)
+        return self._grpc
+
+    def _connect(self, address: str | None) -> None:
+        """Have the client's own gRPC transport start connecting to a claim's agent (TLS
+        handshake included) without waiting, so that the first exec finds the connection
+        made; only if gRPC is imported already (or being imported: the `battery` command's
+        `exec` and `run`), so a program that does not exec pays nothing for it. Best effort:
+        whatever fails here fails again at the first exec, which reports it."""
+        if not address or _GRPC_TRANSPORT not in sys.modules:
+            return
+        with contextlib.suppress(Exception):
+            transport = self._grpc_transport()
+            if transport is not None:
+                transport.connect(address)
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
 
 from batteryop.client._exceptions import ExecUnavailableError
+from batteryop.client._exec import ExecRequest, OutputSink, deliver
 from batteryop.client._models import ExecResult
-from batteryop.client._transport import ExecRequest, OutputSink, deliver
 
 
 @dataclass(frozen=True)

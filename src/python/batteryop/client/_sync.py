@@ -38,13 +38,13 @@ from batteryop.client._async import (
     PendingCallback,
 )
 from batteryop.client._exceptions import HostNotReadyError, LeaseLostError
+from batteryop.client._exec import ExecTransport
 from batteryop.client._models import (
     DEFAULT_TOKEN_EXPIRATION,
     ClaimInfo,
     ExecResult,
     Timeouts,
 )
-from batteryop.client._transport import ExecTransport
 from batteryop.kube.config import KubeConfig
 
 T = TypeVar("T")

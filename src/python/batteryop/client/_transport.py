@@ -1,4 +1,5 @@
-"""How a command reaches a claimed MicroVM: the `ExecTransport` Protocol and its gRPC form.
+"""How a command reaches a claimed MicroVM: `GrpcExecTransport`, the `ExecTransport` (`_exec`)
+over gRPC.
 
 The Exec Agent serves flintlock's `microvmexec.services.api.v1alpha1.MicroVMExec` unchanged
 (EA-003), plus a bearer token. `GrpcExecTransport` dials the agent at the claim's
@@ -9,19 +10,17 @@ arrive, and returns the exit code from the stream's `exit_code` message, the onl
 of an exec stream (flintlock-api.md §8.5): a stream that ends any other way is an
 `ExecUnavailableError`, never an exit code.
 
-A claim depends on the Protocol, not on gRPC, so a test (or a consumer's own test) can run
-commands without an agent. The exec tests here dial the fake flintlockd directly over TLS,
-since it serves the very same service; the path through the Exec Agent (token checks and
-relay) is tested end to end once the agent lands on main.
+A claim depends on the Protocol (`_exec`), not on gRPC, so a test (or a consumer's own test)
+can run commands without an agent, and a client imports this module on a thread of its own
+while its first API requests wait on the network. The exec tests here dial the fake
+flintlockd directly over TLS, since it serves the very same service; the path through the
+Exec Agent (token checks and relay) is tested end to end once the agent lands on main.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import grpc
 
@@ -30,14 +29,8 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2_grpc,
 )
 from batteryop.api._compat import TIMEOUT_ERRORS
-from batteryop.client._exceptions import (
-    ConfigError,
-    ExecPermissionError,
-    ExecUnavailableError,
-)
-
-OutputSink = Callable[[bytes], "Awaitable[None] | None"]
-"""Where a stream of output goes as it arrives: a plain or an async function of the bytes."""
+from batteryop.client._exceptions import ExecPermissionError, ExecUnavailableError
+from batteryop.client._exec import ExecRequest, OutputSink, check_serving_ca, deliver
 
 EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
 """The wire name of the one RPC the client calls (the Exec Agent serves flintlock's)."""
@@ -46,58 +39,6 @@ STDIN_CHUNK_BYTES = 64 * 1024
 """The largest stdin message sent (gRPC's default limit per message is 4 MiB)."""
 
 _PERMISSION_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-
-
-@dataclass(frozen=True)
-class ExecRequest:
-    """One command for one MicroVM: argv run directly (no shell), with env, cwd and user."""
-
-    microvm_uid: str
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    user: str = ""
-    timeout_seconds: int = 0
-    has_stdin: bool = False
-
-    def start_message(self) -> microvmexec_pb2.ExecCommandRequest:
-        if not self.argv:
-            raise ValueError("a command needs at least the program to run")
-        start = microvmexec_pb2.ExecStart(
-            uid=self.microvm_uid,
-            cmd=self.argv[0],
-            args=list(self.argv[1:]),
-            cwd=self.cwd,
-            env=dict(self.env),
-            user=self.user,
-            timeout_seconds=self.timeout_seconds,
-            has_stdin=self.has_stdin,
-        )
-        return microvmexec_pb2.ExecCommandRequest(start=start)
-
-
-class ExecTransport(Protocol):
-    """Runs one command to its end and returns its exit code (the claim's only IO for exec)."""
-
-    async def run(
-        self,
-        address: str,
-        token: str,
-        request: ExecRequest,
-        *,
-        stdin: AsyncIterable[bytes] | None,
-        stdout: OutputSink,
-        stderr: OutputSink,
-        errors: Callable[[str], None],
-    ) -> int: ...
-
-    async def aclose(self) -> None: ...
-
-
-async def deliver(sink: OutputSink, data: bytes) -> None:
-    result = sink(data)
-    if inspect.isawaitable(result):
-        await result
 
 
 class GrpcExecTransport:
@@ -114,9 +55,9 @@ class GrpcExecTransport:
         open_timeout: float = 10.0,
         server_name: str | None = None,
     ) -> None:
-        if not serving_ca.strip():
-            raise ConfigError("the Exec Agent's serving CA is empty")
-        self._credentials = grpc.ssl_channel_credentials(root_certificates=serving_ca)
+        self._credentials = grpc.ssl_channel_credentials(
+            root_certificates=check_serving_ca(serving_ca)
+        )
         self._open_timeout = open_timeout
         self._options: list[tuple[str, str | int]] = []
         if server_name:
@@ -129,6 +70,11 @@ class GrpcExecTransport:
             channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
             self._channels[address] = channel
         return channel
+
+    def connect(self, address: str) -> None:
+        """Start connecting to `address` (TLS handshake included) without waiting, so that the
+        first `run` there finds the connection made or under way."""
+        self._channel(address).get_state(try_to_connect=True)
 
     async def aclose(self) -> None:
         channels, self._channels = self._channels, {}
@@ -209,9 +155,3 @@ def _exec_error(
     if code in _PERMISSION_CODES:
         return ExecPermissionError(message)
     return ExecUnavailableError(message)
-
-
-async def bytes_source(data: bytes) -> AsyncIterator[bytes]:
-    """The whole of `data` as one stdin stream."""
-    if data:
-        yield data

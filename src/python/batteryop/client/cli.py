@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -77,9 +79,62 @@ def _errors(code: int) -> Iterator[None]:
         _fail(f"unexpected {type(e).__name__}: {e}", code)
 
 
-def _client(ctx: click.Context, bind_timeout: float | None = None) -> Client:
-    """The client of the global options; `bind_timeout` 0 waits for Bound without limit."""
-    from batteryop.client._sync import Client
+_OWN_PROCESS = False
+"""Whether this process is the `battery` command's own (`main()` without `argv`), not another
+program that runs the CLI: then the command may skip work that only a longer-lived process
+needs (`_without_system_cas`, `_exit_now`)."""
+
+
+@contextlib.contextmanager
+def _without_system_cas() -> Iterator[None]:
+    """In the command's own process, import the client's IO without the system's CA store.
+
+    aiohttp builds two default TLS contexts as it is imported, each loading every CA of the
+    system (35-50 ms, a tenth of `battery run`; docs/dev/client-performance.md). The client
+    never uses them: it reaches the Kubernetes API with a context of the kubeconfig's own CA
+    (`KubeConfig.ssl_context`, which loads the system's CAs itself when the kubeconfig names
+    none) and the Exec Agent through gRPC with `--ca`. So while aiohttp is imported here,
+    a context's `set_default_verify_paths` loads nothing, and those two contexts trust no
+    one: anything sent through them would fail its certificate check, never pass it. Another
+    program running `main(argv)` imports aiohttp as it is."""
+    if not _OWN_PROCESS or "aiohttp" in sys.modules:
+        yield
+        return
+    import ssl
+
+    def load_nothing(self: ssl.SSLContext) -> None:
+        pass
+
+    own = vars(ssl.SSLContext).get("set_default_verify_paths")  # None: inherited (3.10-3.13)
+    ssl.SSLContext.set_default_verify_paths = load_nothing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own is None:
+            del ssl.SSLContext.set_default_verify_paths
+        else:
+            ssl.SSLContext.set_default_verify_paths = own  # type: ignore[method-assign]
+
+
+def _import_exec_transport() -> None:
+    with contextlib.suppress(ImportError):  # the client's own import raises it again
+        importlib.import_module("batteryop.client._transport")
+
+
+def _client(
+    ctx: click.Context, bind_timeout: float | None = None, *, execs: bool = False
+) -> Client:
+    """The client of the global options; `bind_timeout` 0 waits for Bound without limit.
+
+    For a command that `execs`, in the command's own process, the exec transport (gRPC and
+    protobuf, 25-40 ms) is imported on a thread meanwhile: it is needed once the claim is
+    Bound, and until then the client mostly waits on the network. The client takes it from
+    there (Python's import lock makes it wait if the import is still under way)."""
+    with _without_system_cas():
+        from batteryop.client._sync import Client
+
+    if execs and _OWN_PROCESS and ctx.obj["ca"]:
+        threading.Thread(target=_import_exec_transport, name="battery-import", daemon=True).start()
 
     opts = ctx.obj
     timeouts = Timeouts()
@@ -230,10 +285,26 @@ def _stdin_chunks() -> Iterator[bytes]:
         yield chunk
 
 
-def _write(stream: Any) -> Callable[[bytes], None]:
+def _sink(stream: Any) -> Callable[[bytes], None]:
+    """Where the remote command's output goes: each chunk as it arrives (up to 1 MiB, EA-020)
+    written whole to the descriptor under `stream` with `os.write`, not copied into its buffer
+    and flushed chunk by chunk (whatever the buffer held is flushed first); through `stream`
+    itself when it has no descriptor (a stand-in another program put in `sys.stdout`)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last
+
+        def through(data: bytes) -> None:
+            stream.buffer.write(data)
+            stream.buffer.flush()
+
+        return through
+    stream.flush()
+
     def write(data: bytes) -> None:
-        stream.write(data)
-        stream.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
 
     return write
 
@@ -242,8 +313,8 @@ def _run_in(held: Claim, command: tuple[str, ...], interactive: bool) -> int:
     result = held.exec_stream(
         list(command),
         stdin=_stdin_chunks() if interactive else None,
-        stdout=_write(sys.stdout.buffer),
-        stderr=_write(sys.stderr.buffer),
+        stdout=_sink(sys.stdout),
+        stderr=_sink(sys.stderr),
     )
     for message in result.errors:
         click.echo(f"battery: agent: {message}", err=True)
@@ -267,7 +338,7 @@ def exec_(ctx: click.Context, claim_name: str, command: tuple[str, ...], interac
     # CC-103: stdin, stdout and stderr relayed; CC-107: the remote exit code is ours
     """Run COMMAND in the MicroVM of CLAIM; exit with its exit code (125: battery failed)."""
     with _errors(EXIT_EXEC_ERROR):
-        client = _client(ctx)
+        client = _client(ctx, execs=True)
         try:
             held = client.attach(claim_name, hold=True)
             _warn_host_not_ready(held)
@@ -369,7 +440,7 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     """
     code = EXIT_EXEC_ERROR
     with _errors(EXIT_EXEC_ERROR):
-        client = _client(ctx, bind_timeout=timeout)
+        client = _client(ctx, bind_timeout=timeout, execs=True)
         try:
             with _progress(pool) as on_pending:
                 held = client.claim(
@@ -405,6 +476,8 @@ def main(argv: list[str] | None = None) -> None:
     running the CLI) it raises SystemExit as usual."""
     if argv is not None:
         _main(argv)
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
     try:
         _main(None)
     except SystemExit as e:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, main
+from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, _sink, main
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -74,6 +76,124 @@ def test_the_package_loads_its_io_on_first_use_and_names_itself_home() -> None:
         "False False",
         "batteryop.client batteryop.client batteryop.client",
         "True True True",
+    ]
+
+
+CA_PROBE = """
+import ssl, sys
+import batteryop.client.cli as cli
+
+def report(code):
+    import aiohttp.connector as connector
+    from batteryop.kube.config import KubeConfig
+    print(
+        ssl.create_default_context().cert_store_stats()["x509_ca"],
+        connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"],
+        connector._SSL_CONTEXT_UNVERIFIED.cert_store_stats()["x509_ca"],
+        KubeConfig("https://127.0.0.1:1", None).ssl_context().cert_store_stats()["x509_ca"],
+    )
+    raise SystemExit(code)
+
+system = ssl.create_default_context().cert_store_stats()["x509_ca"]
+print(system)
+args = ["--kubeconfig", sys.argv[2], "ls"]  # the client's IO is imported, then it fails
+if sys.argv[1] == "own":  # the console script: main() ends with _exit_now
+    cli._exit_now = report
+    sys.argv[1:] = args
+    cli.main()
+else:  # another program running the CLI
+    try:
+        cli.main(args)
+    except SystemExit as e:
+        report(e.code)
+"""
+
+
+@pytest.mark.parametrize("process", ["own", "embedded"])
+def test_the_command_s_own_process_skips_aiohttp_s_system_ca_store_and_no_one_else_s(
+    process: str, tmp_path: Path
+) -> None:
+    """In `battery`'s own process aiohttp's default TLS contexts (unused by the client) load no
+    CA, so nothing could pass through them; contexts made after (a kubeconfig without a CA
+    trusts the system's) and another program's aiohttp load the system's CAs as ever."""
+    done = subprocess.run(
+        [sys.executable, "-c", CA_PROBE, process, str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == EXIT_ERROR, done.stderr
+    system, after, verified, unverified, kube = map(int, done.stdout.split())
+    print(f"system CAs: {system}; aiohttp's contexts: {verified}, {unverified}")
+    if system == 0:
+        pytest.skip("this machine has no system CA store, so there is nothing to skip loading")
+    assert (after, kube) == (system, system)
+    want = 0 if process == "own" else system
+    assert (verified, unverified) == (want, want)
+
+
+@pytest.mark.req("CC-103")
+def test_output_is_written_whole_to_the_descriptor_after_what_the_stream_held() -> None:
+    """`run` and `exec` write each chunk of the remote command's output straight to our
+    descriptor (a chunk bigger than a pipe holds included), after what was written through
+    the Python stream before; a stand-in stream without a descriptor gets it through itself."""
+    read_fd, write_fd = os.pipe()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: got.extend(read_all(read_fd)))
+    reader.start()
+    with open(write_fd, "w", closefd=True) as stream:
+        stream.write("before\n")
+        sink = _sink(stream)
+        big = bytes(range(256)) * 4096  # 1 MiB, 16 times a pipe's default capacity
+        for chunk in (b"one\n", big, b"two\n"):
+            sink(chunk)
+    reader.join(30)
+    assert bytes(got) == b"before\none\n" + big + b"two\n"
+
+    stand_in = io.TextIOWrapper(io.BytesIO())
+    _sink(stand_in)(b"through the stream")
+    assert stand_in.buffer.getvalue() == b"through the stream"  # type: ignore[attr-defined]
+
+
+def read_all(fd: int) -> bytes:
+    with open(fd, "rb") as f:
+        return f.read()
+
+
+def test_a_client_imports_grpc_only_when_it_needs_its_own_exec_transport() -> None:
+    """The client's IO does not import gRPC and protobuf: a client with a serving CA imports
+    them for its first exec (or to connect ahead to a claim's agent, `_connect`), one given
+    another transport never does."""
+    probe = (
+        "import asyncio, sys\n"
+        "from batteryop.client._async import AsyncClient\n"
+        "from batteryop.client._mock import MockExecTransport\n"
+        "from batteryop.kube.config import KubeConfig\n"
+        "config = KubeConfig('https://127.0.0.1:1', None)\n"
+        "async def main():\n"
+        "    mocked = AsyncClient(kube_config=config, exec_transport=MockExecTransport(print))\n"
+        "    print('grpc' in sys.modules, type(mocked._exec_transport()).__name__)\n"
+        "    client = AsyncClient(kube_config=config, serving_ca=b'PEM')\n"
+        "    client._connect('127.0.0.1:1')\n"
+        "    print('grpc' in sys.modules, client._grpc)\n"
+        "    print(type(client._exec_transport()).__name__, 'grpc' in sys.modules)\n"
+        "    await mocked.aclose()\n"
+        "    await client.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "False MockExecTransport",
+        "False None",  # nothing imported to connect ahead
+        "GrpcExecTransport True",
     ]
 
 

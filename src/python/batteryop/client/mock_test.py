@@ -14,7 +14,7 @@ from batteryop.client import (
     ExecUnavailableError,
     MockExecTransport,
 )
-from batteryop.client._transport import bytes_source
+from batteryop.client._exec import bytes_source
 
 REQUEST = ExecRequest(microvm_uid="vm-1", argv=("cat", "-n"), env={"A": "1"}, has_stdin=True)
 

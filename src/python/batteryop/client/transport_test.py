@@ -22,7 +22,8 @@ from batteryop.client import (
     ExecUnavailableError,
     GrpcExecTransport,
 )
-from batteryop.client._transport import EXEC_METHOD, bytes_source
+from batteryop.client._exec import bytes_source
+from batteryop.client._transport import EXEC_METHOD
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.fake_flintlock.testkit import make_spec
 from batteryop.tls import CertificateAuthority

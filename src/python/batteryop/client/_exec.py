@@ -1,0 +1,91 @@
+"""What every exec transport shares, with no gRPC in it: the `ExecTransport` Protocol, the
+`ExecRequest` it is given, and the small helpers for output and stdin.
+
+A client depends on these only, so importing it does not import gRPC and protobuf (25-40 ms):
+its `GrpcExecTransport` (`_transport`) is imported when a claim binds, to connect to the
+claim's agent ahead of the first exec, or at that exec. The `battery` command imports it on a
+thread of its own meanwhile, while its claim's API requests wait on the network
+(docs/dev/client-performance.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from batteryop.client._exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+
+OutputSink = Callable[[bytes], "Awaitable[None] | None"]
+"""Where a stream of output goes as it arrives: a plain or an async function of the bytes."""
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command for one MicroVM: argv run directly (no shell), with env, cwd and user."""
+
+    microvm_uid: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    user: str = ""
+    timeout_seconds: int = 0
+    has_stdin: bool = False
+
+    def start_message(self) -> microvmexec_pb2.ExecCommandRequest:
+        if not self.argv:
+            raise ValueError("a command needs at least the program to run")
+        from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+
+        start = microvmexec_pb2.ExecStart(
+            uid=self.microvm_uid,
+            cmd=self.argv[0],
+            args=list(self.argv[1:]),
+            cwd=self.cwd,
+            env=dict(self.env),
+            user=self.user,
+            timeout_seconds=self.timeout_seconds,
+            has_stdin=self.has_stdin,
+        )
+        return microvmexec_pb2.ExecCommandRequest(start=start)
+
+
+class ExecTransport(Protocol):
+    """Runs one command to its end and returns its exit code (the claim's only IO for exec)."""
+
+    async def run(
+        self,
+        address: str,
+        token: str,
+        request: ExecRequest,
+        *,
+        stdin: AsyncIterable[bytes] | None,
+        stdout: OutputSink,
+        stderr: OutputSink,
+        errors: Callable[[str], None],
+    ) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+def check_serving_ca(serving_ca: bytes) -> bytes:
+    """`serving_ca` (PEM), refused with `ConfigError` when empty."""
+    if not serving_ca.strip():
+        raise ConfigError("the Exec Agent's serving CA is empty")
+    return serving_ca
+
+
+async def deliver(sink: OutputSink, data: bytes) -> None:
+    result = sink(data)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def bytes_source(data: bytes) -> AsyncIterator[bytes]:
+    """The whole of `data` as one stdin stream."""
+    if data:
+        yield data
