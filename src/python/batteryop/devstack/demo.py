@@ -21,6 +21,8 @@ from batteryop.kube.resources import POOLS
 
 POOL = "demo"
 STEP_TIMEOUT_SECONDS = 120.0
+QEMU_POOL_TIMEOUT_SECONDS = 900.0
+"""The wait for the Pool's first MicroVM when each is a QEMU guest booting under TCG."""
 
 
 class DemoError(RuntimeError):
@@ -39,19 +41,29 @@ class Step:
         return " ".join(self.argv)
 
 
-def pool_ready(body: Mapping[str, Any]) -> bool:
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def pool_ready(body: Mapping[str, Any], *, available: bool = False) -> bool:
+    """Ready, and with `available` also holding an available MicroVM (RS-013's count)."""
+    status = body.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ready and (not available or int(status.get("available") or 0) > 0)
 
 
-async def apply_pool(kube: KubeClient, timeout: float = STEP_TIMEOUT_SECONDS) -> float:
-    """Apply the demo Pool and wait (watching it) until it is Ready; the seconds it took."""
+async def apply_pool(
+    kube: KubeClient, *, available: bool = False, timeout: float | None = None
+) -> float:
+    """Apply the demo Pool and wait (watching it) until it is Ready, and with `available`
+    until one of its MicroVMs is available too; the seconds it took."""
+    timeout = timeout or STEP_TIMEOUT_SECONDS
     started = time.monotonic()
     body = await apply(kube, samples.demo_pool(POOL, namespace=DEMO_NAMESPACE))
     version = body["metadata"]["resourceVersion"]
 
+    def wanted(obj: Mapping[str, Any]) -> bool:
+        return pool_ready(obj, available=available)
+
     async def ready() -> None:
-        if pool_ready(body):
+        if wanted(body):
             return
         async for _, obj in kube.watch(
             POOLS,
@@ -60,7 +72,7 @@ async def apply_pool(kube: KubeClient, timeout: float = STEP_TIMEOUT_SECONDS) ->
             resource_version=version,
             timeout_seconds=int(timeout),
         ):
-            if pool_ready(obj):
+            if wanted(obj):
                 return
         raise TimeoutError
 

@@ -2,6 +2,7 @@
 
     ./pants run src/python/batteryop/devstack:up               # up: start, demo, run until Ctrl-C
     ./pants run src/python/batteryop/devstack:up -- --hosts 3   # three simulated Hosts
+    ./pants run src/python/batteryop/devstack:up -- --hosts 1 --guests qemu   # real guests
     /tmp/batteryop-devstack-$UID/down                          # from another terminal
 
 `up` removes what a crashed earlier run left in the state directory, starts the stack
@@ -93,6 +94,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("command", nargs="?", choices=["up", "down"], default="up")
     p.add_argument("--hosts", type=int, default=2, help="simulated Hosts (default 2)")
     p.add_argument(
+        "--guests",
+        choices=["sandbox", "qemu"],
+        default="sandbox",
+        help="what each MicroVM is: a folder on this machine (default), or a QEMU guest of the "
+        "Debian guest image whose guest agent runs every command (about a minute to boot each "
+        "under QEMU's emulator, 0.5 GiB of memory)",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         default=DEFAULT_STATE_DIR,
@@ -162,6 +171,7 @@ async def up(args: argparse.Namespace, console: Console) -> int:
             log_dir,
             artifacts,
             host_count=args.hosts,
+            guests=args.guests,
             client_venv=not args.no_demo,
             progress=live or LineProgress(),
         )
@@ -220,7 +230,10 @@ async def up(args: argparse.Namespace, console: Console) -> int:
 
 async def run_demo(stack: Stack, console: Console) -> None:
     async with stack.kube() as kube:
-        seconds = await demo.apply_pool(kube)
+        # The Pool is Ready once its MicroVMs are provisioning; QEMU guests take longer to
+        # provision than the battery command's own wait for an available one.
+        timeout = demo.QEMU_POOL_TIMEOUT_SECONDS if stack.guests == "qemu" else None
+        seconds = await demo.apply_pool(kube, available=stack.guests == "qemu", timeout=timeout)
     console.print(f"demo: Pool demo/{demo.POOL} Ready in {seconds:.2f}s")
     for step in await demo.run(stack.cli_env()):
         console.print(f"demo: $ {step.command}    [{step.seconds * 1000:.0f} ms]", markup=False)

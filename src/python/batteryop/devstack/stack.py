@@ -74,6 +74,10 @@ WHEELHOUSE = Path.home() / ".cache/batteryop/devstack/wheels"
 """The client wheel's requirements, downloaded once (see `Stack._make_venv`)."""
 
 
+QEMU_CREATE_TIMEOUT = "900s"
+QEMU_AGENT_TIMEOUT = "120s"
+
+
 class Progress(Protocol):
     """Where the stack shows what it is doing: a step starts, ends, or fails."""
 
@@ -194,6 +198,9 @@ class Stack:
     host_count: int = 2
     client_venv: bool = True
     progress: Progress = field(default_factory=QuietProgress)
+    guests: str = "sandbox"
+    """What runs each MicroVM: "sandbox" (a folder) or "qemu" (a QEMU guest whose guest agent
+    runs every command: `fake_flintlock.qemu`)."""
 
     cp: ControlPlane | None = None
     pki: Pki | None = None
@@ -357,6 +364,7 @@ class Stack:
                 f"--tls-cert={f.cert_dir / names.TLS_CERT_FILE}",
                 f"--tls-key={f.cert_dir / names.TLS_KEY_FILE}",
                 f"--tls-client-ca={f.cert_dir / names.CLIENT_CA_BUNDLE_KEY}",
+                f"--guests={self.guests}",
             ),
             ready_url=f"{h.flintlockd_control}/status",
         )
@@ -426,6 +434,7 @@ class Stack:
                     "-log-level=info",
                     f"--control={self.battery_control.removeprefix('http://')}",
                     "--host-api",
+                    *self._battery_waits(),
                 ),
                 ready_url=f"{self.battery_control}/state",
             )
@@ -472,6 +481,13 @@ class Stack:
             )
         )
         self.components = {c.name: c for c in components}
+
+    def _battery_waits(self) -> tuple[str, ...]:
+        """poolmgrd waits 60 s for CREATED and 30 s for the agent; a QEMU guest under TCG
+        takes about a minute to answer its first ping, longer with several booting at once."""
+        if self.guests != "qemu":
+            return ()
+        return (f"--create-timeout={QEMU_CREATE_TIMEOUT}", f"--agent-timeout={QEMU_AGENT_TIMEOUT}")
 
     @property
     def battery_config_file(self) -> Path:
@@ -663,12 +679,16 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def running(root: Path, artifacts: Path, host_count: int = 2) -> AsyncIterator[Stack]:
+async def running(
+    root: Path, artifacts: Path, host_count: int = 2, guests: str = "sandbox"
+) -> AsyncIterator[Stack]:
     """A stack in `root` (state and logs) from the pexes under `artifacts`, up until the block
     ends, then down: what the end-to-end tests and the benchmarks start."""
     state = StateDir(root / "state")
     state.claim()
-    up = Stack(state, root / "logs", Artifacts.find(artifacts), host_count=host_count)
+    up = Stack(
+        state, root / "logs", Artifacts.find(artifacts), host_count=host_count, guests=guests
+    )
     try:
         await up.up()
         yield up

@@ -165,6 +165,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sweep-interval", help="Go duration (default 10s)")
     parser.add_argument("--warning-window", help="Go duration (default 30s)")
     parser.add_argument("--reconcile-interval", default="10s", help="Go duration (default 10s)")
+    # Not poolmgrd's (its waits are fixed): a QEMU guest under TCG takes longer to boot.
+    parser.add_argument(
+        "--create-timeout", default="60s", help="wait for CREATED, Go duration (default 60s)"
+    )
+    parser.add_argument(
+        "--agent-timeout", default="30s", help="wait for the guest agent (default 30s)"
+    )
     parser.add_argument("--fake-clock", action="store_true", help="a clock moved by /advance")
     parser.add_argument("--host-api", action="store_true", help="serve battery main's host RPCs")
     parser.add_argument("--basic-auth-token", default=None)
@@ -201,6 +208,8 @@ async def serve(args: argparse.Namespace) -> None:
         sweep_interval=settings.sweep_interval,
         warning_window=settings.warning_window,
         reconcile_interval=parse_duration(args.reconcile_interval),
+        create_timeout=parse_duration(args.create_timeout),
+        agent_timeout=parse_duration(args.agent_timeout),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

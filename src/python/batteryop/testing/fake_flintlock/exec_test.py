@@ -61,7 +61,9 @@ async def backend_client(request: pytest.FixtureRequest) -> AsyncIterator[Client
     ):
         client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
         if backend == "qemu":
-            client.shared_uid = await client.create_ready(make_spec("guest"))
+            spec = make_spec("guest")
+            spec.vcpu = 1  # TCG: one host thread per vCPU, on a shared 2-core machine
+            client.shared_uid = await client.create_ready(spec)
         yield client
 
 

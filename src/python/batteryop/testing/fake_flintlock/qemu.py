@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
-from batteryop.testing import guest_image
+from batteryop.testing import guest_agent, guest_image
 from batteryop.testing.controlplane.server import die_with_parent, free_port
 from batteryop.testing.fake_flintlock import agent_protocol
 from batteryop.testing.fake_flintlock.agent_protocol import AgentConnection, Frame
@@ -100,7 +100,17 @@ class QemuGuests:
     async def _run(
         self, record: VmRecord, ready: Callable[[], None], gone: Callable[[], None]
     ) -> None:
-        """Boot record's guest, wait for its agent, then watch QEMU until it exits."""
+        """Boot record's guest, wait for its agent, then watch QEMU until it exits; a guest
+        that cannot be started (no image, no QEMU) is gone at once, with the reason logged."""
+        try:
+            process, guest = await self._launch(record)
+        except (OSError, guest_image.BootError, guest_agent.GuestAgentError) as err:
+            log.error("microvm %s: the guest could not start: %s", record.uid, err)
+            gone()
+            return
+        await self._watch(record, process, guest, ready, gone)
+
+    async def _launch(self, record: VmRecord) -> tuple[asyncio.subprocess.Process, Guest]:
         image = await self._ensure_image()
         spec = record.vm.spec
         overlay = record.directory / "root.qcow2"
@@ -111,9 +121,7 @@ class QemuGuests:
         )  # fmt: skip
         _, err = await made.communicate()
         if made.returncode != 0:
-            log.error("microvm %s: qemu-img failed: %s", record.uid, err.decode().strip())
-            gone()
-            return
+            raise OSError(f"qemu-img failed: {err.decode().strip()}")
         port = free_port(AGENT_HOST)
         argv = guest_image.qemu_command(
             image.vmlinuz,
@@ -137,6 +145,17 @@ class QemuGuests:
             )
         guest = Guest(record.uid, process, port, overlay, time.monotonic())
         self._guests[record.uid] = guest
+        return process, guest
+
+    async def _watch(
+        self,
+        record: VmRecord,
+        process: asyncio.subprocess.Process,
+        guest: Guest,
+        ready: Callable[[], None],
+        gone: Callable[[], None],
+    ) -> None:
+        port, overlay = guest.agent_port, guest.overlay
         log.info("microvm %s: QEMU %d (%s: %s), agent on %s:%d", record.uid, process.pid,
                  self._accel, self._why, AGENT_HOST, port)  # fmt: skip
         waiting = asyncio.ensure_future(process.wait())
