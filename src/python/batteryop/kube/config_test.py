@@ -151,6 +151,31 @@ def test_an_unknown_context_is_refused(controlplane: ControlPlane) -> None:
         KubeConfig.from_dict(controlplane.kubeconfig(), context="nope")
 
 
+def test_a_kubeconfig_in_yaml_s_own_syntax_reads_as_pyyaml_s_safe_load_reads_it(
+    tmp_path: Path,
+) -> None:
+    """The file is parsed by libyaml when PyYAML has it: comments, anchors and aliases, flow
+    and block styles, quoted and block scalars read as `yaml.safe_load` reads them; a file
+    that is not YAML is refused naming it."""
+    text = (
+        "# written by hand\n"
+        "apiVersion: v1\nkind: Config\ncurrent-context: 'ctx'\n"
+        'clusters:\n- name: c\n  cluster: &cluster {server: "https://127.0.0.1:1"}\n'
+        "- name: copy\n  cluster: *cluster\n"
+        "users:\n- name: u\n  user:\n    token: >-\n      secret-token\n"
+        "contexts: [{name: ctx, context: {cluster: copy, user: u}}]\n"
+    )
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    config = KubeConfig.from_kubeconfig(str(path))
+    assert (config.server, config.token) == ("https://127.0.0.1:1", "secret-token")
+    assert config == KubeConfig.from_dict(yaml.safe_load(text), base_dir=str(tmp_path))
+
+    path.write_text("clusters: [unclosed\n")
+    with pytest.raises(KubeConfigError, match="not YAML"):
+        KubeConfig.from_kubeconfig(str(path))
+
+
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KubeConfigError, match="cannot read it"):
         KubeConfig.from_kubeconfig(str(tmp_path / "none"))
