@@ -19,7 +19,9 @@ warm Pool and none waits for a MicroVM to boot. Prints one JSON line per figure:
 Where `battery run` spends its time (`phases_p50_ms`) comes from a probe that does what the
 command does, in the same venv, with each step timed: `interpreter` is `python -c pass`;
 `import_cli` the import of `batteryop.client.cli` (what `--help` loads); `import_io` the
-client's IO (aiohttp, gRPC, protobuf), which the command imports when it makes its client;
+client's IO (aiohttp, PyYAML), which the command imports when it makes its client, without the
+system's CA store; `import_grpc_on_thread` the exec transport (gRPC, protobuf), which `run`
+imports on a thread meanwhile, overlapping `client` and `claim`;
 `client` reading the kubeconfig and the CA; `claim` each API request of the claim by verb and
 resource, and `wait_bound` the rest (the watch until the operator bound it, CL-001..CL-003,
 CC-003); `exec` the command through the Exec Agent on a new gRPC channel (TLS handshake,
@@ -169,13 +171,23 @@ async def battery(env: Mapping[str, str], *args: str) -> tuple[float, int, str]:
 
 
 PROBE = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
 t0 = time.perf_counter()
-import batteryop.client.cli  # what the console script imports first
+import batteryop.client.cli as cli  # what the console script imports first
 t1 = time.perf_counter()
-from batteryop.client._sync import Client  # what `_client` imports for every command but --help
-from batteryop.kube.client import KubeClient
+cli._OWN_PROCESS = True  # as main() sets it for the console script
+with cli._without_system_cas():  # what `_client` imports for every command but --help
+    from batteryop.client._sync import Client
+    from batteryop.kube.client import KubeClient
 t2 = time.perf_counter()
+grpc_import = []
+
+def import_grpc():  # as `_client` does for `run` and `exec`, timed
+    started = time.perf_counter()
+    cli._import_exec_transport()
+    grpc_import.append(time.perf_counter() - started)
+
+threading.Thread(target=import_grpc, daemon=True).start()
 
 requests = []
 _request = KubeClient._request
@@ -214,7 +226,8 @@ for what, s in claim_requests:
 claim["wait_bound"] = round(ms(t4 - t3) - sum(claim.values()), 2)
 print(json.dumps({"import_cli": ms(t1 - t0), "import_io": ms(t2 - t1), "client": ms(t3 - t2),
                   "claim": claim, "exec": ms(t5 - t4), "release": ms(t6 - t5),
-                  "close": ms(t7 - t6), "total": ms(t7 - t0), "stdout_bytes": got[0]}))
+                  "close": ms(t7 - t6), "total": ms(t7 - t0), "stdout_bytes": got[0],
+                  "import_grpc_on_thread": ms(grpc_import[0])}))
 """
 
 
@@ -244,7 +257,8 @@ async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
 def median_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per phase (and per claim request) the median over `runs`, in ms."""
     out: dict[str, Any] = {}
-    for key in ("import_cli", "import_io", "client", "exec", "release", "close", "total", "wall"):
+    keys = ("import_cli", "import_io", "client", "exec", "release", "close", "total", "wall")
+    for key in (*keys, "import_grpc_on_thread"):
         out[key] = round(statistics.median(r[key] for r in runs), 2)
     claim_keys = {k for r in runs for k in r["claim"]}
     out["claim"] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, _sink, main
+from batteryop.client.cli import EXIT_ERROR, EXIT_EXEC_ERROR, PIPE_BYTES, _sink, main
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -150,6 +151,11 @@ def test_output_is_written_whole_to_the_descriptor_after_what_the_stream_held() 
             sink(chunk)
     reader.join(30)
     assert bytes(got) == b"before\none\n" + big + b"two\n"
+    if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: the pipe was widened to take a chunk whole
+        read_fd, write_fd = os.pipe()
+        with open(read_fd, "rb"), open(write_fd, "wb") as stream:
+            _sink(stream)
+            assert fcntl.fcntl(write_fd, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
 
     stand_in = io.TextIOWrapper(io.BytesIO())
     _sink(stand_in)(b"through the stream")
