@@ -79,7 +79,7 @@ from batteryop.kube.errors import (
     KubeError,
     NotFoundError,
 )
-from batteryop.kube.resources import CLAIMS, POOLS, SECRETS, SERVICEACCOUNTS
+from batteryop.kube.resources import CLAIMS, POOLS, SECRETS, SERVICEACCOUNTS, Resource
 
 if TYPE_CHECKING:
     from batteryop.client._transport import GrpcExecTransport
@@ -270,6 +270,7 @@ class AsyncClient:
         limit = self.timeouts.bind if timeout is None else timeout
         held: AsyncClaim | None = None
         secret_uid: str | None = None
+        first_token: asyncio.Future[_core.Token] | None = None
         try:
             # CC-001: the Secret after the claim, owned by it (its uid).
             with _mapped(f"creating Secret {names.exec_secret_name(claim_name)}", claim_name):
@@ -277,6 +278,10 @@ class AsyncClient:
                     SECRETS, _core.exec_secret_body(claim_name, uid, ns), ns
                 )
             secret_uid = str(secret["metadata"]["uid"])
+            # CC-002: the first token needs the Secret, not Bound, so it is requested while
+            # the operator binds, and is there when the claim is.
+            first_token = asyncio.ensure_future(self._token_for(claim_name, holder, secret_uid))
+            first_token.add_done_callback(_retrieved)
             try:
                 bound = await asyncio.wait_for(
                     self._wait_bound(created, on_pending, progress), limit
@@ -294,13 +299,15 @@ class AsyncClient:
                 on_host_not_ready=on_host_not_ready,
             )
             # The gRPC transport starts connecting to the claim's agent for the first exec
-            # (CC-020) while the first token is requested (CC-002), before the caller gets it.
+            # (CC-020) while the first token comes, before the caller gets the claim.
             self._connect(held.agent_address)
-            await held.token()
+            held._token = await first_token
             held.start_holding()
             return held
         except BaseException:
             # CC-005: whoever stops the wait, the claim does not outlive it.
+            if first_token is not None:
+                first_token.cancel()
             if held is not None:
                 self._claims.discard(held)
             await self._delete_shielded(claim_name, uid, secret_uid)
@@ -503,17 +510,21 @@ class AsyncClient:
         """Delete claim `uid` under `name` and its Secret `secret_uid`; gone or replaced
         already is fine. Both deletes carry a uid precondition, so a newer claim of the same
         name keeps its Secret, whose deletion would revoke its tokens (CC-021). Without
-        `secret_uid` (never created) the Secret is left to the garbage collector."""
+        `secret_uid` (never created) the Secret is left to the garbage collector. The two
+        deletes go out together (one round trip, not two); the first failure is raised once
+        both have ended."""
+
+        async def delete(res: Resource, obj: str, obj_uid: str) -> None:
+            with contextlib.suppress(NotFoundError, ConflictError):  # gone, or not ours
+                await self._kube.delete(res, obj, self.namespace, uid=obj_uid)
+
+        deletes = [delete(CLAIMS, name, uid)]
+        if secret_uid:
+            deletes.append(delete(SECRETS, names.exec_secret_name(name), secret_uid))
         with _mapped(f"deleting claim {name}", name):
-            try:
-                await self._kube.delete(CLAIMS, name, self.namespace, uid=uid)
-            except (NotFoundError, ConflictError):
-                pass  # gone, or a newer claim of that name that is not ours
-            if secret_uid:
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    await self._kube.delete(
-                        SECRETS, names.exec_secret_name(name), self.namespace, uid=secret_uid
-                    )
+            for outcome in await asyncio.gather(*deletes, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
 
     async def _delete_shielded(self, name: str, uid: str, secret_uid: str | None) -> None:
         """`_delete`, finished even if the caller is cancelled meanwhile (again and again);
@@ -553,13 +564,16 @@ class AsyncClient:
 
     async def _token(self, claim: AsyncClaim) -> _core.Token:
         """A new token for the claim's Holder, bound to its Secret (CC-002)."""
-        secret = names.exec_secret_name(claim.name)
-        with _mapped(f"requesting a token for claim {claim.name}", claim.name):
+        return await self._token_for(claim.name, claim.holder, claim.secret_uid)
+
+    async def _token_for(self, name: str, holder: str, secret_uid: str) -> _core.Token:
+        secret = names.exec_secret_name(name)
+        with _mapped(f"requesting a token for claim {name}", name):
             answer = await self._kube.create(
                 SERVICEACCOUNTS,
-                _core.token_request_body(secret, claim.secret_uid, self.token_expiration),
+                _core.token_request_body(secret, secret_uid, self.token_expiration),
                 self.namespace,
-                name=claim.holder,
+                name=holder,
                 subresource="token",
             )
             return _core.read_token(answer, datetime.now(UTC))
@@ -593,6 +607,12 @@ class AsyncClient:
             transport = self._grpc_transport()
             if transport is not None:
                 transport.connect(address)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a task nobody may await (a claim given up) as seen."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:
