@@ -21,15 +21,16 @@ command does, in the same venv, with each step timed: `interpreter` is `python -
 `import_cli` the import of `batteryop.client.cli` (what `--help` loads); `import_io` the
 client's IO (aiohttp, PyYAML), which the command imports when it makes its client, without the
 system's CA store; `import_grpc_on_thread` the exec transport (gRPC, protobuf), which `run`
-imports on a thread meanwhile, overlapping `client` and `claim`;
-`client` reading the kubeconfig and the CA; `claim` each API request of the claim by verb and
-resource, and `wait_bound` the rest (the watch until the operator bound it, CL-001..CL-003,
-CC-003, which the TokenRequest overlaps); `exec` the command through the Exec Agent on a new gRPC channel (TLS handshake,
-every check of the agent, the command); `release` the two deletes (CC-021); `close` the
-client's shutdown; `total` their sum, `wall` the probe process from spawn to exit (so
-`wall - total - interpreter` is the interpreter's start and exit around them). `imports_ms` is `python -X importtime` on the import of the command's
-module, by top-level package (importtime itself adds to each).
-`stream_seconds` is the 100 MiB run less the p50 of `true`: the stream alone.
+imports on a thread meanwhile, overlapping `client` and `claim`; `client` reading the
+kubeconfig and the CA; `claim` each API request of the claim by verb and resource, and
+`wait_bound` the rest (the watch until the operator bound it, CL-001..CL-003, CC-003, which
+the TokenRequest overlaps); `exec` the command through the Exec Agent (the gRPC channel's TLS
+handshake, begun while the token came, every check of the agent, the command); `release` the
+two deletes, side by side (CC-021); `close` the client's shutdown; `total` their sum, `wall`
+the probe process from spawn to exit (so `wall - total - interpreter` is the interpreter's
+start and exit around them). `imports_ms` is `python -X importtime` on the import of the
+command's module, by top-level package (importtime itself adds to each). `stream_seconds` is
+the 100 MiB run less the p50 of `true`: the stream alone.
 
 BATTERYOP_BENCH=1: 200 `--help`, 30 `run -- true` and 100 MiB; otherwise a smoke pass.
 """
