@@ -8,7 +8,8 @@ call downloads it, about 4 MB) and returns the `cert-manager.io` CRDs its zip ca
 `deploy/crds`. `install_crds(api)` creates them in the API server (one already there is left
 as it is) and waits, by watch, until each is Established.
 
-No cert-manager controller runs: the objects are stored and validated, never acted on.
+Here no cert-manager controller runs: the objects are stored and validated, never acted on. On
+the real node cert-manager's controllers do run and issue them (`testing.kubenode.addons`).
 """
 
 from __future__ import annotations

@@ -8,9 +8,12 @@
    `images:` override, so every image stays pinned by its digest. The one swap: poolmgrd
    cannot be built here, so battery's container runs the fake battery's image (built by the
    release targets as `fake-battery`, never named in install.yaml).
-3. `kubectl apply -k`. Until cert-manager runs here (issue 27) its CRDs are installed and the
-   three Secrets its Certificates would write are written in its place; battery's volume is a
-   hostPath PersistentVolume the claim binds to.
+3. cert-manager runs on the node (`addons.install_cert_manager`, its controllers from its pinned
+   module), then install.yaml goes in, either with `kubectl apply -k` or, with `flux=`, the way
+   a Flux user installs it: Flux's controllers (`addons.install_flux`), the Manifests artifact
+   pushed to the node's registry, an `OCIRepository` and a `Kustomization` with the same image
+   overrides. cert-manager issues the Certificates install.yaml asks for; battery's volume is
+   a hostPath PersistentVolume the claim binds to.
 4. Once the Exec Agent Pod has written flintlockd's certificate (by CSR, through the CSR
    approver Pod), flintlockd starts on the node as the Host Image's path unit starts it: our
    fake flintlockd, a host service in the node's namespaces on the Node's address.
@@ -23,6 +26,7 @@ kernel here has no device-mapper, so no thin pool can exist; the Exec Agent chec
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -31,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import yaml
 
@@ -39,10 +43,9 @@ import batteryop  # pants: no-infer-dep (the package folder itself, see make_hos
 from batteryop.api import names
 from batteryop.release import main as release
 from batteryop.release import oci
-from batteryop.testing import certmanager
+from batteryop.testing.kubenode import addons
 from batteryop.testing.kubenode.machine import NODE_ADDRESS
 from batteryop.testing.kubenode.node import NODE_NAME, REGISTRY, KubeNode, NodeError
-from batteryop.tls import CertificateAuthority, KeyPair
 
 NAMESPACE: Final = names.OPERATOR_NAMESPACE
 HOST_DEFINITION: Final = Path("src/images/host/rootfs")
@@ -51,6 +54,12 @@ FAKE_BATTERY: Final = "fake-battery"
 THIN_POOL: Final = "flintlock-thinpool"
 EXEC_AGENT_UID: Final = 65532
 BATTERY_VOLUME: Final = "battery-data-node"
+CERTIFICATES: Final = (
+    names.SERVING_CA_SECRET,
+    names.CLIENT_CA_SECRET,
+    names.BATTERY_CLIENT_SECRET,
+)
+"""install.yaml's Certificates, each named as the Secret it writes."""
 WORKLOADS: Final = (
     f"deployment/{names.OPERATOR_DEPLOYMENT}",
     f"deployment/{names.CSR_APPROVER_NAME}",
@@ -72,11 +81,24 @@ class Mirrored:
 
 @dataclass(frozen=True)
 class Pki:
-    """The CAs cert-manager's Certificates would make, and battery's client certificate."""
+    """What cert-manager issued for install.yaml's Certificates (PEM), read from their Secrets."""
 
-    serving_ca: CertificateAuthority
-    client_ca: CertificateAuthority
-    battery_client: KeyPair
+    serving_ca: bytes
+    """flintlockd's serving CA (what battery and the Exec Agent trust flintlockd by)."""
+    client_ca: bytes
+    battery_client: bytes
+    """battery's client certificate for flintlockd."""
+    battery_client_ca: bytes
+    """The CA in that Secret (`ca.crt`): the client CA that signed it."""
+
+
+@dataclass(frozen=True)
+class FluxSource:
+    """The Manifests artifact (an OCI layout, as the release writes it) for a Flux install."""
+
+    layout: Path
+    tag: str
+    repository: str = "battery-operator/manifests"
 
 
 def find_definition(start: Path | None = None) -> Path:
@@ -152,12 +174,7 @@ def kustomization(folder: Path, install_yaml: Path, images: Mapping[str, Mirrore
     user's way to mirror (the digests install.yaml pins stay; battery's image is swapped)."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(install_yaml, folder / "install.yaml")
-    entries: list[dict[str, str]] = []
-    for image in images.values():
-        entry = {"name": image.source, "newName": image.mirror}
-        if image.source == POOLMGRD:
-            entry.update(newTag=image.tag, digest=image.digest)
-        entries.append(entry)
+    entries = image_overrides(images)
     (folder / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
@@ -172,39 +189,40 @@ def kustomization(folder: Path, install_yaml: Path, images: Mapping[str, Mirrore
     return folder
 
 
-def stand_in_for_cert_manager(node: KubeNode) -> Pki:
-    """cert-manager's CRDs, and the Secrets its Certificates in install.yaml would write."""
-    for crd in certmanager.crd_files():
-        node.kubectl(["apply", "--server-side", "-f", str(crd)])
-    serving = CertificateAuthority.create(names.SERVING_CA_SECRET)
-    client = CertificateAuthority.create(names.CLIENT_CA_SECRET)
-    battery_id = names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)
-    battery = client.issue("battery", hosts=[battery_id], client=True)
-    node.kubectl(["create", "namespace", NAMESPACE])
-    secrets = [
-        _tls_secret(names.SERVING_CA_SECRET, serving.pair, serving.cert_pem),
-        _tls_secret(names.CLIENT_CA_SECRET, client.pair, client.cert_pem),
-        _tls_secret(names.BATTERY_CLIENT_SECRET, battery, client.cert_pem),
-    ]
-    node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(secrets))
-    return Pki(serving, client, battery)
+def image_overrides(images: Mapping[str, Mirrored]) -> list[dict[str, str]]:
+    """The `images:` entries that take every image from the node's registry (a kustomization's
+    and a Flux Kustomization's field alike)."""
+    entries: list[dict[str, str]] = []
+    for image in images.values():
+        entry = {"name": image.source, "newName": image.mirror}
+        if image.source == POOLMGRD:
+            entry.update(newTag=image.tag, digest=image.digest)
+        entries.append(entry)
+    return entries
 
 
-def _tls_secret(name: str, pair: KeyPair, ca_pem: bytes) -> dict[str, Any]:
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
+def wait_certificates(node: KubeNode, timeout: float = 180.0) -> Pki:
+    """Until cert-manager has issued every Certificate of install.yaml (`kubectl wait` watches
+    them); their Secrets' PEMs."""
+    objects = [f"certificate/{name}" for name in CERTIFICATES]
+    where = ["-n", NAMESPACE, f"--timeout={int(timeout)}s"]
+    # Through Flux the namespace itself comes with install.yaml, a little later.
+    node.kubectl(["wait", f"namespace/{NAMESPACE}", *where[2:], "--for=create"])
+    for each in objects:  # kubectl waits for the creation of one named object at a time
+        node.kubectl(["wait", each, *where, "--for=create"])
+    node.kubectl(["wait", *objects, *where, "--for=condition=Ready"])
+    found = {name: _secret(node, name) for name in CERTIFICATES}
+    return Pki(
+        serving_ca=found[names.SERVING_CA_SECRET]["tls.crt"],
+        client_ca=found[names.CLIENT_CA_SECRET]["tls.crt"],
+        battery_client=found[names.BATTERY_CLIENT_SECRET]["tls.crt"],
+        battery_client_ca=found[names.BATTERY_CLIENT_SECRET]["ca.crt"],
+    )
 
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "data": {
-            "tls.crt": b64(pair.cert_pem),
-            "tls.key": b64(pair.key_pem),
-            "ca.crt": b64(ca_pem),
-        },
-    }
+
+def _secret(node: KubeNode, name: str) -> dict[str, bytes]:
+    out = node.kubectl(["get", "secret", name, "-n", NAMESPACE, "-o", "jsonpath={.data}"])
+    return {k: base64.b64decode(v) for k, v in json.loads(out).items()}
 
 
 def battery_volume(node: KubeNode) -> Path:
@@ -291,11 +309,14 @@ def diagnose(node: KubeNode, lines: int = 15) -> str:
 @dataclass(frozen=True)
 class Installed:
     times: dict[str, float]
-    """Seconds per phase: `mirror`, `apply_to_ready`."""
+    """Seconds per phase: `mirror`, `cert_manager` (its image built and its controller
+    running), `flux` (Flux's controllers running; Flux installs only), `apply_to_certificates`
+    (install.yaml applied to every Certificate issued), `apply_to_ready` (to every workload
+    rolled out)."""
     pki: Pki
     images: dict[str, Mirrored]
     applied: str
-    """What `kubectl apply -k` printed."""
+    """What `kubectl apply -k` printed, or the Flux Kustomization's status."""
 
 
 def install(
@@ -303,25 +324,67 @@ def install(
     install_yaml: Path,
     layouts: Mapping[str, Path],
     flintlockd: Sequence[str] | None = None,
+    *,
+    flux: FluxSource | None = None,
 ) -> Installed:
-    """Everything above, in order (`flintlockd`: see `start_flintlockd`)."""
+    """Everything above, in order (`flintlockd`: see `start_flintlockd`; `flux`: install
+    through Flux from that artifact instead of `kubectl apply -k`)."""
     times: dict[str, float] = {}
     started = time.monotonic()
     make_host(node)
     images = mirror(node, layouts)
     times["mirror"] = time.monotonic() - started
-    pki = stand_in_for_cert_manager(node)
+    started = time.monotonic()
+    addons.install_cert_manager(node)
+    times["cert_manager"] = time.monotonic() - started
     battery_volume(node)
-    folder = kustomization(node.state / "kustomize", install_yaml, images)
+    if flux is not None:
+        started = time.monotonic()
+        addons.install_flux(node)
+        times["flux"] = time.monotonic() - started
     applied = time.monotonic()
-    applied_output = node.kubectl(["apply", "--server-side", "-k", str(folder)])
+    if flux is None:
+        folder = kustomization(node.state / "kustomize", install_yaml, images)
+        applied_output = node.kubectl(["apply", "--server-side", "-k", str(folder)])
+    else:
+        apply_flux_source(node, flux, images)
+        applied_output = ""
     try:
+        pki = wait_certificates(node)
+        times["apply_to_certificates"] = time.monotonic() - applied
         start_flintlockd(node, flintlockd)
         wait_workloads(node)
+        if flux is not None:
+            applied_output = yaml.safe_dump(
+                addons.wait_flux_ready(node, "kustomization", FLUX_NAME), sort_keys=False
+            )
     except NodeError as err:
         raise NodeError(f"{err}\n{diagnose(node)}") from None
     times["apply_to_ready"] = time.monotonic() - applied
     return Installed(times, pki, images, applied_output)
 
 
-__all__ = ["FAKE_BATTERY", "Installed", "Mirrored", "install"]
+FLUX_NAME: Final = "battery-operator"
+"""The OCIRepository and the Kustomization that install battery-operator through Flux."""
+
+
+def push_artifact(node: KubeNode, source: FluxSource) -> str:
+    """The Manifests artifact into the node's registry; returns Flux's revision for it
+    (`<tag>@sha256:...`, what the OCIRepository and Kustomization report)."""
+    node.push(source.layout, source.tag, source.repository)
+    return f"{source.tag}@{oci.index_digest(source.layout, source.tag)}"
+
+
+def apply_flux_source(node: KubeNode, source: FluxSource, images: Mapping[str, Mirrored]) -> str:
+    """Push the artifact and point Flux at it (create, or move an existing OCIRepository to
+    this tag); returns the artifact's revision."""
+    revision = push_artifact(node, source)
+    objects = [
+        addons.oci_repository(FLUX_NAME, source.repository, source.tag),
+        addons.flux_kustomization_object(FLUX_NAME, image_overrides(images)),
+    ]
+    node.kubectl(["apply", "--server-side", "-f", "-"], stdin=yaml.safe_dump_all(objects))
+    return revision
+
+
+__all__ = ["FAKE_BATTERY", "FluxSource", "Installed", "Mirrored", "Pki", "install"]

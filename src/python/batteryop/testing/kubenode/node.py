@@ -76,7 +76,9 @@ DNS_ADDRESS: Final = NODE_ADDRESS
 """CoreDNS listens on the Node's address (a ClusterIP without a Service would be refused by
 kube-proxy's nftables rules for unallocated ClusterIPs)."""
 REGISTRY: Final = "127.0.0.1:5000"
-"""The node's image registry, on the node's own loopback."""
+"""The node's image registry, as containerd and the harness reach it: the node's loopback."""
+REGISTRY_FOR_PODS: Final = f"{NODE_ADDRESS}:5000"
+"""The same registry as a Pod reaches it (Flux's source-controller pulls artifacts from it)."""
 PAUSE_IMAGE: Final = "registry.k8s.io/pause:3.10"
 """The sandbox image containerd pins, and the Exec Agent's drain guard image in install.yaml:
 registry.k8s.io is mirrored to the node's registry (containerd's hosts.toml)."""
@@ -346,7 +348,7 @@ class KubeNode:
     def _start_registry(self) -> None:
         folder = self.state / "registry"
         folder.mkdir()
-        config = registry_config(folder, REGISTRY)
+        config = registry_config(folder, f":{REGISTRY.rsplit(':', 1)[1]}")  # every address
         proc = self.spawn("registry", ["docker-registry", "serve", str(config)])
         # Ready when its own log says it listens.
         self.wait_for(
@@ -371,19 +373,24 @@ class KubeNode:
         return ref
 
     def _push_pause(self) -> None:
-        stage = self.state / "pause-image"
-        (stage / "layer").mkdir(parents=True)
-        shutil.copy2(self.bins.pause, stage / "layer" / "pause")
         repository, tag = PAUSE_IMAGE.split("/", 1)[1].split(":")
+        self.push_binary(self.bins.pause, repository, tag, user="65535:65535")
+
+    def push_binary(self, binary: Path, repository: str, tag: str, *, user: str) -> str:
+        """An image holding only `binary` (static), as its entry point, pushed to the node's
+        registry as `repository:tag`; returns the reference pushed."""
+        stage = self.state / "images" / repository.replace("/", "_")
+        (stage / "layer").mkdir(parents=True)
+        shutil.copy2(binary, stage / "layer" / binary.name)
         oci.build_index(
             [oci.Platform("amd64", [stage / "layer"])],
-            oci.ImageConfig(entrypoint=["/pause"], user="65535:65535"),
+            oci.ImageConfig(entrypoint=[f"/{binary.name}"], user=user),
             created=0,
             out=stage / "layout",
             tag=tag,
             state=stage / "buildah",
         )
-        self.push(stage / "layout", tag, repository)
+        return self.push(stage / "layout", tag, repository)
 
     def _start_containerd(self) -> None:
         folder = self.state / "containerd"
