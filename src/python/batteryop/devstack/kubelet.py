@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"\nEvery workload Ready {done.times['apply_to_ready']:.1f} s after kubectl apply:")
         say(node.kubectl(["get", "pods", "-A", "-o", "wide"]).rstrip())
         work = Path(tempfile.mkdtemp(prefix="up-kubelet-", dir=node.state))
-        (work / "serving-ca.crt").write_bytes(done.pki.serving_ca.cert_pem)
+        (work / "serving-ca.crt").write_bytes(done.pki.serving_ca)
 
         async def session() -> None:
             loop = asyncio.get_running_loop()
