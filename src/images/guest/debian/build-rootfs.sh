@@ -9,7 +9,7 @@
 #    no emulator);
 # 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
 #    configure-rootfs.sh, as in the image.
-# 4. GI-020: with --guest-agent DIR (flintlock's guest agent for ARCH, `guest-agent` and
+# 4. GI-020, GI-026: with --guest-agent DIR (flintlock's guest agent for ARCH, `guest-agent` and
 #    upstream's `guest-agent.service`, as batteryop.testing.guest_agent builds them from the
 #    pinned source), the agent where its .deb puts it, its unit enabled by configure-rootfs.sh.
 #    Without it the tree has no agent and check-rootfs.sh needs --without-agent.
@@ -101,7 +101,7 @@ for kind in auth account password session session-noninteractive; do
 done
 
 cp -r "$rootfs/files/." "$out/"
-# GI-020: the paths the agent's .deb installs (merged /usr: /lib is usr/lib).
+# GI-020, GI-026: the paths the agent's .deb installs (merged /usr: /lib is usr/lib).
 if [[ -n $agent ]]; then
   install -D -m 0755 "$agent/guest-agent" "$out/usr/local/bin/guest-agent"
   install -D -m 0644 "$agent/guest-agent.service" "$out/usr/lib/systemd/system/guest-agent.service"

@@ -234,7 +234,8 @@ async def run_demo(stack: Stack, console: Console) -> None:
         # provision than the battery command's own wait for an available one.
         timeout = demo.QEMU_POOL_TIMEOUT_SECONDS if stack.guests == "qemu" else None
         seconds = await demo.apply_pool(kube, available=stack.guests == "qemu", timeout=timeout)
-    console.print(f"demo: Pool demo/{demo.POOL} Ready in {seconds:.2f}s")
+    waited = "Ready with a MicroVM available" if stack.guests == "qemu" else "Ready"
+    console.print(f"demo: Pool demo/{demo.POOL} {waited} in {seconds:.2f}s")
     for step in await demo.run(stack.cli_env()):
         console.print(f"demo: $ {step.command}    [{step.seconds * 1000:.0f} ms]", markup=False)
         for line in (step.stdout + step.stderr).splitlines():

@@ -3,13 +3,18 @@
 It serves flintlock's `microvm.services.api.v1alpha1.MicroVM` (plus our `ServerInfo`) and
 `microvmexec.services.api.v1alpha1.MicroVMExec` over grpc.aio on its own loopback address,
 with in-memory MicroVMs and commands that really run, each MicroVM in its own sandbox
-directory. Tests drive it through `FakeFlintlockd` (handle.py), which starts the process and
-talks to its control API (server.py) on a second port: down/up, slow and failing creates, a cut
-exec stream, forced MicroVM states, inspection. Run by hand: `python -m
+directory, or, with `--guests qemu`, in a QEMU guest of the Debian guest image through
+flintlock's guest agent (`qemu.py`; the backends are in `guests.py`). Tests drive it through
+`FakeFlintlockd` (handle.py), which starts the process and talks to its control API
+(server.py) on a second port: down/up, slow and failing creates, a cut exec stream, forced
+MicroVM states, inspection. Run by hand: `python -m
 batteryop.testing.fake_flintlock --help` (or the `fake-flintlockd` pex).
 
 Deliberate differences from real flintlockd (flintlock-api.md §1, §2, §8):
-- No containerd, no VMM, no network: a MicroVM is a record plus a sandbox directory. It goes
+- No containerd, no network, and by default no VMM: a MicroVM is a record plus a sandbox
+  directory. (`--guests qemu`: a QEMU guest instead, with its own differences listed in
+  `qemu.py`: QEMU and not Firecracker, TCP to the agent instead of vsock, CREATED only once
+  the agent answers, a killed guest makes its MicroVM gone.) In the sandbox it goes
   PENDING -> CREATED after `--boot-delay` (default 0) instead of after a real boot, never
   retries or reaches FAILED by itself (tests force states), and DELETING -> gone after
   `--delete-delay`. Interface status (host device, index, MAC) is made up; no eth0 is added.
@@ -24,9 +29,9 @@ Deliberate differences from real flintlockd (flintlock-api.md §1, §2, §8):
   ListMicroVMs with an empty namespace lists every namespace.
 - `ServerInfo` is our design (no upstream proto was available, see microvms.proto);
   `--no-server-info` answers UNIMPLEMENTED like a flintlockd older than v0.15.0.
-- Exec runs the command on this machine, not in a guest: the sandbox's `rootfs/` stands in
-  for `/` only as the working directory (`cwd` is mapped inside it; it is not a chroot, so
-  absolute paths in commands still see the host); the environment is the sandbox's (HOME,
+- In the sandbox, exec runs the command on this machine, not in a guest: the sandbox's
+  `rootfs/` stands in for `/` only as the working directory (`cwd` is mapped inside it; it is
+  not a chroot, so absolute paths in commands still see the host); the environment is the sandbox's (HOME,
   TMPDIR inside it; FAKE_FLINTLOCK_VM_UID/NAME/NAMESPACE) with `env` merged over it; `user`
   only sets USER and LOGNAME (no uid switch); there are no heartbeats and no idle deadline;
   a cancelled stream kills the command at once (the guest agent sends SIGTERM first).
