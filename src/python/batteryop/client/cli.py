@@ -319,9 +319,9 @@ PIPE_BYTES = 1024 * 1024
 def _widen_pipe(fd: int) -> None:
     """Where `fd` is a pipe and Linux lets us, make it hold `PIPE_BYTES` instead of 64 KiB: a
     chunk is then written without waiting for the reader to drain the pipe 64 KiB at a time,
-    and the reader takes it in one read (100 MiB: 8-80 ms less CPU for each side; docs/dev/
-    client-performance.md). A pipe that cannot grow (another system, a per-user limit) stays
-    as it is."""
+    and the reader takes it in one read (100 MiB: 7-90 ms less CPU for a Python reader, 3-20
+    ms for us; docs/dev/client-performance.md). A pipe that cannot grow (another system, a
+    per-user limit) stays as it is."""
     try:
         import fcntl
     except ImportError:  # Windows
