@@ -23,6 +23,17 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return (code if isinstance(code, int) else 1), out, err
 
 
+def python(*argv: str) -> subprocess.CompletedProcess[str]:
+    """This interpreter, in a process of its own, with this process's import path."""
+    return subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["--help"], capsys)
     assert code == 0
@@ -48,13 +59,7 @@ def test_help_and_usage_errors_load_none_of_the_client_s_io(argv: list[str]) -> 
         "    pass\n"
         f"print([m for m in {HEAVY!r} if m in sys.modules], file=sys.__stderr__)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    done = python("-c", probe, *argv)
     assert done.stderr.splitlines()[-1] == "[]", done.stderr
 
 
@@ -65,13 +70,7 @@ def test_the_package_loads_its_io_on_first_use_and_names_itself_home() -> None:
         "print(c.Client.__module__, c.GrpcExecTransport.__module__, c.ClientError.__module__)\n"
         "print('aiohttp' in sys.modules, 'grpc' in sys.modules, 'Client' in vars(c))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    done = python("-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "False False",
@@ -117,13 +116,7 @@ def test_the_command_s_own_process_skips_aiohttp_s_system_ca_store_and_no_one_el
     """In `battery`'s own process aiohttp's default TLS contexts (unused by the client) load no
     CA, so nothing could pass through them; contexts made after (a kubeconfig without a CA
     trusts the system's) and another program's aiohttp load the system's CAs as ever."""
-    done = subprocess.run(
-        [sys.executable, "-c", CA_PROBE, process, str(tmp_path / "missing")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    done = python("-c", CA_PROBE, process, str(tmp_path / "missing"))
     assert done.returncode == EXIT_ERROR, done.stderr
     system, after, verified, unverified, kube = map(int, done.stdout.split())
     print(f"system CAs: {system}; aiohttp's contexts: {verified}, {unverified}")
@@ -188,13 +181,7 @@ def test_a_client_imports_grpc_only_when_it_needs_its_own_exec_transport() -> No
         "    await client.aclose()\n"
         "asyncio.run(main())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    done = python("-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "False MockExecTransport",
@@ -209,13 +196,7 @@ def test_the_command_flushes_its_output_and_keeps_its_exit_code_as_it_exits_at_o
     exit status is the one the command chose."""
 
     def battery(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "batteryop.client.cli", *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
+        return python("-m", "batteryop.client.cli", *argv)
 
     helped = battery("--help")
     assert helped.returncode == 0
