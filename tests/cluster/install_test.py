@@ -21,52 +21,42 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from cluster.drills import (
+    DEMO_NAMESPACE,
+    HOLDER,
+    IMAGE_DIR,
+    IMAGES,
+    INSTALL_YAML,
+    apply,
+    assert_one_microvm_and_lease_each,
+    battery_env,
+    battery_leases,
+    bound_at,
+    claim_statuses,
+    container_restarts,
+    make_demo,
+    pods,
+    publish_host_and_place_pool,
+    ready_pool,
+    wait_restarted,
+)
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from batteryop.api import names, samples
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
-from batteryop.kube.client import KubeClient
-from batteryop.kube.config import KubeConfig
-from batteryop.kube.resources import CLAIMS, CONFIGMAPS
-from batteryop.manifests import render
-from batteryop.testing.host_registry_env import published, until_listed
-from batteryop.testing.kubenode import binaries, install
-from batteryop.testing.kubenode.machine import NODE_ADDRESS
+from batteryop.testing.kubenode import install
 from batteryop.testing.kubenode.node import NODE_NAME, KubeNode, kubectl_binary
 
-IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry", install.FAKE_BATTERY)
-IMAGE_DIR = Path("images")
-INSTALL_YAML = Path("release/install.yaml")
-DEMO_NAMESPACE = "demo"
-HOLDER = "sandbox"
 POOL = "demo"
 ROUNDS = 20
-
-
-@pytest.fixture(scope="module")
-def node() -> Iterator[KubeNode]:
-    if os.geteuid() != 0:
-        pytest.skip("the real node needs root (namespaces, cgroups, nftables)")
-    missing = binaries.missing_tools()
-    if missing:
-        pytest.skip(f"the real node needs Debian's {', '.join(missing)}")
-    started = time.monotonic()
-    with KubeNode.start() as running:
-        print(
-            f"\nreal node: binaries ready in {running.timings['build']:.1f} s, "
-            f"cluster up in {running.timings['start']:.1f} s "
-            f"(total {time.monotonic() - started:.1f} s)"
-        )
-        yield running
-    # __exit__ raised if the machine was not put back (TD-113)
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +68,13 @@ def installed(node: KubeNode) -> install.Installed:
     times = done.times
     print(
         f"\ninstall.yaml: images mirrored in {times['mirror']:.1f} s; "
-        f"`kubectl apply -k` to every workload ready: {times['apply_to_ready']:.1f} s"
+        f"cert-manager running in {times['cert_manager']:.1f} s; `kubectl apply -k` to every "
+        f"Certificate issued {times['apply_to_certificates']:.1f} s, to every workload ready: "
+        f"{times['apply_to_ready']:.1f} s"
     )
     print(done.applied)
     print(node.kubectl(["get", "pods", "-n", install.NAMESPACE, "-o", "wide"]))
     return done
-
-
-def pods(node: KubeNode, namespace: str = install.NAMESPACE) -> list[dict]:
-    return list(json.loads(node.kubectl(["get", "pods", "-n", namespace, "-o", "json"]))["items"])
 
 
 def pinned_digests() -> dict[str, str]:
@@ -135,69 +123,54 @@ def test_every_workload_of_install_yaml_runs_ready_on_the_node(
     assert any((node.state / "volumes" / install.BATTERY_VOLUME).iterdir()), "battery wrote nothing"
 
 
-async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 180.0) -> None:
-    """Until the host registry's Host set on battery's ConfigMap is `want` (watched)."""
-    async with KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests") as kube:
-        await until_listed(
-            kube,
-            CONFIGMAPS,
-            install.NAMESPACE,
-            lambda found: published(found.get(names.BATTERY_CONFIG_MAP)) == want,
-            timeout=timeout,
-            field_selector=f"metadata.name={names.BATTERY_CONFIG_MAP}",
-            what=f"the Host set {want}",
-        )
-
-
-def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
-    ca = tmp / "serving-ca.crt"
-    ca.write_bytes(pki.serving_ca.cert_pem)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp),
-        "KUBECONFIG": str(node.cp.admin_kubeconfig),
-        "BATTERY_NAMESPACE": DEMO_NAMESPACE,
-        "BATTERY_HOLDER": HOLDER,
-        "BATTERY_CA": str(ca),
-    }
+@pytest.mark.req("TD-116", "CT-021", "CT-023")
+def test_cert_manager_issued_every_certificate_and_the_chain_holds(
+    node: KubeNode, installed: install.Installed
+) -> None:
+    pki = installed.pki
+    serving = x509.load_pem_x509_certificate(pki.serving_ca)
+    client = x509.load_pem_x509_certificate(pki.client_ca)
+    battery = x509.load_pem_x509_certificate(pki.battery_client)
+    for ca in (serving, client):
+        assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        ca.verify_directly_issued_by(ca)  # the selfSigned Issuer
+    assert serving.subject != client.subject
+    battery.verify_directly_issued_by(client)  # the CA Issuer on the client CA's Secret
+    assert pki.battery_client_ca == pki.client_ca
+    san = battery.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    want = names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [want]
+    usage = battery.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+    # flintlockd's serving certificate, which the Exec Agent Pod got by CSR, is signed by the
+    # CSR approver with the serving CA cert-manager issued (battery trusts flintlockd by it).
+    cert_dir = node.state / "root" / names.FLINTLOCKD_CERT_DIR.lstrip("/")
+    flintlockd = x509.load_pem_x509_certificate((cert_dir / names.TLS_CERT_FILE).read_bytes())
+    flintlockd.verify_directly_issued_by(serving)
+    # cert-manager's own approver approved every request, and its issuers signed them.
+    requests = json.loads(
+        node.kubectl(["get", "certificaterequests", "-n", install.NAMESPACE, "-o", "json"])
+    )["items"]
+    assert len(requests) == len(install.CERTIFICATES)
+    for request in requests:
+        conditions = {c["type"]: c["status"] for c in request["status"]["conditions"]}
+        assert conditions.get("Approved") == "True" and conditions.get("Ready") == "True"
+    print(
+        f"\ncert-manager issued install.yaml's {len(requests)} Certificates "
+        f"{installed.times['apply_to_certificates']:.1f} s after `kubectl apply`"
+    )
 
 
 @pytest.fixture(scope="module")
 def demo(node: KubeNode, installed: install.Installed) -> str:
-    """The claims' namespace and their Holder."""
-    node.kubectl(["create", "namespace", DEMO_NAMESPACE])
-    node.kubectl(["create", "serviceaccount", HOLDER, "-n", DEMO_NAMESPACE])
-    return DEMO_NAMESPACE
+    return make_demo(node)
 
 
 @pytest.mark.req("TD-115", "IN-001", "EA-064")
 def test_the_node_is_a_host_and_battery_run_reaches_its_agent_pod(
     node: KubeNode, installed: install.Installed, demo: str, tmp_path: Path
 ) -> None:
-    # The host registry Pod publishes the Node, at its address, as battery's one Host, once
-    # its agent has reported it ready for the settle time install.yaml gives (IN-001, IN-011).
-    want = {NODE_NAME: f"{NODE_ADDRESS}:{names.FLINTLOCKD_PORT}"}
-    started = time.monotonic()
-    try:
-        asyncio.run(wait_published(node, want))
-    except AssertionError as err:
-        node_yaml = node.kubectl(["get", "node", NODE_NAME, "-o", "yaml"], check=False)
-        raise AssertionError(f"{err}\n{install.diagnose(node, 40)}\n{node_yaml}") from None
-    print(f"\nthe host registry Pod published the Host after {time.monotonic() - started:.1f} s")
-    config = json.loads(
-        node.kubectl(
-            ["get", "configmap", names.BATTERY_CONFIG_MAP, "-n", install.NAMESPACE, "-o", "json"]
-        )
-    )
-    hosts = json.loads(config["data"][render.CONFIG_KEY])["hosts"]
-    assert [(h["name"], h["address"]) for h in hosts] == list(want.items())
-    node.kubectl(
-        ["apply", "-f", "-"],
-        stdin=yaml.safe_dump(samples.demo_pool(POOL, namespace=DEMO_NAMESPACE)),
-    )
-    node.kubectl(
-        ["wait", "-n", DEMO_NAMESPACE, f"pool/{POOL}", "--for=condition=Ready", "--timeout=180s"]
-    )
+    publish_host_and_place_pool(node, POOL)
     python = pyenv_python("3.11")
     assert python is not None, "pyenv's CPython 3.11 (Pants runs on pyenv) is missing"
     bin_dir = make_venv(python, tmp_path / "venv")
@@ -220,94 +193,6 @@ def test_the_node_is_a_host_and_battery_run_reaches_its_agent_pod(
 
 
 BURST = 30
-
-
-def kube(node: KubeNode) -> KubeClient:
-    return KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests")
-
-
-async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> dict[str, float]:
-    """When (monotonic) each of `claims` was first seen Bound, watched until all are."""
-    seen: dict[str, float] = {}
-
-    def check(found: dict[str, dict]) -> bool:
-        for name, body in found.items():
-            if name in claims and (body.get("status") or {}).get("phase") == "Bound":
-                seen.setdefault(name, time.monotonic())
-        return claims <= set(seen)
-
-    async with kube(node) as client:
-        await until_listed(
-            client,
-            CLAIMS,
-            DEMO_NAMESPACE,
-            check,
-            timeout=timeout,
-            what=f"claims {sorted(claims)} Bound",
-        )
-    return seen
-
-
-def apply(node: KubeNode, *objects: dict) -> None:
-    node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(objects))
-
-
-def ready_pool(node: KubeNode, name: str, size: int) -> None:
-    pool = samples.demo_pool(name, namespace=DEMO_NAMESPACE)
-    pool["spec"]["size"] = size
-    apply(node, pool)
-    node.kubectl(
-        ["wait", "-n", DEMO_NAMESPACE, f"pool/{name}", "--for=condition=Ready", "--timeout=180s"]
-    )
-
-
-def claim_statuses(node: KubeNode, prefix: str) -> dict[str, dict]:
-    items = json.loads(node.kubectl(["get", "microvmclaims", "-n", DEMO_NAMESPACE, "-o", "json"]))
-    return {
-        c["metadata"]["name"]: c.get("status") or {}
-        for c in items["items"]
-        if c["metadata"]["name"].startswith(prefix)
-    }
-
-
-def battery_leases(node: KubeNode) -> dict[str, str]:
-    """Lease id -> MicroVM uid, as battery's database on its volume holds them (BA-060)."""
-    db = node.state / "volumes" / install.BATTERY_VOLUME / "poolmgr.db"
-    state = json.loads(db.read_text().splitlines()[1])
-    return {row["lease_id"]: row["vm_uid"] for row in state["leases"]}
-
-
-def wait_restarted(node: KubeNode, pod: str, container: str, restarts: int) -> None:
-    """Until the kubelet reports `container` of `pod` restarted `restarts` times (watched)."""
-    path = f'{{.status.containerStatuses[?(@.name=="{container}")].restartCount}}'
-    node.kubectl(
-        [
-            "wait",
-            "-n",
-            install.NAMESPACE,
-            f"pod/{pod}",
-            f"--for=jsonpath={path}={restarts}",
-            "--timeout=120s",
-        ]
-    )
-
-
-def container_restarts(node: KubeNode, container: str) -> tuple[str, int]:
-    (pod,) = (p for p in pods(node) if p["metadata"]["name"].startswith(names.OPERATOR_DEPLOYMENT))
-    (status,) = (s for s in pod["status"]["containerStatuses"] if s["name"] == container)
-    return pod["metadata"]["name"], int(status["restartCount"])
-
-
-def assert_one_microvm_and_lease_each(node: KubeNode, prefix: str, count: int) -> None:
-    statuses = claim_statuses(node, prefix)
-    assert len(statuses) == count
-    leases = [s.get("leaseID") for s in statuses.values()]
-    vms = [(s.get("microVM") or {}).get("uid") for s in statuses.values()]
-    assert all(leases) and len(set(leases)) == count, statuses  # one Lease each (CL-061)
-    assert all(vms) and len(set(vms)) == count, statuses  # one MicroVM each
-    held = battery_leases(node)
-    for status in statuses.values():
-        assert held.get(status["leaseID"]) == status["microVM"]["uid"], (status, held)
 
 
 @pytest.mark.req("CL-008", "CL-030", "CL-061", "DP-002")

@@ -1,0 +1,30 @@
+"""The real node, one per test module (the harness holds a machine-wide lock)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from batteryop.testing.kubenode import binaries
+from batteryop.testing.kubenode.node import KubeNode
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[KubeNode]:
+    if os.geteuid() != 0:
+        pytest.skip("the real node needs root (namespaces, cgroups, nftables)")
+    missing = binaries.missing_tools()
+    if missing:
+        pytest.skip(f"the real node needs Debian's {', '.join(missing)}")
+    started = time.monotonic()
+    with KubeNode.start() as running:
+        print(
+            f"\nreal node: binaries ready in {running.timings['build']:.1f} s, "
+            f"cluster up in {running.timings['start']:.1f} s "
+            f"(total {time.monotonic() - started:.1f} s)"
+        )
+        yield running
+    # __exit__ raised if the machine was not put back (TD-113)

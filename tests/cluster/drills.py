@@ -1,0 +1,188 @@
+"""What the real-node tests share (issues 23 and 27): claims on the installed system, watched
+through the API, and battery's own record of its Leases."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from batteryop.api import names, samples
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS
+from batteryop.manifests import render
+from batteryop.testing.host_registry_env import published, until_listed
+from batteryop.testing.kubenode import install
+from batteryop.testing.kubenode.machine import NODE_ADDRESS
+from batteryop.testing.kubenode.node import NODE_NAME, KubeNode
+
+DEMO_NAMESPACE = "demo"
+HOLDER = "sandbox"
+IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry", install.FAKE_BATTERY)
+"""The release's images in the test's sandbox (runtime package dependencies), by layout name."""
+IMAGE_DIR = Path("images")
+INSTALL_YAML = Path("release/install.yaml")
+MANIFESTS = Path("release/manifests")
+"""The Manifests artifact as the release writes it (an OCI layout)."""
+
+
+def pods(node: KubeNode, namespace: str = install.NAMESPACE) -> list[dict]:
+    return list(json.loads(node.kubectl(["get", "pods", "-n", namespace, "-o", "json"]))["items"])
+
+
+async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 180.0) -> None:
+    """Until the host registry's Host set on battery's ConfigMap is `want` (watched)."""
+    async with KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests") as kube:
+        await until_listed(
+            kube,
+            CONFIGMAPS,
+            install.NAMESPACE,
+            lambda found: published(found.get(names.BATTERY_CONFIG_MAP)) == want,
+            timeout=timeout,
+            field_selector=f"metadata.name={names.BATTERY_CONFIG_MAP}",
+            what=f"the Host set {want}",
+        )
+
+
+def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
+    ca = tmp / "serving-ca.crt"
+    ca.write_bytes(pki.serving_ca)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "KUBECONFIG": str(node.cp.admin_kubeconfig),
+        "BATTERY_NAMESPACE": DEMO_NAMESPACE,
+        "BATTERY_HOLDER": HOLDER,
+        "BATTERY_CA": str(ca),
+    }
+
+
+def publish_host_and_place_pool(node: KubeNode, pool: str) -> None:
+    """Until the host registry Pod has published the Node as battery's one Host, then the
+    demo Pool `pool`, Ready on it."""
+    # The host registry Pod publishes the Node, at its address, as battery's one Host, once
+    # its agent has reported it ready for the settle time install.yaml gives (IN-001, IN-011).
+    want = {NODE_NAME: f"{NODE_ADDRESS}:{names.FLINTLOCKD_PORT}"}
+    started = time.monotonic()
+    try:
+        asyncio.run(wait_published(node, want))
+    except AssertionError as err:
+        node_yaml = node.kubectl(["get", "node", NODE_NAME, "-o", "yaml"], check=False)
+        raise AssertionError(f"{err}\n{install.diagnose(node, 40)}\n{node_yaml}") from None
+    print(f"\nthe host registry Pod published the Host after {time.monotonic() - started:.1f} s")
+    config = json.loads(
+        node.kubectl(
+            ["get", "configmap", names.BATTERY_CONFIG_MAP, "-n", install.NAMESPACE, "-o", "json"]
+        )
+    )
+    hosts = json.loads(config["data"][render.CONFIG_KEY])["hosts"]
+    assert [(h["name"], h["address"]) for h in hosts] == list(want.items())
+    node.kubectl(
+        ["apply", "-f", "-"],
+        stdin=yaml.safe_dump(samples.demo_pool(pool, namespace=DEMO_NAMESPACE)),
+    )
+    node.kubectl(
+        ["wait", "-n", DEMO_NAMESPACE, f"pool/{pool}", "--for=condition=Ready", "--timeout=180s"]
+    )
+
+
+def make_demo(node: KubeNode) -> str:
+    """The claims' namespace and their Holder."""
+    node.kubectl(["create", "namespace", DEMO_NAMESPACE])
+    node.kubectl(["create", "serviceaccount", HOLDER, "-n", DEMO_NAMESPACE])
+    return DEMO_NAMESPACE
+
+
+def kube(node: KubeNode) -> KubeClient:
+    return KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests")
+
+
+async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> dict[str, float]:
+    """When (monotonic) each of `claims` was first seen Bound, watched until all are."""
+    seen: dict[str, float] = {}
+
+    def check(found: dict[str, dict]) -> bool:
+        for name, body in found.items():
+            if name in claims and (body.get("status") or {}).get("phase") == "Bound":
+                seen.setdefault(name, time.monotonic())
+        return claims <= set(seen)
+
+    async with kube(node) as client:
+        await until_listed(
+            client,
+            CLAIMS,
+            DEMO_NAMESPACE,
+            check,
+            timeout=timeout,
+            what=f"claims {sorted(claims)} Bound",
+        )
+    return seen
+
+
+def apply(node: KubeNode, *objects: dict) -> None:
+    node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(objects))
+
+
+def ready_pool(node: KubeNode, name: str, size: int, lease: dict | None = None) -> None:
+    pool = samples.demo_pool(name, namespace=DEMO_NAMESPACE)
+    pool["spec"]["size"] = size
+    if lease is not None:
+        pool["spec"]["lease"] = lease
+    apply(node, pool)
+    node.kubectl(
+        ["wait", "-n", DEMO_NAMESPACE, f"pool/{name}", "--for=condition=Ready", "--timeout=180s"]
+    )
+
+
+def claim_statuses(node: KubeNode, prefix: str) -> dict[str, dict]:
+    items = json.loads(node.kubectl(["get", "microvmclaims", "-n", DEMO_NAMESPACE, "-o", "json"]))
+    return {
+        c["metadata"]["name"]: c.get("status") or {}
+        for c in items["items"]
+        if c["metadata"]["name"].startswith(prefix)
+    }
+
+
+def battery_leases(node: KubeNode) -> dict[str, str]:
+    """Lease id -> MicroVM uid, as battery's database on its volume holds them (BA-060)."""
+    db = node.state / "volumes" / install.BATTERY_VOLUME / "poolmgr.db"
+    state = json.loads(db.read_text().splitlines()[1])
+    return {row["lease_id"]: row["vm_uid"] for row in state["leases"]}
+
+
+def wait_restarted(node: KubeNode, pod: str, container: str, restarts: int) -> None:
+    """Until the kubelet reports `container` of `pod` restarted `restarts` times (watched)."""
+    path = f'{{.status.containerStatuses[?(@.name=="{container}")].restartCount}}'
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            install.NAMESPACE,
+            f"pod/{pod}",
+            f"--for=jsonpath={path}={restarts}",
+            "--timeout=120s",
+        ]
+    )
+
+
+def container_restarts(node: KubeNode, container: str) -> tuple[str, int]:
+    (pod,) = (p for p in pods(node) if p["metadata"]["name"].startswith(names.OPERATOR_DEPLOYMENT))
+    (status,) = (s for s in pod["status"]["containerStatuses"] if s["name"] == container)
+    return pod["metadata"]["name"], int(status["restartCount"])
+
+
+def assert_one_microvm_and_lease_each(node: KubeNode, prefix: str, count: int) -> None:
+    statuses = claim_statuses(node, prefix)
+    assert len(statuses) == count
+    leases = [s.get("leaseID") for s in statuses.values()]
+    vms = [(s.get("microVM") or {}).get("uid") for s in statuses.values()]
+    assert all(leases) and len(set(leases)) == count, statuses  # one Lease each (CL-061)
+    assert all(vms) and len(set(vms)) == count, statuses  # one MicroVM each
+    held = battery_leases(node)
+    for status in statuses.values():
+        assert held.get(status["leaseID"]) == status["microVM"]["uid"], (status, held)
