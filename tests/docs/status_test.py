@@ -20,6 +20,10 @@ STALE = [
     ("no release yet", "./pants package :: builds the release (docs/releasing.md)"),
     ("install.yaml does not exist", "the release renders it (batteryop.manifests)"),
     ("no real node yet", "tests/cluster runs a real kubelet (docs/dev/real-node.md)"),
+    ("no cert-manager controller runs in the tests", "cert-manager issues them on the real node"),
+    ("no Flux controller has", "tests/cluster/flux_test.py installs and upgrades through Flux"),
+    ("written by the test harness", "cert-manager issues install.yaml's Certificates (TD-116)"),
+    ("Secrets are written by the harness", "cert-manager issues them on the real node (TD-116)"),
 ]
 
 # The pages whose named paths are checked: what a newcomer reads first.
