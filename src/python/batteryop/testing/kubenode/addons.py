@@ -27,28 +27,19 @@ from typing import Any, Final
 import yaml
 
 from batteryop.testing import certmanager, gomodules
-from batteryop.testing.controlplane.gobuild import ToolSet, pinned_version
+from batteryop.testing.controlplane.gobuild import pinned_version
+from batteryop.testing.kubenode.binaries import CERT_MANAGER, FLUX, FLUX_CONTROLLERS
 from batteryop.testing.kubenode.node import REGISTRY_FOR_PODS, KubeNode, NodeError
 
-CERT_MANAGER_PINS: Final = Path("3rdparty/go/certmanager")
-CERT_MANAGER: Final = ToolSet(
-    "kubenode-cert-manager",
-    CERT_MANAGER_PINS,
-    {"cert-manager-controller": "."},
-    sources=("go.mod", "go.sum", "main.go"),
-)
+CERT_MANAGER_PINS: Final = CERT_MANAGER.module
 CERT_MANAGER_NAMESPACE: Final = "cert-manager"
 CERT_MANAGER_IMAGE: Final = "cert-manager/controller"
 HEALTHZ_PORT: Final = 9403
 """Where our cert-manager command answers /readyz (informers synced) and /livez."""
 
-FLUX_PINS: Final = Path("3rdparty/go/fluxcontrollers")
+FLUX_PINS: Final = FLUX.module
 FLUX_CLI_PINS: Final = Path("3rdparty/go/flux")
 FLUX_CLI_MODULE: Final = "github.com/fluxcd/flux2/v2"
-FLUX_CONTROLLERS: Final = ("source-controller", "kustomize-controller")
-FLUX: Final = ToolSet(
-    "kubenode-flux", FLUX_PINS, {c: f"github.com/fluxcd/{c}" for c in FLUX_CONTROLLERS}
-)
 FLUX_NAMESPACE: Final = "flux-system"
 USER: Final = "65532:65532"
 """Every controller image's user (their Deployments ask for a non-root one)."""
@@ -347,8 +338,6 @@ def wait_flux_ready(
 
 
 __all__ = [
-    "CERT_MANAGER",
-    "FLUX",
     "Flux",
     "flux_kustomization_object",
     "install_cert_manager",

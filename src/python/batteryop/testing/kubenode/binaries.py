@@ -6,7 +6,14 @@ Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.
   the module set the test API server is built from, with their real version strings;
 - containerd (the Host Image's pin, `src/images/host/versions.env`), its runc shim and ctr, and
   CoreDNS, from `3rdparty/go/node`;
-- the sandbox ("pause") process from `src/images/pause`, our own twenty lines.
+- the sandbox ("pause") process from `src/images/pause`, our own twenty lines;
+- cert-manager's controllers (`3rdparty/go/certmanager`) and Flux's source-controller and
+  kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods.
+
+`python -m batteryop.testing.kubenode.binaries` builds every one of them (and the control
+plane) ahead of the tests: `.ci/run` starts it in the background on a cold machine, so the Go
+builds overlap lint and the unit tests instead of running inside the cluster tests. It needs
+nothing but the standard library and Go; a test wanting a set meanwhile waits on its lock.
 
 From Debian (`.ci/run` installs them): runc, the CNI plugins (bridge, host-local, loopback,
 portmap), docker-registry, buildah and skopeo, iproute2, nftables and util-linux (unshare,
@@ -15,12 +22,20 @@ nsenter).
 
 from __future__ import annotations
 
+import logging
 import shutil
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing.controlplane.gobuild import NODE, ControlPlaneBuildError, ToolSet
+from batteryop.testing.controlplane.gobuild import (
+    CONTROL_PLANE,
+    NODE,
+    ControlPlaneBuildError,
+    ToolSet,
+)
 
 RUNTIME: Final = ToolSet(
     "kubenode-runtime",
@@ -42,6 +57,20 @@ RUNTIME: Final = ToolSet(
 PAUSE: Final = ToolSet(
     "kubenode-pause", Path("src/images/pause"), {"pause": "."}, sources=("go.mod", "main.go")
 )
+CERT_MANAGER: Final = ToolSet(
+    "kubenode-cert-manager",
+    Path("3rdparty/go/certmanager"),
+    {"cert-manager-controller": "."},
+    sources=("go.mod", "go.sum", "main.go"),
+)
+FLUX_CONTROLLERS: Final = ("source-controller", "kustomize-controller")
+FLUX: Final = ToolSet(
+    "kubenode-flux",
+    Path("3rdparty/go/fluxcontrollers"),
+    {c: f"github.com/fluxcd/{c}" for c in FLUX_CONTROLLERS},
+)
+EVERY_SET: Final = (CONTROL_PLANE, NODE, RUNTIME, PAUSE, CERT_MANAGER, FLUX)
+"""In the order the tests first need them."""
 CNI_DIR: Final = Path("/usr/lib/cni")
 """Debian's containernetworking-plugins."""
 DEBIAN_TOOLS: Final = {
@@ -105,4 +134,32 @@ def ensure() -> NodeBinaries:
     )
 
 
-__all__ = ["ControlPlaneBuildError", "MissingTool", "NodeBinaries", "ensure", "missing_tools"]
+def main() -> int:
+    """Build every set not yet built for its pins; one line per set."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    status = 0
+    for toolset in EVERY_SET:
+        started = time.monotonic()
+        try:
+            toolset.ensure()
+        except ControlPlaneBuildError as err:
+            print(f"{toolset.cache_name}: {err}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{toolset.cache_name}: ready in {time.monotonic() - started:.0f} s", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = [
+    "CERT_MANAGER",
+    "FLUX",
+    "ControlPlaneBuildError",
+    "MissingTool",
+    "NodeBinaries",
+    "ensure",
+    "missing_tools",
+]
