@@ -21,5 +21,9 @@ def test_ci_runs_the_readmes_test_command_and_counts_tests() -> None:
     _, tests = readme_commands()
     ci = Path(".ci/run").read_text()
     runs = [line.strip() for line in ci.splitlines() if line.strip().startswith("./pants ")]
-    assert runs == [f"{tests} || status=$?"], runs
+    # Besides it, only the background prebuild of the real node's Go programs, which runs no test.
+    prebuild = "./pants --concurrent run src/python/batteryop/testing/kubenode:prebuild "
+    others = [r for r in runs if not (r.startswith(prebuild) and r.endswith("&"))]
+    assert others == [f"{tests} || status=$?"], runs
+    assert len(runs) <= 2, runs
     assert "no test ran" in ci
