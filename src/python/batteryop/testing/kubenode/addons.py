@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import yaml
 
-from batteryop.testing import certmanager, gomodules
+from batteryop.testing import certmanager, fluxcli, gomodules
 from batteryop.testing.controlplane.gobuild import pinned_version
 from batteryop.testing.kubenode.binaries import CERT_MANAGER, FLUX, FLUX_CONTROLLERS
 from batteryop.testing.kubenode.node import REGISTRY_FOR_PODS, KubeNode, NodeError
@@ -38,8 +38,8 @@ HEALTHZ_PORT: Final = 9403
 """Where our cert-manager command answers /readyz (informers synced) and /livez."""
 
 FLUX_PINS: Final = FLUX.module
-FLUX_CLI_PINS: Final = Path("3rdparty/go/flux")
-FLUX_CLI_MODULE: Final = "github.com/fluxcd/flux2/v2"
+FLUX_CLI_PINS: Final = fluxcli.PINS
+FLUX_CLI_MODULE: Final = fluxcli.MODULE
 FLUX_NAMESPACE: Final = "flux-system"
 USER: Final = "65532:65532"
 """Every controller image's user (their Deployments ask for a non-root one)."""

@@ -59,7 +59,9 @@ PAUSE: Final = ToolSet(
 )
 CERT_MANAGER: Final = ToolSet(
     "kubenode-cert-manager",
-    Path("3rdparty/go/certmanager"),
+    Path(
+        "3rdparty/go/certmanager"
+    ),  # = testing.certmanager.PINS (which needs the kubernetes client)
     {"cert-manager-controller": "."},
     sources=("go.mod", "go.sum", "main.go"),
 )
