@@ -56,9 +56,14 @@ class FakeFlintlockd:
     """A running fake flintlockd process: its gRPC target and its control API."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, ready: _Ready, session: aiohttp.ClientSession
+        self,
+        process: asyncio.subprocess.Process,
+        ready: _Ready,
+        session: aiohttp.ClientSession,
+        log_path: Path,
     ) -> None:
         self._process = process
+        self._log_path = log_path
         self._session = session
         self.target = ready.target
         self.control_url = ready.control_url
@@ -123,7 +128,7 @@ class FakeFlintlockd:
                 async with aiohttp.ClientSession(
                     base_url=ready.control_url, timeout=aiohttp.ClientTimeout(total=30)
                 ) as session:
-                    yield cls(process, ready, session)
+                    yield cls(process, ready, session, workdir / "fake-flintlockd.log")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -189,6 +194,14 @@ class FakeFlintlockd:
         return json_format.ParseDict(answer["vm"], microvm_pb2.MicroVM())
 
     # -- inspection -------------------------------------------------------------------------
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` lines of the fake's own log (why a guest could not start, say)."""
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except OSError as err:
+            return f"(no log: {err})"
+        return "\n".join(text.splitlines()[-lines:])
 
     async def list_vms(self) -> list[microvm_pb2.MicroVM]:
         """Every MicroVM the Host holds, in creation order (works while down)."""

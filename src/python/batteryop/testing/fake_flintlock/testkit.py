@@ -65,7 +65,16 @@ class Client:
         async with asyncio.timeout(timeout):
             while True:
                 request = microvms_pb2.GetMicroVMRequest(uid=uid)
-                got = (await self.microvm.GetMicroVM(request, timeout=10)).microvm
+                try:
+                    got = (await self.microvm.GetMicroVM(request, timeout=10)).microvm
+                except grpc.aio.AioRpcError as err:
+                    if err.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+                    # The fake dropped it (a guest that could not start): say why.
+                    raise AssertionError(
+                        f"MicroVM {uid} is gone before CREATED; the fake's log ends:\n"
+                        + self.host.log_tail()
+                    ) from err
                 if got.status.state == microvm_pb2.MicroVMStatus.CREATED:
                     return uid
                 await asyncio.sleep(0.5)
