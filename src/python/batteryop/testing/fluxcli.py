@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 from batteryop.testing import gomodules
@@ -38,13 +37,10 @@ def cache_dir() -> Path:
 def flux_binary() -> Path:
     pins = gomodules.find_pins(PINS)
     version = pinned_version(pins)
-    target = cache_dir() / version / "flux"
-    if target.is_file():
-        return target
-    source = gomodules.download(pins, [MODULE])[MODULE]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="flux-build-", dir=target.parent) as tmp:
-        tree = Path(tmp) / "src"
+
+    def make(tmp: Path) -> Path:
+        source = gomodules.download(pins, [MODULE])[MODULE]
+        tree = tmp / "src"
         shutil.copytree(source, tree)
         for path in [tree, *tree.rglob("*")]:
             if not path.is_symlink():
@@ -54,6 +50,7 @@ def flux_binary() -> Path:
         (manifests / "placeholder.yaml").write_text("# not used by flux pull artifact\n")
         env = dict(os.environ)
         env["GOFLAGS"] = "-mod=mod"
-        gomodules.build(tree, "./cmd/flux", Path(tmp) / "flux", env=env)
-        os.replace(Path(tmp) / "flux", target)
-    return target
+        gomodules.build(tree, "./cmd/flux", tmp / "flux", env=env)
+        return tmp / "flux"
+
+    return gomodules.build_once(cache_dir() / version / "flux", make)

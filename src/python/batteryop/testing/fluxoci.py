@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,19 +49,17 @@ def pins_hash(pins: Path) -> str:
 
 def fluxoci_binary() -> Path:
     pins = gomodules.find_pins(PINS)
-    target = cache_dir() / pins_hash(pins)[:16] / "fluxoci"
-    if target.is_file():
-        return target
-    gomodules.download(pins, [MODULE])  # a clear error where the proxy or go.sum refuses it
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fluxoci-build-", dir=target.parent) as tmp:
-        tree = Path(tmp) / "src"
+
+    def make(tmp: Path) -> Path:
+        gomodules.download(pins, [MODULE])  # a clear error where the proxy or go.sum refuses it
+        tree = tmp / "src"
         tree.mkdir()
         for name in SOURCES:
             shutil.copyfile(pins / name, tree / name)
-        gomodules.build(tree, ".", Path(tmp) / "fluxoci", flags=["-mod=readonly"], timeout=900)
-        os.replace(Path(tmp) / "fluxoci", target)
-    return target
+        gomodules.build(tree, ".", tmp / "fluxoci", flags=["-mod=readonly"], timeout=900)
+        return tmp / "fluxoci"
+
+    return gomodules.build_once(cache_dir() / pins_hash(pins)[:16] / "fluxoci", make)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ it unless it matches go.sum, so the CRDs the tests read are the released ones.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
@@ -91,3 +93,21 @@ def build(
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
         raise GoModuleError(f"go build {package} in {tree} failed:\n{tail}")
+
+
+def build_once(target: Path, make: Callable[[Path], Path]) -> Path:
+    """`target`, made the first time by `make(folder)`, which builds into the empty temporary
+    `folder` and returns the file it built; that file is moved to `target` whole. Concurrent
+    callers (the prebuild of `.ci/run` and a test wanting the same program) wait on a lock
+    beside `target` for one build instead of running the same Go build twice."""
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            with tempfile.TemporaryDirectory(
+                prefix=f"{target.name}-build-", dir=target.parent
+            ) as tmp:
+                os.replace(make(Path(tmp)), target)
+    return target

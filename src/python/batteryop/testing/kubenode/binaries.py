@@ -11,9 +11,10 @@ Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.
   kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods.
 
 `python -m batteryop.testing.kubenode.binaries` builds every one of them (and the control
-plane) ahead of the tests: `.ci/run` starts it in the background on a cold machine, so the Go
-builds overlap lint and the unit tests instead of running inside the cluster tests. It needs
-nothing but the standard library and Go; a test wanting a set meanwhile waits on its lock.
+plane, the guest image, the Flux CLI and Flux's OCI command; `prebuilds`) ahead of the tests:
+`.ci/run` starts it in the background on a cold machine, so the builds overlap lint and the
+unit tests instead of running inside the tests that need them, one after the other. A test
+wanting one of them meanwhile waits on its lock.
 
 From Debian (`.ci/run` installs them): runc, the CNI plugins (bridge, host-local, loopback,
 portmap), docker-registry, buildah and skopeo, iproute2, nftables and util-linux (unshare,
@@ -26,16 +27,21 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from batteryop.testing import fluxcli, fluxoci, guest_image
 from batteryop.testing.controlplane.gobuild import (
     CONTROL_PLANE,
     NODE,
     ControlPlaneBuildError,
     ToolSet,
 )
+from batteryop.testing.gomodules import GoModuleError
+from batteryop.testing.guest_agent import GuestAgentError
+from batteryop.testing.guest_image import BootError
 
 RUNTIME: Final = ToolSet(
     "kubenode-runtime",
@@ -136,19 +142,34 @@ def ensure() -> NodeBinaries:
     )
 
 
+def prebuilds() -> list[tuple[str, Callable[[], object]]]:
+    """What `main` builds, by name, in the order the tests first need them: the control plane
+    (most integration tests), the guest image (the QEMU backend's tests, early among the unit
+    tests), the node's sets, then the Flux CLI and Flux's OCI library's command (the release
+    and Flux tests)."""
+    first, *rest = EVERY_SET
+    return [
+        (first.cache_name, first.ensure),
+        ("guest-image", guest_image.ensure_image),
+        *((toolset.cache_name, toolset.ensure) for toolset in rest),
+        ("flux-cli", fluxcli.flux_binary),
+        ("fluxoci", fluxoci.fluxoci_binary),
+    ]
+
+
 def main() -> int:
-    """Build every set not yet built for its pins; one line per set."""
+    """Build everything not yet built for its pins (`prebuilds`); one line each."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     status = 0
-    for toolset in EVERY_SET:
+    for name, build in prebuilds():
         started = time.monotonic()
         try:
-            toolset.ensure()
-        except ControlPlaneBuildError as err:
-            print(f"{toolset.cache_name}: {err}", file=sys.stderr)
+            build()
+        except (ControlPlaneBuildError, GoModuleError, BootError, GuestAgentError) as err:
+            print(f"{name}: failed: {err}", file=sys.stderr, flush=True)
             status = 1
             continue
-        print(f"{toolset.cache_name}: ready in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"{name}: ready in {time.monotonic() - started:.0f} s", flush=True)
     return status
 
 
