@@ -19,8 +19,8 @@ warm Pool and none waits for a MicroVM to boot. Prints one JSON line per figure:
 Where `battery run` spends its time (`phases_p50_ms`) comes from a probe that does what the
 command does, in the same venv, with each step timed: `interpreter` is `python -c pass`;
 `import_cli` the import of `batteryop.client.cli` (what `--help` loads); `import_io` the
-client's IO (aiohttp, PyYAML), which the command imports when it makes its client, without the
-system's CA store; `import_grpc_on_thread` the exec transport (gRPC, protobuf), which `run`
+client's IO (asyncio, PyYAML, our HTTP over asyncio streams), which the command imports when it
+makes its client; `import_grpc_on_thread` the exec transport (gRPC, protobuf), which `run`
 imports on a thread meanwhile, overlapping `client` and `claim`; `client` reading the
 kubeconfig and the CA; `claim` each API request of the claim by verb and resource, and
 `wait_bound` the rest (the watch until the operator bound it, CL-001..CL-003, CC-003, which
@@ -177,9 +177,8 @@ t0 = time.perf_counter()
 import batteryop.client.cli as cli  # what the console script imports first
 t1 = time.perf_counter()
 cli._OWN_PROCESS = True  # as main() sets it for the console script
-with cli._without_system_cas():  # what `_client` imports for every command but --help
-    from batteryop.client._sync import Client
-    from batteryop.kube.client import KubeClient
+from batteryop.client._sync import Client  # what `_client` imports for every command but --help
+from batteryop.kube.client import KubeClient
 t2 = time.perf_counter()
 grpc_import = []
 

@@ -14,8 +14,8 @@ Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync`
 facade, `_exec` the exec transport Protocol, `_transport` its gRPC form, `_models` the plain
 values, `_exceptions` the error tree, `_mock` the public test double for exec
 (`MockExecTransport`: consumers test their own code without an Exec Agent). Only the names
-below are public; each reports this module as its home. The ones whose modules bring aiohttp,
-gRPC and protobuf are imported on first use, so that `battery --help` loads none of them.
+below are public; each reports this module as its home. The ones whose modules bring asyncio,
+PyYAML, gRPC and protobuf are imported on first use, so that `battery --help` loads none of them.
 
 The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
 the vocabulary shared with the operator; that package takes `StrEnum` and `UTC` from
@@ -91,8 +91,8 @@ _LAZY = {
     "GrpcExecTransport": "_transport",
     "MockExecTransport": "_mock",
 }
-"""The public names whose modules bring aiohttp, gRPC and protobuf, imported on first use (PEP
-562) so that `battery --help` and the other light paths never load them."""
+"""The public names whose modules bring asyncio, PyYAML, gRPC and protobuf, imported on first
+use (PEP 562) so that `battery --help` and the other light paths never load them."""
 
 
 def _publish(names: list[str], where: dict[str, typing.Any]) -> None:

@@ -1,9 +1,10 @@
 """`AsyncClient` and `AsyncClaim`: the client's IO, on asyncio (the sync side wraps these).
 
-Kubernetes is reached through the project's own `batteryop.kube.KubeClient` (aiohttp), not the
+Kubernetes is reached through the project's own `batteryop.kube.KubeClient`, not the
 `kubernetes` package: it is async (the `kubernetes` package is sync-only, and its asyncio twin
 is a separate, heavier package), it already maps API failures to a small error tree, it
-watches, and it brings only aiohttp and PyYAML into the wheel. It never imports kopf.
+watches, and it brings only PyYAML into the wheel (its HTTP is the standard library's asyncio
+streams, `batteryop.kube.http`). It never imports kopf.
 
 A claim's life here:
 - `AsyncClient.claim` creates the claim and then its empty, owned `<claim>-exec` Secret

@@ -51,7 +51,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 # Imported where used, not above: `battery --help` (and a failing argument) loads neither the
-# client's IO (aiohttp, gRPC, protobuf: `_sync`) nor rich; see docs/dev/client-performance.md.
+# client's IO (asyncio, PyYAML, gRPC, protobuf: `_sync`) nor rich; see
+# docs/dev/client-performance.md.
 
 
 @functools.cache
@@ -83,38 +84,7 @@ def _errors(code: int) -> Iterator[None]:
 _OWN_PROCESS = False
 """Whether this process is the `battery` command's own (`main()` without `argv`), not another
 program that runs the CLI: then the command may skip work that only a longer-lived process
-needs (`_without_system_cas`, `_exit_now`)."""
-
-
-@contextlib.contextmanager
-def _without_system_cas() -> Iterator[None]:
-    """In the command's own process, import the client's IO without the system's CA store.
-
-    aiohttp builds two default TLS contexts as it is imported, each loading every CA of the
-    system (35-50 ms, a tenth of `battery run`; docs/dev/client-performance.md). The client
-    never uses them: it reaches the Kubernetes API with a context of the kubeconfig's own CA
-    (`KubeConfig.ssl_context`, which loads the system's CAs itself when the kubeconfig names
-    none) and the Exec Agent through gRPC with `--ca`. So while aiohttp is imported here,
-    a context's `set_default_verify_paths` loads nothing, and those two contexts trust no
-    one: anything sent through them would fail its certificate check, never pass it. Another
-    program running `main(argv)` imports aiohttp as it is."""
-    if not _OWN_PROCESS or "aiohttp" in sys.modules:
-        yield
-        return
-    import ssl
-
-    def load_nothing(self: ssl.SSLContext) -> None:
-        pass
-
-    own = vars(ssl.SSLContext).get("set_default_verify_paths")  # None: inherited (3.10-3.13)
-    ssl.SSLContext.set_default_verify_paths = load_nothing  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        if own is None:
-            del ssl.SSLContext.set_default_verify_paths
-        else:
-            ssl.SSLContext.set_default_verify_paths = own  # type: ignore[method-assign]
+needs (`_exit_now`), and import the exec transport on a thread of its own."""
 
 
 def _import_exec_transport() -> None:
@@ -131,8 +101,7 @@ def _client(
     protobuf, 25-40 ms) is imported on a thread meanwhile: it is needed once the claim is
     Bound, and until then the client mostly waits on the network. The client takes it from
     there (Python's import lock makes it wait if the import is still under way)."""
-    with _without_system_cas():
-        from batteryop.client._sync import Client
+    from batteryop.client._sync import Client
 
     if execs and _OWN_PROCESS and ctx.obj["ca"]:
         threading.Thread(target=_import_exec_transport, name="battery-import", daemon=True).start()

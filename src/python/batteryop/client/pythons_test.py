@@ -31,7 +31,9 @@ UNIT_TESTS = [
 ]
 """The client's unit tests that need no control plane or test harness."""
 
-TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24")
+TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "aiohttp>=3.10")
+"""What the unit tests need beside the wheel: aiohttp for `timeouts_test`'s stand-in API server
+only (the wheel itself reaches the API server over `batteryop.kube.http`)."""
 """As 3rdparty/python/requirements.txt has them."""
 
 

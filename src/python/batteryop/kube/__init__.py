@@ -4,8 +4,9 @@
   or from a kubeconfig, and handed to kopf as a `kopf.ConnectionInfo`.
 - `resources`: `Resource` (group, version, plural, scope) and its URL paths; the constants for
   every resource the deployables touch.
-- `client`: `KubeClient` on aiohttp: get, list, watch, create, patch, replace, delete,
+- `client`: `KubeClient`: get, list, watch, create, patch, replace, delete,
   SelfSubjectAccessReview; plain dicts in and out.
+- `http`: `ConnectionPool`, the HTTP/1.1 under `KubeClient`, on the standard library.
 - `errors`: the `KubeError` tree, read from the server's Status objects.
 - `events`: `EventRecorder`, best-effort events.k8s.io/v1 Events folded into series.
 """

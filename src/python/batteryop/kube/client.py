@@ -1,13 +1,13 @@
 """`KubeClient`: the small async Kubernetes API client the controllers read and write with.
 
-Everything goes through it, on one aiohttp session: get, list (every page), watch (every kind
+Everything goes through it, over kept-alive HTTP/1.1 connections (`batteryop.kube.http`): get, list (every page), watch (every kind
 the operator follows, through `batteryop.kube.informer.list_watch`), create, patch (merge,
 JSON, strategic, server-side apply), replace, delete with preconditions, and
 SelfSubjectAccessReview. Objects go in and come out as plain dicts, exactly as the API
 server sends them (list items get the `apiVersion` and `kind` the server leaves out).
 
 Every failure is a `batteryop.kube.errors.KubeError` subclass read from the server's Status;
-aiohttp's own exceptions never escape. The client does not retry: callers (the runtime,
+transport errors (connection, TLS, timeouts) never escape raw. The client does not retry: callers (the runtime,
 the informer) decide, by error class, whether to retry, requeue or give up.
 
     async with KubeClient(KubeConfig.load()) as kube:
@@ -21,8 +21,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
-
-import aiohttp
+from urllib.parse import urlencode
 
 from batteryop.api._compat import TIMEOUT_ERRORS
 from batteryop.kube.config import KubeConfig
@@ -35,6 +34,7 @@ from batteryop.kube.errors import (
     from_response,
 )
 from batteryop.kube.exec_plugin import ExecCredential
+from batteryop.kube.http import Body, ConnectionPool
 from batteryop.kube.resources import SELF_SUBJECT_ACCESS_REVIEWS, Resource
 
 Object: TypeAlias = dict[str, Any]
@@ -58,19 +58,16 @@ PATCH_CONTENT_TYPES: Final[dict[str, str]] = {
     "apply": "application/apply-patch+yaml",
 }
 
-_TRANSPORT_ERRORS: Final[tuple[type[Exception], ...]] = (
-    aiohttp.ClientError,
-    OSError,
-    *TIMEOUT_ERRORS,
-)
-"""What aiohttp may raise instead of giving an answer; each becomes `KubeUnavailableError`."""
+_TRANSPORT_ERRORS: Final[tuple[type[Exception], ...]] = (OSError, *TIMEOUT_ERRORS)
+"""What the transport may raise instead of giving an answer (`http.HttpError` and TLS errors
+are `OSError`s); each becomes `KubeUnavailableError`."""
 
 DEFAULT_PAGE_SIZE: Final = 500
 """Objects per page of `list` (as kubectl); `list` always returns every page."""
 
 
 class KubeClient:
-    """An async Kubernetes API client over one aiohttp session (opened on first use).
+    """An async Kubernetes API client over one pool of connections (opened on first use).
 
     `timeout` bounds each request, in seconds, connect to last byte. Use as
     `async with`, or call `aclose()`.
@@ -81,15 +78,15 @@ class KubeClient:
     ) -> None:
         self.config = config
         self._base = config.server.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = timeout
         self._user_agent = user_agent
         # Built now, so bad certificates fail at start, not at the first request.
         self._ssl = config.ssl_context() if self._base.startswith("https://") else None
-        self._session: aiohttp.ClientSession | None = None
-        # An exec plugin's client certificate is in the session's TLS context: a new
-        # certificate gets a new session; the old one closes with the client (CC-112).
-        self._session_cred: ExecCredential | None = None
-        self._retired: list[aiohttp.ClientSession] = []
+        self._pool: ConnectionPool | None = None
+        # An exec plugin's client certificate is in the pool's TLS context: a new
+        # certificate gets a new pool; the old one closes with the client (CC-112).
+        self._pool_cred: ExecCredential | None = None
+        self._retired: list[ConnectionPool] = []
         self._closed = False
 
     async def __aenter__(self) -> KubeClient:
@@ -104,13 +101,13 @@ class KubeClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the session; later requests fail with `KubeUnavailableError`."""
+        """Close the connections; later requests fail with `KubeUnavailableError`."""
         self._closed = True
-        session, self._session = self._session, None
+        pool, self._pool = self._pool, None
         retired, self._retired = self._retired, []
-        for old in [*retired, session]:
+        for old in [*retired, pool]:
             if old is not None:
-                await old.close()
+                await old.aclose()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -196,53 +193,42 @@ class KubeClient:
         if resource_version:
             params["resourceVersion"] = resource_version
         path = res.api_path(namespace)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        target = f"{path}?{urlencode(params)}"
         try:
-            resp = await self._open_watch(path, params, timeout)
-            async with resp:
-                if resp.status >= 400:
-                    raw = await resp.read()
-                    try:
-                        parsed: Any = json.loads(raw) if raw else None
-                    except ValueError:
-                        parsed = None
-                    raise from_response(
-                        resp.status,
-                        parsed if isinstance(parsed, dict) else raw,
-                        verb="watch",
-                        path=path,
-                    )
-                async for line in resp.content:
-                    if not line.strip():
+            for attempt in (1, 2):
+                pool, headers, cred = await self._login("watch", path)
+                # The server sends the head at once and then events as they happen (bookmarks
+                # at least every minute): a read waits at most the watch's own timeout, plus 30 s.
+                async with pool.stream(
+                    "GET",
+                    target,
+                    headers,
+                    connect_timeout=timeout_seconds + 30,
+                    read_timeout=timeout_seconds + 30,
+                ) as body:
+                    # The exec plugin's credential was refused: once more with a new one (CC-112).
+                    if body.status == 401 and attempt == 1 and self._refused(cred):
                         continue
-                    event = json.loads(line)
-                    kind, obj = str(event.get("type")), event.get("object") or {}
-                    if kind == "BOOKMARK":
-                        continue
-                    if kind == "ERROR":
+                    if body.status >= 400:
+                        raw = await body.read()
+                        try:
+                            parsed: Any = json.loads(raw) if raw else None
+                        except ValueError:
+                            parsed = None
                         raise from_response(
-                            int(obj.get("code") or 500), obj, verb="watch", path=path
+                            body.status,
+                            parsed if isinstance(parsed, dict) else raw,
+                            verb="watch",
+                            path=path,
                         )
-                    yield kind, obj
+                    async for kind, obj in _events(body, path):
+                        yield kind, obj
+                    return
         except _TRANSPORT_ERRORS as e:
             reason = "Timeout" if isinstance(e, TIMEOUT_ERRORS) else "ConnectionFailed"
             raise KubeUnavailableError(
                 UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb="watch", path=path
             ) from e
-
-    async def _open_watch(
-        self, path: str, params: Mapping[str, str], timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        session, headers, cred = await self._login("watch", path)
-        resp = await session.get(self._base + path, params=params, headers=headers, timeout=timeout)
-        if resp.status == 401 and self._refused(cred):
-            # The exec plugin's credential was refused: once more with a new one (CC-112).
-            resp.release()
-            session, headers, _ = await self._login("watch", path)
-            resp = await session.get(
-                self._base + path, params=params, headers=headers, timeout=timeout
-            )
-        return resp
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -381,8 +367,8 @@ class KubeClient:
 
     async def _login(
         self, verb: str, path: str
-    ) -> tuple[aiohttp.ClientSession, dict[str, str], ExecCredential | None]:
-        """The session and headers of one request, with the credential it carries: the exec
+    ) -> tuple[ConnectionPool, dict[str, str], ExecCredential | None]:
+        """The connection pool and headers of one request, with the credential it carries: the exec
         plugin's (run when none is kept or it expired, CC-112), else the config's token."""
         headers: dict[str, str] = {}
         cred: ExecCredential | None = None
@@ -393,14 +379,14 @@ class KubeClient:
                 token = cred.token
             else:
                 token = self.config.bearer_token()
-            session = self._open_session(cred)
+            pool = self._open_pool(cred)
         except KubeConfigError as e:
             raise UnauthorizedError(
                 UNAVAILABLE_STATUS, "Unauthorized", str(e), verb=verb, path=path
             ) from e
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return session, headers, cred
+        return pool, headers, cred
 
     def _refused(self, cred: ExecCredential | None) -> bool:
         """After a 401: forget the exec plugin's credential `cred`; whether to try again."""
@@ -410,27 +396,26 @@ class KubeClient:
         plugin.invalidate(cred)
         return True
 
-    def _open_session(self, cred: ExecCredential | None = None) -> aiohttp.ClientSession:
+    def _open_pool(self, cred: ExecCredential | None = None) -> ConnectionPool:
         if (
             cred is not None
             and cred.cert_data is not None
-            and cred is not self._session_cred
+            and cred is not self._pool_cred
             and self._base.startswith("https://")
         ):
-            # A (new) client certificate from the exec plugin: a session that presents it.
+            # A (new) client certificate from the exec plugin: a pool that presents it.
             self._ssl = self.config.ssl_context(cred)
-            self._session_cred = cred
-            if self._session is not None:
-                self._retired.append(self._session)
-                self._session = None
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._timeout,
-                headers={"User-Agent": self._user_agent, "Accept": "application/json"},
+            self._pool_cred = cred
+            if self._pool is not None:
+                self._retired.append(self._pool)
+                self._pool = None
+        if self._pool is None:
+            self._pool = ConnectionPool(
+                self._base,
+                self._ssl,
+                {"User-Agent": self._user_agent, "Accept": "application/json"},
             )
-        return self._session
+        return self._pool
 
     async def _request(
         self,
@@ -451,11 +436,11 @@ class KubeClient:
         if body is not None:
             data = json.dumps(body).encode()
         for attempt in (1, 2):
-            session, headers, cred = await self._login(verb, path)
+            pool, headers, cred = await self._login(verb, path)
             if data is not None:
                 headers["Content-Type"] = content_type
             status, raw, retry_after = await self._send(
-                session, verb, method, path, params, data, headers
+                pool, verb, method, path, params, data, headers
             )
             # A 401 means nothing was done: with an exec plugin's credential, try once more
             # with a new one (CC-112).
@@ -482,7 +467,7 @@ class KubeClient:
 
     async def _send(
         self,
-        session: aiohttp.ClientSession,
+        pool: ConnectionPool,
         verb: str,
         method: str,
         path: str,
@@ -490,15 +475,14 @@ class KubeClient:
         data: bytes | None,
         headers: dict[str, str],
     ) -> tuple[int, bytes, str | None]:
-        """One request; its status, body and Retry-After. aiohttp's errors become ours."""
+        """One request; its status, body and Retry-After. Transport errors become ours."""
+        target = f"{path}?{urlencode(params)}" if params else path
         try:
-            async with session.request(
-                method, self._base + path, params=params, data=data, headers=headers
-            ) as resp:
-                return resp.status, await resp.read(), resp.headers.get("Retry-After")
+            answer = await pool.request(method, target, headers, data, timeout=self._timeout)
+            return answer.status, answer.body, answer.headers.get("retry-after")
         except _TRANSPORT_ERRORS as e:
-            # aiohttp's total timeout raises asyncio.TimeoutError: the built-in TimeoutError
-            # (an OSError) from 3.11, a class of its own on 3.10 (the client wheel runs there).
+            # A timeout raises asyncio.TimeoutError: the built-in TimeoutError (an OSError)
+            # from 3.11, a class of its own on 3.10 (the client wheel runs there).
             reason = "Timeout" if isinstance(e, TIMEOUT_ERRORS) else "ConnectionFailed"
             raise KubeUnavailableError(
                 UNAVAILABLE_STATUS, reason, str(e) or type(e).__name__, verb=verb, path=path
@@ -517,3 +501,17 @@ def _has_test_op(patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> bool
     return not isinstance(patch, Mapping) and any(
         isinstance(op, Mapping) and op.get("op") == "test" for op in patch
     )
+
+
+async def _events(body: Body, path: str) -> AsyncIterator[tuple[str, Object]]:
+    """A watch's events, one JSON object a line; bookmarks passed over, an ERROR raised."""
+    async for line in body.lines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        kind, obj = str(event.get("type")), event.get("object") or {}
+        if kind == "BOOKMARK":
+            continue
+        if kind == "ERROR":
+            raise from_response(int(obj.get("code") or 500), obj, verb="watch", path=path)
+        yield kind, obj

@@ -1,8 +1,8 @@
 """Errors of the Kubernetes API client, and the one place API failures become them.
 
-Callers branch on these classes and never see aiohttp: `KubeClient` turns every failed
-request into one of the classes below, read from the Status object the API server sends
-(`reason`, `message`, `details`), chained to the aiohttp error where there was one. Each error
+Callers branch on these classes and never see a transport's own errors: `KubeClient` turns every
+failed request into one of the classes below, read from the Status object the API server sends
+(`reason`, `message`, `details`), chained to the connection's error where there was one. Each error
 carries the HTTP status (`status`, 0 when no answer came), the Status `reason`, the server's
 `message`, and the Kubernetes verb and URL path of the request (`verb`, `path`), which name the
 object concerned.
