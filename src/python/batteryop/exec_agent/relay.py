@@ -25,8 +25,9 @@ code and message become the call's status. In order:
      (flintlockd reads nothing else, so nothing else is sent on); the caller's half-close
      half-closes upstream; a second `start`, or a message that does not decode, ends the
      exchange with INVALID_ARGUMENT;
-   - flintlockd to caller: every response, in order, output messages that wait back to back
-     joined (same kind, at most `COALESCE_BYTES`); the one carrying `exit_code` is the last
+   - flintlockd to caller: every response, in order, output messages that follow back to back
+     joined (same kind, at most `COALESCE_BYTES`; while output streams, a message waits up to
+     `LINGER_SECONDS` for more, see `_coalesce`); the one carrying `exit_code` is the last
      and the call then ends OK. The agent never makes up an exit status: a stream that
      flintlockd ends without one, or fails, ends with a non-OK status (flintlockd's code,
      except that OK and UNKNOWN become UNAVAILABLE), never with an exit code (EA-101).
@@ -70,6 +71,11 @@ DEFAULT_BUFFER_BYTES: Final = 1024 * 1024
 COALESCE_BYTES: Final = 1024 * 1024
 """The most output bytes joined into one message to the caller (a quarter of gRPC's default
 receive limit, so any client takes it)."""
+
+LINGER_SECONDS: Final = 0.005
+"""While output streams (a message comes within this long of the last one sent), how long the
+next message may wait for more to join it: the most the agent delays output. The first
+message after a quiet spell (a prompt, a line, an answer) is never held."""
 
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -138,6 +144,16 @@ class Outbox:
     async def get(self) -> Response | RefusedError:
         await self._readable.wait()
         return self.get_nowait()
+
+    async def wait(self, deadline: float) -> bool:
+        """Whether an item (or the failure) is there by the event loop's time `deadline`."""
+        if not self._readable.is_set():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._readable.wait()
+            except TimeoutError:
+                return False
+        return True
 
     def fail(self, error: RefusedError) -> None:
         """End the stream with `error` (the first one given wins)."""
@@ -285,6 +301,8 @@ class ExecRelay:
             asyncio.create_task(_to_flintlockd(requests, call, outbox, has_stdin=has_stdin)),
         ]
         held: Response | RefusedError | None = None
+        loop = asyncio.get_running_loop()
+        sent = -LINGER_SECONDS  # when output last went to the caller (loop time)
         try:
             while True:
                 item = held if held is not None else await outbox.get()
@@ -293,8 +311,11 @@ class ExecRelay:
                     raise item
                 kind = item.WhichOneof("payload")
                 if kind in ("stdout", "stderr"):
-                    item, held = _coalesce(item, str(kind), outbox)
+                    streaming = loop.time() - sent < LINGER_SECONDS
+                    item, held = await _coalesce(item, str(kind), outbox, linger=streaming)
                 yield item
+                if kind in ("stdout", "stderr"):
+                    sent = loop.time()
                 if is_exit(item):  # EA-020: the exit status is the last frame, and only OK end
                     return
         finally:
@@ -304,19 +325,32 @@ class ExecRelay:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _coalesce(
-    first: Response, kind: str, outbox: Outbox
+async def _coalesce(
+    first: Response, kind: str, outbox: Outbox, *, linger: bool
 ) -> tuple[Response, Response | RefusedError | None]:
-    """`first` joined with the outbox's waiting messages of the same kind (stdout or stderr), up
-    to `COALESCE_BYTES`, and the first waiting item that could not join (sent next).
+    """`first` joined with the outbox's next messages of the same kind (stdout or stderr), up to
+    `COALESCE_BYTES`, and the first item that could not join (sent next).
 
-    Fewer, larger messages to the caller; the bytes and their order (also between stdout and
-    stderr) stay exactly as flintlockd sent them.
+    Messages already waiting join at once. With `linger` (output is streaming: `first` came
+    within `LINGER_SECONDS` of the last message sent), more are waited for, for at most
+    `LINGER_SECONDS` in all: bulk output then reaches the caller in messages of hundreds of
+    KiB instead of flintlockd's reads of at most 32 KiB (flintlock-api.md §8.5), a small part of
+    the messages for the caller's gRPC and ours to handle (docs/dev/client-performance.md),
+    while output after a quiet spell goes on at once. The bytes and their order (also between
+    stdout and stderr) stay exactly as flintlockd sent them.
     """
     chunks = [getattr(first, kind)]
     size = len(chunks[0])
     held: Response | RefusedError | None = None
-    while size < COALESCE_BYTES and not outbox.empty():
+    deadline: float | None = None
+    while size < COALESCE_BYTES:
+        if outbox.empty():
+            if not linger:
+                break
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + LINGER_SECONDS
+            if not await outbox.wait(deadline):
+                break
         item = outbox.get_nowait()
         data = getattr(item, kind) if isinstance(item, Response) else b""
         if (

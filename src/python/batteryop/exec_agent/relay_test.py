@@ -41,6 +41,8 @@ Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
 
 TEN_MIB = 10 * 1024 * 1024
+CHUNK = 32 * 1024
+"""flintlockd's largest output message (flintlock-api.md §8.5)."""
 
 
 def kinds(responses: list[Response]) -> list[str]:
@@ -79,6 +81,44 @@ async def test_ten_mib_of_stdout_arrive_whole_and_in_order(agent: Agent, holders
     expected = "".join(f"{i}\n" for i in range(1, 2_000_000)).encode()[:TEN_MIB]
     assert out == expected
     assert_exit_last(responses, 0)
+
+
+@pytest.mark.req("EA-020")
+async def test_bulk_stdout_is_joined_into_fewer_messages(agent: Agent, holders: Holders) -> None:
+    """flintlockd sends messages of at most 32 KiB; the agent joins them while output streams
+    (relay._coalesce), so the caller handles far fewer messages than flintlockd sent."""
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd=f"head -c {TEN_MIB} /dev/zero", shell=True)
+    async with agent.channel() as channel:
+        responses = await run_exec(channel, holding.metadata, start)
+    assert joined(responses, "stdout") == bytes(TEN_MIB)
+    assert kinds(responses).count("stdout") < TEN_MIB // CHUNK
+    assert max(len(r.stdout) for r in responses) > CHUNK
+    assert_exit_last(responses, 0)
+
+
+@pytest.mark.req("EA-020")
+async def test_streamed_output_then_silence_all_arrives_before_the_command_ends(
+    agent: Agent, holders: Holders
+) -> None:
+    """Streaming output waits for more only for the linger: here the command writes a burst,
+    then waits for its stdin to end, which the test ends only once the whole burst came."""
+    holding = await holders.hold()
+    burst = 4 * 1024 * 1024
+    script = f"head -c {burst} /dev/zero; cat >/dev/null"
+    start = Start(uid=holding.microvm_uid, cmd=script, shell=True, has_stdin=True)
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(metadata=holding.metadata, timeout=30)
+        await call.write(Request(start=start))
+        got: list[Response] = []
+        while sum(len(r.stdout) for r in got) < burst:
+            got.append(await asyncio.wait_for(call.read(), 10))
+        assert joined(got, "stdout") == bytes(burst)
+        await call.write(Request(stdin_eof=True))
+        await call.done_writing()
+        while (response := await call.read()) is not grpc.aio.EOF:
+            got.append(response)
+    assert_exit_last(got, 0)
 
 
 @pytest.mark.req("EA-020")

@@ -1,0 +1,145 @@
+"""How the relay joins flintlockd's output messages on the way to the caller (EA-020): what
+waits joins at once; while output streams, more is waited for, for a bounded time; after a
+quiet spell nothing waits; bytes, kinds and order are kept, and a refusal is never swallowed.
+
+These drive `relay._coalesce` against a real `Outbox`, with the messages put in from the test,
+so each case is decided by what the test puts in and when, not by a machine's speed; the path
+through a running agent is in relay_test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent import relay
+from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.relay import COALESCE_BYTES, LINGER_SECONDS, Outbox, _coalesce
+
+Response = microvmexec_pb2.ExecCommandResponse
+
+CHUNK = 32 * 1024
+"""flintlockd's largest output message (flintlock-api.md §8.5)."""
+NEVER = 3600.0
+"""A linger no test may wait out: a case that waited for it would hang, then fail below."""
+DONE_WITHIN = 10.0
+
+
+def out(size: int, fill: bytes = b"o") -> Response:
+    return Response(stdout=fill * size)
+
+
+async def lingering(outbox: Outbox, first: Response) -> asyncio.Task[tuple[Response, object]]:
+    """`_coalesce(first, linger=True)` running, and waiting on `outbox` (it found it empty)."""
+    kind = str(first.WhichOneof("payload"))
+    task = asyncio.ensure_future(_coalesce(first, kind, outbox, linger=True))
+    await settle()
+    assert not task.done()
+    return task
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)  # every ready callback runs: a waiting task stays waiting
+
+
+@pytest.mark.req("EA-020")
+async def test_messages_already_waiting_join_at_once() -> None:
+    outbox = Outbox(COALESCE_BYTES)
+    for fill in (b"b", b"c"):
+        await outbox.put(out(CHUNK, fill))
+    await outbox.put(out(10, b"d"))
+    joined, held = await asyncio.wait_for(
+        _coalesce(out(CHUNK, b"a"), "stdout", outbox, linger=False), DONE_WITHIN
+    )
+    assert joined.stdout == b"a" * CHUNK + b"b" * CHUNK + b"c" * CHUNK + b"d" * 10
+    assert held is None
+    assert outbox.empty()
+
+
+@pytest.mark.req("EA-020")
+async def test_output_after_a_quiet_spell_goes_on_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
+    outbox = Outbox(COALESCE_BYTES)
+    first = out(CHUNK)
+    joined, held = await asyncio.wait_for(
+        _coalesce(first, "stdout", outbox, linger=False), DONE_WITHIN
+    )
+    assert joined is first and held is None
+
+
+@pytest.mark.req("EA-020")
+async def test_streaming_output_waits_for_more_up_to_the_coalesce_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
+    outbox = Outbox(COALESCE_BYTES)
+    task = await lingering(outbox, out(CHUNK, b"a"))
+    await outbox.put(out(CHUNK, b"b"))
+    await settle()
+    assert not task.done()  # b joined; it waits on for more
+    await outbox.put(out(COALESCE_BYTES - 2 * CHUNK, b"c"))
+    joined, held = await asyncio.wait_for(task, DONE_WITHIN)
+    assert joined.stdout == b"a" * CHUNK + b"b" * CHUNK + b"c" * (COALESCE_BYTES - 2 * CHUNK)
+    assert held is None
+
+
+@pytest.mark.req("EA-020")
+async def test_streaming_output_waits_at_most_the_linger() -> None:
+    outbox = Outbox(COALESCE_BYTES)
+    first = out(CHUNK)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    joined, held = await asyncio.wait_for(
+        _coalesce(first, "stdout", outbox, linger=True), DONE_WITHIN
+    )
+    assert joined is first and held is None
+    assert loop.time() - began >= LINGER_SECONDS
+
+
+@pytest.mark.req("EA-020")
+async def test_the_other_kind_is_held_for_next_and_the_order_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
+    outbox = Outbox(COALESCE_BYTES)
+    task = await lingering(outbox, out(CHUNK, b"a"))
+    stderr = Response(stderr=b"err")
+    await outbox.put(stderr)
+    joined, held = await asyncio.wait_for(task, DONE_WITHIN)
+    assert joined.stdout == b"a" * CHUNK
+    assert held is stderr
+
+
+@pytest.mark.req("EA-020")
+async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
+    outbox = Outbox(4 * COALESCE_BYTES)
+    for _ in range(COALESCE_BYTES // CHUNK):
+        await outbox.put(out(CHUNK))
+    joined, held = await asyncio.wait_for(
+        _coalesce(out(CHUNK), "stdout", outbox, linger=True), DONE_WITHIN
+    )
+    assert len(joined.stdout) == COALESCE_BYTES
+    assert held is None
+    rest = outbox.get_nowait()  # the one over the limit waits for the next message
+    assert isinstance(rest, Response) and len(rest.stdout) == CHUNK
+    assert outbox.empty()
+
+
+@pytest.mark.req("EA-020", "EA-106")
+async def test_a_refusal_during_the_wait_ends_it_and_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
+    outbox = Outbox(COALESCE_BYTES)
+    task = await lingering(outbox, out(CHUNK, b"a"))
+    refusal = RefusedError(grpc.StatusCode.PERMISSION_DENIED, Check.CLAIM, "the claim is gone")
+    outbox.fail(refusal)
+    joined, held = await asyncio.wait_for(task, DONE_WITHIN)
+    assert joined.stdout == b"a" * CHUNK
+    assert held is refusal
