@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client as k8s
 
 from batteryop.api import crds, names, samples
+from batteryop.api import lease as lease_api
 from batteryop.api import pool as pool_api
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.pool import Pool
@@ -52,10 +53,10 @@ def test_pool_crd_defaults_are_the_python_defaults() -> None:
     assert iface_type["default"] == pool_api.DEFAULT_INTERFACE_TYPE
     lease = at(spec, "lease")
     assert lease["properties"]["heartbeatInterval"]["default"] == format_duration(
-        pool_api.DEFAULT_HEARTBEAT_INTERVAL
+        lease_api.DEFAULT_HEARTBEAT_INTERVAL
     )
     assert lease["properties"]["expiryThreshold"]["default"] == format_duration(
-        pool_api.DEFAULT_EXPIRY_THRESHOLD
+        lease_api.DEFAULT_EXPIRY_THRESHOLD
     )
     for obj in ("placement", "replenishment", "hooks", "lease"):
         assert at(spec, obj)["default"] == {}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Final
 
 from batteryop.api import names
@@ -29,8 +28,8 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
+from batteryop.api.lease import LeaseSettings
 from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
-from batteryop.api.times import format_duration
 
 
 class ReplenishmentType(StrEnum):
@@ -59,8 +58,7 @@ class InterfaceType(StrEnum):
 DEFAULT_REPLENISHMENT_TYPE: Final = ReplenishmentType.IMMEDIATE_ON_LEASE
 DEFAULT_HOOK_FAILURE_POLICY: Final = HookFailurePolicy.DELETE_AND_REPLACE
 DEFAULT_INTERFACE_TYPE: Final = InterfaceType.MACVTAP
-DEFAULT_HEARTBEAT_INTERVAL: Final = timedelta(seconds=10)
-DEFAULT_EXPIRY_THRESHOLD: Final = timedelta(seconds=30)
+# The lease's defaults are with its settings (batteryop.api.lease).
 
 
 def _put(out: dict[str, Any], key: str, value: Any) -> None:
@@ -298,27 +296,6 @@ class Hooks:
         _put(out, "preLease", list(self.pre_lease))
         out["failurePolicy"] = str(self.failure_policy)
         return out
-
-
-@dataclass(frozen=True)
-class LeaseSettings:
-    """How often a Holder renews (advisory for battery) and how long a Lease lives unrenewed."""
-
-    heartbeat_interval: timedelta = DEFAULT_HEARTBEAT_INTERVAL
-    expiry_threshold: timedelta = DEFAULT_EXPIRY_THRESHOLD
-
-    @classmethod
-    def parse(cls, f: Fields) -> LeaseSettings:
-        return cls(
-            heartbeat_interval=f.duration("heartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL),
-            expiry_threshold=f.duration("expiryThreshold", DEFAULT_EXPIRY_THRESHOLD),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "heartbeatInterval": format_duration(self.heartbeat_interval),
-            "expiryThreshold": format_duration(self.expiry_threshold),
-        }
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from batteryop.api import names, samples
 from batteryop.api.conditions import PoolConditionType, PoolReason, set_condition
 from batteryop.api.errors import MalformedObjectError
+from batteryop.api.lease import pool_lease
 from batteryop.api.meta import ObjectMeta
 from batteryop.api.pool import (
     HookFailurePolicy,
@@ -252,3 +253,15 @@ def test_a_pool_round_trips_through_its_body(pool: Pool) -> None:
 def test_a_rendered_spec_renders_the_same_after_reading(spec: PoolSpec) -> None:
     rendered = spec.to_dict()
     assert PoolSpec.from_dict(rendered).to_dict() == rendered
+
+
+@given(st.builds(Pool, metas, specs, statuses))
+def test_the_lease_alone_reads_as_the_whole_pool_reads_it(pool: Pool) -> None:
+    """`lease.pool_lease` (what the client reads of its Pool) agrees with `Pool.from_dict`."""
+    assert pool_lease(pool.to_dict()) == pool.spec.lease
+
+
+def test_the_lease_alone_takes_the_crds_defaults_and_names_a_bad_field() -> None:
+    assert pool_lease({"spec": {}}) == LeaseSettings()
+    with pytest.raises(MalformedObjectError, match=r"spec\.lease\.heartbeatInterval"):
+        pool_lease({"spec": {"lease": {"heartbeatInterval": "soon"}}})

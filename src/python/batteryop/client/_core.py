@@ -20,7 +20,7 @@ from batteryop.api import names
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ConditionStatus
 from batteryop.api.errors import MalformedObjectError
-from batteryop.api.pool import DEFAULT_HEARTBEAT_INTERVAL, Pool
+from batteryop.api.lease import DEFAULT_HEARTBEAT_INTERVAL, pool_lease
 from batteryop.api.times import format_micro_time, parse_time
 from batteryop.client._models import ClaimInfo, Pending
 
@@ -149,7 +149,7 @@ def heartbeat_interval(pool_body: Mapping[str, Any] | None) -> timedelta:
     if not pool_body:
         return DEFAULT_HEARTBEAT_INTERVAL
     try:
-        interval = Pool.from_dict(pool_body).spec.lease.heartbeat_interval
+        interval = pool_lease(pool_body).heartbeat_interval
     except MalformedObjectError:
         return DEFAULT_HEARTBEAT_INTERVAL
     return interval if interval > timedelta(0) else DEFAULT_HEARTBEAT_INTERVAL
