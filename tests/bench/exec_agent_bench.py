@@ -14,7 +14,8 @@ passes the whole authorization. Prints one JSON line per figure:
     {"bench": "exec_stdout_throughput", "mib": 100, "seconds": ..., "mib_per_s": ...}
     {"bench": "flintlockd_direct_baseline", ...}            (straight to the fake, no agent)
     {"bench": "exec_via_standin", "roundtrip": {...}, "stdout_mib_per_s": ...,
-     "standin_direct_mib_per_s": ..., "agent_cpu_s_per_100_mib": ...}
+     "standin_direct_mib_per_s": ..., "agent_cpu_ms_per_mib": ...,
+     "linger_on_off": {"on": {...}, "off": {...}}}
 
 The fake flintlockd runs every command for real and sends its output as it reads it from a
 pipe: at 100 MiB it is slower than the agent (`flintlockd_direct_baseline`), and on two cores
@@ -23,7 +24,9 @@ against `bench.flintlockd_standin` instead, its own process, which answers at on
 ready-made 32 KiB stdout messages (as many messages per MiB as flintlockd): the round trip with
 a flintlockd that costs nothing (every check of the agent still made: EA-010..EA-014), and the
 agent's stdout throughput where the stand-in is not the bottleneck (`standin_direct_mib_per_s`,
-straight to it, says how far it goes alone).
+straight to it, says how far it goes alone). `linger_on_off` streams through the agent with
+the relay's linger (the wait for more output to join, relay._coalesce) on and off in turns:
+the medians of each, throughput and the agent's and client's CPU per MiB.
 
 Where the time goes: the API server (token_review and claim_read, which run side by side),
 flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
@@ -51,11 +54,13 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+import pytest
 from bench.flintlockd_standin import CHUNK_BYTES
 from bench.stats import FULL, latency_figures
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.client import ExecRequest, GrpcExecTransport
+from batteryop.exec_agent import relay
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
@@ -72,6 +77,7 @@ from batteryop.testing.exec_agent import (
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 
 RUNS = 200 if FULL else 20
+LINGER_ROUNDS = 7 if FULL else 1
 WARM = 10
 MIB = 100 if FULL else 10
 
@@ -325,6 +331,17 @@ async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size:
         through_agent = [await stream(channel, holding.metadata) for _ in range(3)]
         agent_cpu = cpu.per_call_ms(3, fake="agent+client", commands="-")["agent+client"]
         straight = [await stream(direct, ()) for _ in range(3)]
+        # The relay's linger (relay._coalesce) on and off in turns, so both see the same load;
+        # off (0 s), it joins only messages already waiting, as before it had a linger.
+        lingers: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+        for _ in range(LINGER_ROUNDS):
+            for name, linger in (("off", 0.0), ("on", relay.LINGER_SECONDS)):
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(relay, "LINGER_SECONDS", linger)
+                    cpu = CpuMeter({"agent+client": os.getpid()})
+                    spent = await stream(channel, holding.metadata)
+                    used = cpu.per_call_ms(1, fake="agent+client", commands="-")["agent+client"]
+                lingers[name].append((spent, used))
     print(
         json.dumps(
             {
@@ -340,6 +357,16 @@ async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size:
                 "stdout_mib_per_s": round(MIB / statistics.median(through_agent), 1),
                 "standin_direct_mib_per_s": round(MIB / statistics.median(straight), 1),
                 "agent_cpu_ms_per_mib": round(agent_cpu / MIB, 2),
+                "linger_on_off": {
+                    name: {
+                        "runs": len(runs),
+                        "mib_per_s": round(MIB / statistics.median(s for s, _ in runs), 1),
+                        "agent_cpu_ms_per_mib": round(
+                            statistics.median(c for _, c in runs) / MIB, 2
+                        ),
+                    }
+                    for name, runs in lingers.items()
+                },
                 "load_average_1m": round(os.getloadavg()[0], 2),
             }
         )
