@@ -32,6 +32,13 @@ def out(size: int, fill: bytes = b"o") -> Response:
     return Response(stdout=fill * size)
 
 
+@pytest.fixture
+def outbox(monkeypatch: pytest.MonkeyPatch) -> Outbox:
+    """An empty outbox, and a linger of `NEVER`."""
+    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
+    return Outbox(COALESCE_BYTES)
+
+
 async def lingering(outbox: Outbox, first: Response) -> asyncio.Task[tuple[Response, object]]:
     """`_coalesce(first, linger=True)` running, and waiting on `outbox` (it found it empty)."""
     kind = str(first.WhichOneof("payload"))
@@ -62,10 +69,8 @@ async def test_messages_already_waiting_join_at_once() -> None:
 
 @pytest.mark.req("EA-020")
 async def test_output_after_a_quiet_spell_goes_on_without_waiting(
-    monkeypatch: pytest.MonkeyPatch,
+    outbox: Outbox,
 ) -> None:
-    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
-    outbox = Outbox(COALESCE_BYTES)
     first = out(CHUNK)
     joined, held = await asyncio.wait_for(
         _coalesce(first, "stdout", outbox, linger=False), DONE_WITHIN
@@ -75,10 +80,8 @@ async def test_output_after_a_quiet_spell_goes_on_without_waiting(
 
 @pytest.mark.req("EA-020")
 async def test_streaming_output_waits_for_more_up_to_the_coalesce_limit(
-    monkeypatch: pytest.MonkeyPatch,
+    outbox: Outbox,
 ) -> None:
-    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
-    outbox = Outbox(COALESCE_BYTES)
     task = await lingering(outbox, out(CHUNK, b"a"))
     await outbox.put(out(CHUNK, b"b"))
     await settle()
@@ -103,20 +106,6 @@ async def test_streaming_output_waits_at_most_the_linger() -> None:
 
 
 @pytest.mark.req("EA-020")
-async def test_the_other_kind_is_held_for_next_and_the_order_kept(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
-    outbox = Outbox(COALESCE_BYTES)
-    task = await lingering(outbox, out(CHUNK, b"a"))
-    stderr = Response(stderr=b"err")
-    await outbox.put(stderr)
-    joined, held = await asyncio.wait_for(task, DONE_WITHIN)
-    assert joined.stdout == b"a" * CHUNK
-    assert held is stderr
-
-
-@pytest.mark.req("EA-020")
 async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
     outbox = Outbox(4 * COALESCE_BYTES)
     for _ in range(COALESCE_BYTES // CHUNK):
@@ -132,14 +121,22 @@ async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
 
 
 @pytest.mark.req("EA-020", "EA-106")
-async def test_a_refusal_during_the_wait_ends_it_and_is_not_lost(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    "ending",
+    [
+        Response(stderr=b"err"),  # the other kind: sent next, so stdout and stderr keep order
+        RefusedError(grpc.StatusCode.PERMISSION_DENIED, Check.CLAIM, "the claim is gone"),
+    ],
+    ids=["stderr", "refusal"],
+)
+async def test_the_other_kind_or_a_refusal_ends_the_wait_and_is_sent_next(
+    outbox: Outbox, ending: Response | RefusedError
 ) -> None:
-    monkeypatch.setattr(relay, "LINGER_SECONDS", NEVER)
-    outbox = Outbox(COALESCE_BYTES)
     task = await lingering(outbox, out(CHUNK, b"a"))
-    refusal = RefusedError(grpc.StatusCode.PERMISSION_DENIED, Check.CLAIM, "the claim is gone")
-    outbox.fail(refusal)
+    if isinstance(ending, RefusedError):
+        outbox.fail(ending)
+    else:
+        await outbox.put(ending)
     joined, held = await asyncio.wait_for(task, DONE_WITHIN)
     assert joined.stdout == b"a" * CHUNK
-    assert held is refusal
+    assert held is ending
