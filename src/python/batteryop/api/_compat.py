@@ -6,7 +6,7 @@ Enum whose `str()` and format are its value, which is all the project relies on.
 is `UTC` from here, the same object as `datetime.timezone.utc`.) Timeouts are caught as
 `TIMEOUT_ERRORS`: from 3.11 `asyncio.TimeoutError` is the built-in `TimeoutError`, but on 3.10
 it is a class of its own (`concurrent.futures.TimeoutError`, not an `OSError`), which is what
-`asyncio.wait_for`, `Future.result(timeout)` and aiohttp's total timeout raise there.
+`asyncio.wait_for` and `Future.result(timeout)` raise there.
 """
 
 from __future__ import annotations

@@ -464,9 +464,9 @@ def main(argv: list[str] | None = None) -> None:
 
     Without `argv` (the `battery` command, `python -m`) this process is ours: once the command
     has ended (its claim released, its client closed), its output is flushed and the process
-    exits at once, skipping the interpreter's teardown of aiohttp, gRPC and protobuf (50-170 ms,
-    a third of `battery run`; docs/dev/client-performance.md). With `argv` (another program
-    running the CLI) it raises SystemExit as usual."""
+    exits at once, skipping the interpreter's teardown of gRPC and protobuf (50-170 ms when the
+    client still used aiohttp, a third of `battery run`; docs/dev/client-performance.md). With
+    `argv` (another program running the CLI) it raises SystemExit as usual."""
     if argv is not None:
         _main(argv)
     global _OWN_PROCESS
