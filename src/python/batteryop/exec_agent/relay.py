@@ -26,11 +26,12 @@ code and message become the call's status. In order:
      half-closes upstream; a second `start`, or a message that does not decode, ends the
      exchange with INVALID_ARGUMENT;
    - flintlockd to caller: every response, in order, output messages that follow back to back
-     joined (same kind, at most `COALESCE_BYTES`; while output streams, a message waits up to
-     `LINGER_SECONDS` for more, see `_coalesce`); the one carrying `exit_code` is the last
-     and the call then ends OK. The agent never makes up an exit status: a stream that
-     flintlockd ends without one, or fails, ends with a non-OK status (flintlockd's code,
-     except that OK and UNKNOWN become UNAVAILABLE), never with an exit code (EA-101).
+     joined (same kind, at most `COALESCE_BYTES`; while output streams and no stdin goes up, a
+     message waits up to `LINGER_SECONDS` for more, see `_coalesce`); the one carrying
+     `exit_code` is the last and the call then ends OK. The agent never makes up an exit
+     status: a stream that flintlockd ends without one, or fails, ends with a non-OK status
+     (flintlockd's code, except that OK and UNKNOWN become UNAVAILABLE), never with an exit
+     code (EA-101).
 
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
@@ -73,9 +74,10 @@ COALESCE_BYTES: Final = 1024 * 1024
 receive limit, so any client takes it)."""
 
 LINGER_SECONDS: Final = 0.005
-"""While output streams (a message comes within this long of the last one sent), how long the
-next message may wait for more to join it: the most the agent delays output. The first
-message after a quiet spell (a prompt, a line, an answer) is never held."""
+"""While output streams (a message comes within this long of the last one sent, and the caller
+sent no stdin since), how long the next message may wait for more to join it: the most the
+agent delays output. Output after a quiet spell (a prompt, a line) or after stdin (an answer to
+it, as a REPL driven line by line gives) is never held."""
 
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -296,9 +298,10 @@ class ExecRelay:
         *,
         has_stdin: bool,
     ) -> AsyncIterator[Response]:
+        turns = _Turns()
         tasks = [
             asyncio.create_task(_from_flintlockd(call, outbox)),
-            asyncio.create_task(_to_flintlockd(requests, call, outbox, has_stdin=has_stdin)),
+            asyncio.create_task(_to_flintlockd(requests, call, outbox, turns, has_stdin=has_stdin)),
         ]
         held: Response | RefusedError | None = None
         loop = asyncio.get_running_loop()
@@ -311,11 +314,12 @@ class ExecRelay:
                     raise item
                 kind = item.WhichOneof("payload")
                 if kind in ("stdout", "stderr"):
-                    streaming = loop.time() - sent < LINGER_SECONDS
+                    streaming = loop.time() - sent < LINGER_SECONDS and not turns.stdin
                     item, held = await _coalesce(item, str(kind), outbox, linger=streaming)
                 yield item
                 if kind in ("stdout", "stderr"):
                     sent = loop.time()
+                    turns.stdin = False
                 if is_exit(item):  # EA-020: the exit status is the last frame, and only OK end
                     return
         finally:
@@ -332,7 +336,8 @@ async def _coalesce(
     `COALESCE_BYTES`, and the first item that could not join (sent next).
 
     Messages already waiting join at once. With `linger` (output is streaming: `first` came
-    within `LINGER_SECONDS` of the last message sent), more are waited for, for at most
+    within `LINGER_SECONDS` of the last message sent, and no stdin went up since), more are
+    waited for, for at most
     `LINGER_SECONDS` in all: bulk output then reaches the caller in messages of hundreds of
     KiB instead of flintlockd's reads of at most 32 KiB (flintlock-api.md §8.5), a small part of
     the messages for the caller's gRPC and ours to handle (docs/dev/client-performance.md),
@@ -366,6 +371,16 @@ async def _coalesce(
         return first, held
     joined = b"".join(chunks)
     return (Response(stdout=joined) if kind == "stdout" else Response(stderr=joined)), held
+
+
+class _Turns:
+    """Whether the caller's stdin went to flintlockd since output last went to the caller: the
+    next output may answer it, so it is not held for more (`LINGER_SECONDS`)."""
+
+    __slots__ = ("stdin",)
+
+    def __init__(self) -> None:
+        self.stdin = False
 
 
 class _End:
@@ -428,10 +443,12 @@ async def _to_flintlockd(
     requests: AsyncIterator[Request | None],
     call: ExecCall,
     outbox: Outbox,
+    turns: _Turns,
     *,
     has_stdin: bool,
 ) -> None:
-    """The caller's stdin to flintlockd; a protocol violation into the outbox."""
+    """The caller's stdin to flintlockd (noted in `turns`); a protocol violation into the
+    outbox."""
     try:
         async for request in requests:
             if request is None:
@@ -448,6 +465,7 @@ async def _to_flintlockd(
                 )
                 return
             if has_stdin and kind in ("stdin", "stdin_eof"):
+                turns.stdin = True  # before the write: the answer cannot come before it
                 await call.write(request)
         await call.done_writing()
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):

@@ -21,6 +21,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
     MicroVMExecStub,
 )
 from battery_protos.flintlock.types import microvm_pb2
+from batteryop.exec_agent import relay
 from batteryop.kube.config import KubeConfig
 from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
@@ -119,6 +120,34 @@ async def test_streamed_output_then_silence_all_arrives_before_the_command_ends(
         while (response := await call.read()) is not grpc.aio.EOF:
             got.append(response)
     assert_exit_last(got, 0)
+
+
+@pytest.mark.req("EA-020")
+async def test_answers_to_stdin_are_never_held(
+    agent: Agent, holders: Holders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command driven line by line (a REPL): each answer follows the caller's stdin, so the
+    agent sends it at once even while output streams. The linger here never ends: an answer
+    it held would never come."""
+    monkeypatch.setattr(relay, "LINGER_SECONDS", 3600.0)
+    holding = await holders.hold()
+    start = Start(uid=holding.microvm_uid, cmd="cat", has_stdin=True)
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(metadata=holding.metadata, timeout=30)
+        await call.write(Request(start=start))
+        for turn in range(5):
+            line = f"line {turn}\n".encode()
+            await call.write(Request(stdin=line))
+            answer = b""
+            while len(answer) < len(line):
+                answer += (await asyncio.wait_for(call.read(), 10)).stdout
+            assert answer == line
+        await call.write(Request(stdin_eof=True))
+        await call.done_writing()
+        rest = []
+        while (response := await call.read()) is not grpc.aio.EOF:
+            rest.append(response)
+    assert_exit_last(rest, 0)
 
 
 @pytest.mark.req("EA-020")
