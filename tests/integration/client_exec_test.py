@@ -99,7 +99,14 @@ class Cli:
     ca: Path
 
     async def start(self, *args: str) -> asyncio.subprocess.Process:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "BATTERY_HOLDER": HOLDER}
+        # PYTHONFAULTHANDLER: a command that hangs is made to print every thread's stack
+        # (`finished`), so the failure says where it hung.
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "BATTERY_HOLDER": HOLDER,
+            "PYTHONFAULTHANDLER": "1",
+        }
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -119,9 +126,22 @@ class Cli:
 
     async def __call__(self, *args: str) -> tuple[int, str, str]:
         process = await self.start(*args)
-        out, err = await asyncio.wait_for(process.communicate(), 120)
+        out, err = await finished(process, 120)
         assert process.returncode is not None
         return process.returncode, out.decode(), err.decode()
+
+
+async def finished(process: asyncio.subprocess.Process, seconds: float) -> tuple[bytes, bytes]:
+    """`process`'s stdout and stderr once it exits; if it has not within `seconds`, it is
+    made to dump every thread's stack (SIGABRT, with PYTHONFAULTHANDLER) and the test fails
+    with that dump."""
+    communicating = asyncio.ensure_future(process.communicate())
+    try:
+        return await asyncio.wait_for(asyncio.shield(communicating), seconds)
+    except TimeoutError:
+        process.send_signal(signal.SIGABRT)
+        _, err = await asyncio.wait_for(communicating, 30)
+        pytest.fail(f"the command did not exit within {seconds:g}s; its threads:\n{err.decode()}")
 
 
 @pytest.fixture
@@ -192,7 +212,7 @@ async def test_ctrl_c_during_battery_run_releases_the_claim(
         task.cancel()
     assert done, "the command never started"
     process.send_signal(signal.SIGINT)
-    _, err = await asyncio.wait_for(process.communicate(), 60)
+    _, err = await finished(process, 60)
     assert process.returncode == EXIT_INTERRUPTED, err
     assert err.decode().rstrip().endswith("battery: interrupted")
     claims = stack.custom.list_namespaced_custom_object(
