@@ -337,12 +337,12 @@ async def _coalesce(
 
     Messages already waiting join at once. With `linger` (output is streaming: `first` came
     within `LINGER_SECONDS` of the last message sent, and no stdin went up since), more are
-    waited for, for at most
-    `LINGER_SECONDS` in all: bulk output then reaches the caller in messages of hundreds of
-    KiB instead of flintlockd's reads of at most 32 KiB (flintlock-api.md §8.5), a small part of
-    the messages for the caller's gRPC and ours to handle (docs/dev/client-performance.md),
-    while output after a quiet spell goes on at once. The bytes and their order (also between
-    stdout and stderr) stay exactly as flintlockd sent them.
+    waited for, for at most `LINGER_SECONDS` in all: bulk output then reaches the caller in
+    messages of hundreds of KiB instead of flintlockd's reads of at most 32 KiB
+    (flintlock-api.md §8.5), a small part of the messages for the caller's gRPC and ours to
+    handle (docs/dev/client-performance.md), while output after a quiet spell goes on at
+    once. The bytes and their order (also between stdout and stderr) stay exactly as
+    flintlockd sent them.
     """
     chunks = [getattr(first, kind)]
     size = len(chunks[0])
