@@ -45,6 +45,7 @@ from batteryop.client._models import (
     ExecResult,
     Timeouts,
 )
+from batteryop.client._threads import start_daemon
 from batteryop.kube.config import KubeConfig
 
 T = TypeVar("T")
@@ -56,10 +57,7 @@ class _Portal:
     def __init__(self, grace: float) -> None:
         self._grace = grace
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="battery-client", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_daemon(self.loop.run_forever, "battery-client")  # CC-108
 
     def call(self, coro: Coroutine[Any, Any, T], *, finish: bool = False) -> T:
         """Run `coro` on the loop and return its answer. On `KeyboardInterrupt`, cancel it
@@ -411,7 +409,7 @@ async def _iterate_in_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
             if chunk is None:
                 return
 
-    threading.Thread(target=read, name="battery-client-stdin", daemon=True).start()
+    start_daemon(read, "battery-client-stdin")
     while True:
         wanted.release()
         chunk, error = await ready.get()

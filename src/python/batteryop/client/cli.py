@@ -26,7 +26,6 @@ import os
 import signal
 import stat
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -102,9 +101,10 @@ def _client(
     Bound, and until then the client mostly waits on the network. The client takes it from
     there (Python's import lock makes it wait if the import is still under way)."""
     from batteryop.client._sync import Client
+    from batteryop.client._threads import start_daemon
 
     if execs and _OWN_PROCESS and ctx.obj["ca"]:
-        threading.Thread(target=_import_exec_transport, name="battery-import", daemon=True).start()
+        start_daemon(_import_exec_transport, "battery-import")
 
     opts = ctx.obj
     timeouts = Timeouts()

@@ -1,15 +1,18 @@
-"""The blocking client's private event loop thread (`_sync._Portal`)."""
+"""The blocking client's private event loop thread (`_sync._Portal`) and its other threads."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from batteryop.client._sync import _Portal
+from batteryop.client._sync import _iterate_in_thread, _Portal
+from batteryop.client._threads import STOP_SIGNALS
 
 
 @pytest.mark.req("CC-100")
@@ -77,3 +80,38 @@ def test_a_stdin_read_still_waiting_does_not_hold_up_the_exit() -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr
+
+
+def _blocked() -> set[int]:
+    """The signals the calling thread blocks."""
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.mark.req("CC-108")
+def test_ctrl_c_is_left_to_the_main_thread() -> None:
+    """A SIGINT the kernel handed to one of the client's threads never woke the main thread,
+    blocked in `Future.result()` while a command ran, so `battery run` ignored Ctrl-C (seen in
+    CI under load). The loop's thread, the threads it starts (asyncio's executor; gRPC's core
+    threads are started there too) and the stdin reader must all block it."""
+    before = _blocked()
+    assert not STOP_SIGNALS & before
+    portal = _Portal(grace=5)
+
+    async def masks() -> list[set[int]]:
+        seen = [_blocked(), await asyncio.to_thread(_blocked)]
+
+        def chunks() -> Iterator[bytes]:
+            seen.append(_blocked())
+            yield b"x"
+
+        assert [chunk async for chunk in _iterate_in_thread(chunks())] == [b"x"]
+        return seen
+
+    try:
+        seen = portal.call(masks())
+    finally:
+        portal.close()
+    assert len(seen) == 3
+    for mask in seen:
+        assert mask >= STOP_SIGNALS
+    assert _blocked() == before  # the main thread's own mask is as it was
