@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -184,24 +186,30 @@ class ExecPlugin:
         if program is None:
             raise self._error("not found on PATH" + self._hint())
         try:
-            done = subprocess.run(
-                [program, *self.args],
-                stdin=None if interactive else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=None,  # the plugin's own messages reach the user
-                env=env,
-                timeout=self._timeout,
-                check=False,
-            )
+            with _signals_unblocked():
+                process = subprocess.Popen(
+                    [program, *self.args],
+                    stdin=None if interactive else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=None,  # the plugin's own messages reach the user
+                    env=env,
+                )
         except FileNotFoundError:
             raise self._error("not found" + self._hint()) from None
         except PermissionError as e:
             raise self._error(f"cannot be run: {e.strerror}") from None
-        except subprocess.TimeoutExpired:
-            raise self._error(f"gave no answer within {self._timeout:g}s") from None
         except OSError as e:
             raise self._error(f"cannot be run: {e}") from None
-        return done.returncode, done.stdout
+        with process:
+            try:
+                out, _ = process.communicate(timeout=self._timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise self._error(f"gave no answer within {self._timeout:g}s") from None
+            except BaseException:  # an interrupt, say: the plugin does not outlive the wait
+                process.kill()
+                raise
+        return process.returncode, out
 
     def _parse(self, code: int, out: bytes) -> ExecCredential:
         if code != 0:
@@ -260,3 +268,23 @@ def _pem(data: str) -> bytes | None:
     except ValueError:
         return data.encode()
     return decoded if b"-----BEGIN" in decoded else data.encode()
+
+
+@contextlib.contextmanager
+def _signals_unblocked() -> Iterator[None]:
+    """Unblock every signal on this thread for the block: a process started in it begins with
+    no signal blocked, as one started by a shell or by kubectl does.
+
+    A child inherits the signal mask of the thread that forks it, and the blocking client runs
+    the plugin on a thread that blocks SIGINT and SIGTERM (`batteryop.client._threads`); left
+    so, an interactive login would not stop at Ctrl-C. While the block runs (the fork and exec,
+    a few milliseconds) this thread may take a signal meant for the process; Python then runs
+    its handler once the main thread next runs, at the latest when the plugin is done."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

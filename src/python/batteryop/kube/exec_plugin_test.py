@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,10 @@ STUB = """#!{python}
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 log = os.path.join(here, "runs.jsonl")
+blocked = [line.split()[1] for line in open("/proc/self/status") if line.startswith("SigBlk:")]
 with open(log, "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "info": json.loads(os.environ["KUBERNETES_EXEC_INFO"]),
-                        "env": os.environ.get("STUB_ENV")}}) + "\\n")
+                        "env": os.environ.get("STUB_ENV"), "blocked": int(blocked[0], 16)}}) + "\\n")
 runs = sum(1 for _ in open(log))
 answers = json.load(open(os.path.join(here, "answers.json")))
 answer = answers[min(runs, len(answers)) - 1]
@@ -175,6 +178,27 @@ def test_an_expired_credential_runs_the_plugin_again(stub: Stub) -> None:
     assert plugin.credential().token == "two"
     assert plugin.credential().token == "two"  # no expiry: kept until refused
     assert len(stub.runs) == 2
+
+
+@pytest.mark.req("CC-112")
+def test_the_plugin_starts_with_no_signal_blocked(stub: Stub) -> None:
+    """The blocking client runs the plugin on a thread that blocks SIGINT and SIGTERM (so that
+    Ctrl-C reaches the main thread); the plugin must not inherit that, or an interactive login
+    would not stop at Ctrl-C. The caller's own mask is kept."""
+    stub.answers(credential(token="t"))
+    plugin = ExecPlugin(stub.exec_entry(), source="kc", base_dir=stub.dir)
+    masks: list[set[int]] = []
+
+    def on_a_thread_that_blocks_them() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        assert plugin.credential().token == "t"
+        masks.append(set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+    thread = threading.Thread(target=on_a_thread_that_blocks_them)
+    thread.start()
+    thread.join()
+    assert masks == [{signal.SIGINT, signal.SIGTERM}]
+    assert [run["blocked"] for run in stub.runs] == [0]
 
 
 @pytest.mark.req("CC-112")
