@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -122,6 +123,30 @@ async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> 
             what=f"claims {sorted(claims)} Bound",
         )
     return seen
+
+
+async def renewed(node: KubeNode, times: dict[str, str], timeout: float = 120.0) -> None:
+    """Until each claim's `status.observedRenewTime` is at or after the renewTime set on it
+    (the operator relayed it to battery, CL-010), watched. At or after, not equal: a Holder
+    that renews again meanwhile makes the operator relay the newer time instead."""
+    wanted = {claim: datetime.fromisoformat(when) for claim, when in times.items()}
+
+    def check(found: dict[str, dict]) -> bool:
+        def observed(claim: str) -> datetime | None:
+            value = ((found.get(claim) or {}).get("status") or {}).get("observedRenewTime")
+            return datetime.fromisoformat(value) if value else None
+
+        return all((o := observed(c)) is not None and o >= w for c, w in wanted.items())
+
+    async with kube(node) as client:
+        await until_listed(
+            client,
+            CLAIMS,
+            DEMO_NAMESPACE,
+            check,
+            timeout=timeout,
+            what=f"claims {sorted(times)} renewed",
+        )
 
 
 def apply(node: KubeNode, *objects: dict) -> None:

@@ -45,6 +45,7 @@ from cluster.drills import (
     pods,
     publish_host_and_place_pool,
     ready_pool,
+    renewed,
 )
 
 from batteryop.api import names, samples
@@ -254,13 +255,6 @@ def renew(node: KubeNode, claims: list[str]) -> dict[str, str]:
     return {c: now for c in claims}
 
 
-def wait_renewed(node: KubeNode, times: dict[str, str]) -> None:
-    """Until battery has taken each renewal (the operator relayed it: observedRenewTime)."""
-    for claim, when in times.items():
-        renewed = f"--for=jsonpath={{.status.observedRenewTime}}={when}"
-        node.kubectl(["wait", "microvmclaim", claim, "-n", DEMO_NAMESPACE, renewed])
-
-
 def move_to(
     node: KubeNode, installed: install.Installed, source: install.FluxSource, want_digest: str
 ) -> tuple[str, float]:
@@ -335,7 +329,7 @@ def upgrade_step(
     assert prober.error is None, prober.error
     assert_one_microvm_and_lease_each(node, prefix, BURST)
     assert held_claims(node) == leases  # every Bound claim kept its Lease and MicroVM
-    wait_renewed(node, renew(node, held))  # and renews through the new operator
+    asyncio.run(renewed(node, renew(node, held)))  # and renews through the new operator
     binds = sorted(b for _, b in prober.made)
     gaps = [b - a for a, b in itertools.pairwise(binds)]
     slowest = max(b - a for a, b in prober.made)
