@@ -16,6 +16,7 @@ passes the whole authorization. Prints one JSON line per figure:
     {"bench": "exec_via_standin", "roundtrip": {...}, "stdout_mib_per_s": ...,
      "standin_direct_mib_per_s": ..., "agent_cpu_ms_per_mib": ...,
      "linger_on_off": {"on": {...}, "off": {...}}}
+    {"bench": "exec_roundtrip_true_under_flood", "holder": {"p50_ms": ..., "p99_ms": ...}, ...}
 
 The fake flintlockd runs every command for real and sends its output as it reads it from a
 pipe: at 100 MiB it is slower than the agent (`flintlockd_direct_baseline`), and on two cores
@@ -27,6 +28,9 @@ agent's stdout throughput where the stand-in is not the bottleneck (`standin_dir
 straight to it, says how far it goes alone). `linger_on_off` streams through the agent with
 the relay's linger (the wait for more output to join, relay._coalesce) on and off in turns:
 the medians of each, throughput and the agent's and client's CPU per MiB.
+`exec_roundtrip_true_under_flood` runs `true` while 2,000 calls with bad tokens come over 50
+connections from another address (`batteryop.testing.exec_agent_flood`): the Holder's round
+trips meanwhile, and what the flood cost the API server and the agent's memory.
 
 Where the time goes: the API server (token_review and claim_read, which run side by side),
 flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
@@ -64,10 +68,12 @@ from batteryop.exec_agent import relay
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
+    Agent,
     Holders,
     Holding,
     Pki,
     agent_kube_config,
+    flood_while_holding,
     joined,
     make_pki,
     prepare_cluster,
@@ -80,6 +86,8 @@ RUNS = 200 if FULL else 20
 LINGER_ROUNDS = 7 if FULL else 1
 WARM = 10
 MIB = 100 if FULL else 10
+FLOOD_CALLS = 2000 if FULL else 200
+FLOOD_CONNECTIONS = 50
 
 
 def process_cpu(pid: int) -> tuple[float, float]:
@@ -189,8 +197,35 @@ async def test_exec_round_trip_and_throughput(
             )
             await print_baseline(pki, fl, holding.microvm_uid, size)
             await print_standin(cluster, pki, holding, size)
+            await print_flood(agent, holding)
     finally:
         api.close()
+
+
+async def print_flood(agent: Agent, holding: Holding) -> None:
+    """`true` through the agent while bad-token calls flood it from another address (issue 25:
+    the Holder's p99 <= 100 ms meanwhile), by `flood_while_holding`, which limits_test runs too
+    for what the flood must not cost."""
+    run = await flood_while_holding(
+        agent, holding, calls=FLOOD_CALLS, connections=FLOOD_CONNECTIONS
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "exec_roundtrip_true_under_flood",
+                "flood": run.flood,
+                "holder": latency_figures(run.latencies, ndigits=2),
+                "holder_calls_during_flood": run.during,
+                "flood_token_reviews": run.reviews,
+                "flood_claim_reads": run.reads,
+                "agent_rss_mib": {
+                    "before": round(run.rss_before / 2**20, 1),
+                    "peak": round(run.rss_peak / 2**20, 1),
+                },
+                "load_average_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 async def print_client_library(target: str, pki: Pki, holding: Holding) -> None:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -60,6 +62,7 @@ from batteryop.testing.controlplane import (
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.fake_flintlock.testkit import make_spec
+from batteryop.testing.processes import module_command
 from batteryop.tls import CertificateAuthority
 
 NODE = "host-a"
@@ -442,6 +445,98 @@ async def run_exec(
             await call.write(request)
         await call.done_writing()
     return [response async for response in call]
+
+
+FLOOD_SOURCE: Final = "127.0.0.43"
+"""The flood's own source address (`batteryop.testing.exec_agent_flood`): its own bucket."""
+
+
+@dataclass
+class FloodRun:
+    """A flood of bad-token calls at the agent while one Holder ran `true` again and again."""
+
+    flood: dict[str, Any]
+    """The flood process's report: calls, seconds, codes."""
+    seconds: float
+    """From the flood's start to its end, as this process saw it."""
+    latencies: list[float]
+    """The Holder's round trips meanwhile (seconds, in order); every one exited 0."""
+    during: int
+    """How many of them ended while the flood ran."""
+    reviews: int
+    """TokenReviews the flood cost the API server (the Holder's own taken out)."""
+    reads: int
+    """Claim reads the flood cost it."""
+    rss_before: int
+    rss_peak: int
+    """This process's resident memory (the agent runs in it) before and at most meanwhile."""
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+async def flood_while_holding(
+    agent: Agent, holding: Holding, *, calls: int, connections: int, at_least: int = 100
+) -> FloodRun:
+    """`calls` bad-token calls over `connections` connections from FLOOD_SOURCE (a process of
+    its own) while `holding`'s Holder runs `true` through the agent, at least `at_least` times.
+
+    limits_test checks what it must not cost (EA-105, EA-107); exec_agent_bench prints the
+    Holder's latency meanwhile, a machine's figure rather than a test's."""
+    start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
+
+    def count(phase: Phase) -> int:
+        return sum(1 for p, _ in agent.phases if p == phase)
+
+    latencies: list[float] = []
+    async with agent.channel() as channel:
+        for _ in range(20):  # warm: connection, flintlockd channel, the agent's code paths
+            await run_exec(channel, holding.metadata, start)
+        rss_before = rss_peak = _rss_bytes()
+        reviews_before, reads_before = count(Phase.TOKEN_REVIEW), count(Phase.CLAIM_READ)
+        argv, env = module_command("batteryop.testing.exec_agent_flood")
+        ca = Path(agent.config.tls_cert_file).parent / "serving-ca.crt"
+        began = time.monotonic()
+        flood = await asyncio.create_subprocess_exec(
+            *argv,
+            f"--target={agent.server.target}",
+            f"--ca={ca}",
+            f"--source={FLOOD_SOURCE}",
+            f"--calls={calls}",
+            f"--connections={connections}",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        done = asyncio.ensure_future(flood.communicate())
+        during = 0
+        while not done.done() or len(latencies) < at_least:
+            t0 = time.perf_counter()
+            responses = await run_exec(channel, holding.metadata, start)
+            latencies.append(time.perf_counter() - t0)
+            if responses[-1].exit_code != 0:
+                raise AssertionError(f"the Holder's `true` ended {responses[-1]}")
+            if not done.done():
+                during += 1
+            rss_peak = max(rss_peak, _rss_bytes())
+        out, _ = await done
+        seconds = time.monotonic() - began
+    if flood.returncode != 0:
+        raise AssertionError(f"the flood process exited {flood.returncode}")
+    holder = len(latencies)
+    return FloodRun(
+        flood=json.loads(out),
+        seconds=seconds,
+        latencies=latencies,
+        during=during,
+        reviews=count(Phase.TOKEN_REVIEW) - reviews_before - holder,
+        reads=count(Phase.CLAIM_READ) - reads_before - holder,
+        rss_before=rss_before,
+        rss_peak=rss_peak,
+    )
 
 
 async def drain(

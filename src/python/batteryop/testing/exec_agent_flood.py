@@ -76,10 +76,13 @@ async def relay(target: str, source: str) -> asyncio.Server:
     host, _, port = target.rpartition(":")
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(
-            host, int(port), local_addr=(source, 0)
-        )
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        # The connections end with the process: asyncio.run cancels them, and start_server's
+        # callback would log each cancelled task as an error (a traceback per connection).
+        with contextlib.suppress(asyncio.CancelledError):
+            up_reader, up_writer = await asyncio.open_connection(
+                host, int(port), local_addr=(source, 0)
+            )
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
