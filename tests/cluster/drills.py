@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -103,6 +104,14 @@ def kube(node: KubeNode) -> KubeClient:
     return KubeClient(KubeConfig.from_dict(node.cp.kubeconfig()), user_agent="tests")
 
 
+async def until_claims(
+    node: KubeNode, check: Callable[[dict[str, dict]], bool], timeout: float, what: str
+) -> None:
+    """Until `check` holds of the demo namespace's claims (name -> body), watched."""
+    async with kube(node) as client:
+        await until_listed(client, CLAIMS, DEMO_NAMESPACE, check, timeout=timeout, what=what)
+
+
 async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> dict[str, float]:
     """When (monotonic) each of `claims` was first seen Bound, watched until all are."""
     seen: dict[str, float] = {}
@@ -113,15 +122,7 @@ async def bound_at(node: KubeNode, claims: set[str], timeout: float = 300.0) -> 
                 seen.setdefault(name, time.monotonic())
         return claims <= set(seen)
 
-    async with kube(node) as client:
-        await until_listed(
-            client,
-            CLAIMS,
-            DEMO_NAMESPACE,
-            check,
-            timeout=timeout,
-            what=f"claims {sorted(claims)} Bound",
-        )
+    await until_claims(node, check, timeout, f"claims {sorted(claims)} Bound")
     return seen
 
 
@@ -138,15 +139,7 @@ async def renewed(node: KubeNode, times: dict[str, str], timeout: float = 120.0)
 
         return all((o := observed(c)) is not None and o >= w for c, w in wanted.items())
 
-    async with kube(node) as client:
-        await until_listed(
-            client,
-            CLAIMS,
-            DEMO_NAMESPACE,
-            check,
-            timeout=timeout,
-            what=f"claims {sorted(times)} renewed",
-        )
+    await until_claims(node, check, timeout, f"claims {sorted(times)} renewed")
 
 
 def apply(node: KubeNode, *objects: dict) -> None:
