@@ -63,6 +63,41 @@ def test_help_and_usage_errors_load_none_of_the_client_s_io(argv: list[str]) -> 
     assert done.stderr.splitlines()[-1] == "[]", done.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "spinner"),
+    [({}, False), ({"FORCE_COLOR": "1"}, True), ({"TTY_COMPATIBLE": "1"}, True)],
+)
+def test_a_claim_s_progress_on_a_pipe_is_lines_without_rich(
+    env: dict[str, str], spinner: bool
+) -> None:
+    """Off a terminal (stderr a pipe, as scripts and CI runners have it) `run` and `claim`
+    report a waiting claim as lines, and deciding so does not import rich; where rich's own
+    variables make a pipe a terminal, rich decides, and draws its spinner."""
+    probe = (
+        "import sys\n"
+        "from batteryop.client import cli\n"
+        "from batteryop.client._models import Pending\n"
+        "with cli._progress('p1') as update:\n"
+        "    update(Pending(reason='PoolExhausted', message='all 2 leased'))\n"
+        "print('rich' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")},
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            **env,
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(spinner)]
+    line = "battery: waiting: Pool p1 is exhausted: all 2 leased"
+    assert (line in done.stderr.splitlines()) is not spinner, done.stderr
+
+
 def test_the_package_loads_its_io_on_first_use_and_names_itself_home() -> None:
     probe = (
         "import sys, batteryop.client as c\n"
