@@ -11,11 +11,13 @@
 `battery` command line (`batteryop.client.cli`) is built on the sync one.
 
 Layout (after httpx): `_core` holds every IO-free rule, `_async` the IO, `_sync` the blocking
-facade, `_exec` the exec transport Protocol, `_transport` its gRPC form, `_models` the plain
+facade, `_exec` the exec transport Protocol, `_transport` its gRPC form, `_wire` the exec
+stream's messages on the wire, `_models` the plain
 values, `_exceptions` the error tree, `_mock` the public test double for exec
 (`MockExecTransport`: consumers test their own code without an Exec Agent). Only the names
 below are public; each reports this module as its home. The ones whose modules bring asyncio,
-PyYAML, gRPC and protobuf are imported on first use, so that `battery --help` loads none of them.
+PyYAML and gRPC are imported on first use, so that `battery --help` loads none of them
+(protobuf the client never imports: `_wire` encodes the exec stream's messages).
 
 The wheel runs on CPython 3.10 to 3.13 (`Requires-Python: >=3.10`). It ships `batteryop.api`,
 the vocabulary shared with the operator; that package takes `StrEnum` and `UTC` from
@@ -91,7 +93,7 @@ _LAZY = {
     "GrpcExecTransport": "_transport",
     "MockExecTransport": "_mock",
 }
-"""The public names whose modules bring asyncio, PyYAML, gRPC and protobuf, imported on first
+"""The public names whose modules bring asyncio, PyYAML and gRPC, imported on first
 use (PEP 562) so that `battery --help` and the other light paths never load them."""
 
 

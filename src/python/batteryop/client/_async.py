@@ -99,7 +99,7 @@ _GAVE_UP: tuple[type[Exception], ...] = (ClientError, *TIMEOUT_ERRORS)
 """How a bounded delete may fail: an API error, or its time ran out."""
 
 _GRPC_TRANSPORT = "batteryop.client._transport"
-"""The module of `GrpcExecTransport`, imported at the first need (gRPC and protobuf with it)."""
+"""The module of `GrpcExecTransport`, imported at the first need (gRPC with it)."""
 
 WATCH_SECONDS = 300
 """Length of one watch request while waiting for Bound; the wait continues across them."""
@@ -587,7 +587,7 @@ class AsyncClient:
 
     def _grpc_transport(self) -> GrpcExecTransport | None:
         """The client's own gRPC transport (None when it was given another, or no CA), made
-        at its first use: gRPC and protobuf are imported then, not with the client (`_exec`)."""
+        at its first use: gRPC is imported then, not with the client (`_exec`)."""
         if self._serving_ca is None:
             return None
         if self._grpc is None:

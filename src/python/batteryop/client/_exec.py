@@ -1,7 +1,8 @@
 """What every exec transport shares, with no gRPC in it: the `ExecTransport` Protocol, the
 `ExecRequest` it is given, and the small helpers for output and stdin.
 
-A client depends on these only, so importing it does not import gRPC and protobuf (25-40 ms):
+A client depends on these only, so importing it does not import gRPC (25-40 ms); protobuf it
+never imports (`_wire`):
 its `GrpcExecTransport` (`_transport`) is imported when a claim binds, to connect to the
 claim's agent ahead of the first exec, or at that exec. The `battery` command imports it on a
 thread of its own meanwhile, while its claim's API requests wait on the network
@@ -13,12 +14,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from batteryop.client._exceptions import ConfigError
-
-if TYPE_CHECKING:
-    from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.client._wire import encode_start
 
 OutputSink = Callable[[bytes], "Awaitable[None] | None"]
 """Where a stream of output goes as it arrives: a plain or an async function of the bytes."""
@@ -36,22 +35,9 @@ class ExecRequest:
     timeout_seconds: int = 0
     has_stdin: bool = False
 
-    def start_message(self) -> microvmexec_pb2.ExecCommandRequest:
-        if not self.argv:
-            raise ValueError("a command needs at least the program to run")
-        from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
-
-        start = microvmexec_pb2.ExecStart(
-            uid=self.microvm_uid,
-            cmd=self.argv[0],
-            args=list(self.argv[1:]),
-            cwd=self.cwd,
-            env=dict(self.env),
-            user=self.user,
-            timeout_seconds=self.timeout_seconds,
-            has_stdin=self.has_stdin,
-        )
-        return microvmexec_pb2.ExecCommandRequest(start=start)
+    def start_message(self) -> bytes:
+        """The stream's first message, `ExecCommandRequest{start}`, on the wire (`_wire`)."""
+        return encode_start(self)
 
 
 class ExecTransport(Protocol):

@@ -2,7 +2,8 @@
 over gRPC.
 
 The Exec Agent serves flintlock's `microvmexec.services.api.v1alpha1.MicroVMExec` unchanged
-(EA-003), plus a bearer token. `GrpcExecTransport` dials the agent at the claim's
+(EA-003), plus a bearer token; its messages are encoded and decoded by `_wire`, without
+protobuf. `GrpcExecTransport` dials the agent at the claim's
 `status.host.agentAddress` over TLS, verifying the agent's serving certificate against the CA
 the consumer configured (never the system roots), and sends `authorization: Bearer <token>`
 as metadata on every call (CC-020). It streams stdin up, relays stdout and stderr as they
@@ -24,11 +25,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import grpc
 
-from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
-    microvmexec_pb2,
-    microvmexec_pb2_grpc,
-)
 from batteryop.api._compat import TIMEOUT_ERRORS
+from batteryop.client import _wire
 from batteryop.client._exceptions import ExecPermissionError, ExecUnavailableError
 from batteryop.client._exec import ExecRequest, OutputSink, check_serving_ca, deliver
 
@@ -106,22 +104,26 @@ class GrpcExecTransport:
                 f"could not connect to the Exec Agent at {address} within "
                 f"{self._open_timeout:g}s (is its certificate signed by the configured CA?)"
             ) from e
-        stub = microvmexec_pb2_grpc.MicroVMExecStub(channel)
-        call = stub.ExecCommand(
+        # The messages go as bytes: `_requests` encodes them, `_wire` decodes the answers.
+        call = channel.stream_stream(EXEC_METHOD, response_deserializer=_wire.read_response)(
             _requests(request, stdin),
             metadata=(("authorization", f"Bearer {token}"),),  # CC-020: on every call
         )
         try:
-            async for response in call:
-                kind = response.WhichOneof("payload")
-                if kind == "stdout":
-                    await deliver(stdout, response.stdout)
-                elif kind == "stderr":
-                    await deliver(stderr, response.stderr)
-                elif kind == "error":
-                    errors(response.error)
-                elif kind == "exit_code":
-                    return int(response.exit_code)
+            async for kind, value in call:
+                if kind == _wire.STDOUT and isinstance(value, bytes):
+                    await deliver(stdout, value)
+                elif kind == _wire.STDERR and isinstance(value, bytes):
+                    await deliver(stderr, value)
+                elif kind == _wire.ERROR and isinstance(value, str):
+                    errors(value)
+                elif kind == _wire.EXIT_CODE and isinstance(value, int):
+                    return value
+                elif kind == _wire.MALFORMED:
+                    call.cancel()  # nothing after it can be trusted; the command is killed
+                    raise ExecUnavailableError(
+                        f"the Exec Agent at {address} sent a malformed answer: {value}"
+                    )
         except grpc.aio.AioRpcError as e:
             raise _exec_error(address, e) from e
         except asyncio.CancelledError:
@@ -132,16 +134,14 @@ class GrpcExecTransport:
 
 async def _requests(
     request: ExecRequest, stdin: AsyncIterable[bytes] | None
-) -> AsyncIterator[microvmexec_pb2.ExecCommandRequest]:
+) -> AsyncIterator[bytes]:
     yield request.start_message()
     if stdin is None or not request.has_stdin:
         return
     async for data in stdin:
         for offset in range(0, len(data), STDIN_CHUNK_BYTES):
-            yield microvmexec_pb2.ExecCommandRequest(
-                stdin=data[offset : offset + STDIN_CHUNK_BYTES]
-            )
-    yield microvmexec_pb2.ExecCommandRequest(stdin_eof=True)
+            yield _wire.encode_stdin(data[offset : offset + STDIN_CHUNK_BYTES])
+    yield _wire.STDIN_EOF
 
 
 def _exec_error(

@@ -50,7 +50,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 # Imported where used, not above: `battery --help` (and a failing argument) loads neither the
-# client's IO (asyncio, PyYAML, gRPC, protobuf: `_sync`) nor rich; see
+# client's IO (asyncio, PyYAML, gRPC: `_sync`) nor rich; see
 # docs/dev/client-performance.md.
 
 
@@ -96,8 +96,8 @@ def _client(
 ) -> Client:
     """The client of the global options; `bind_timeout` 0 waits for Bound without limit.
 
-    For a command that `execs`, in the command's own process, the exec transport (gRPC and
-    protobuf, 25-40 ms) is imported on a thread meanwhile: it is needed once the claim is
+    For a command that `execs`, in the command's own process, the exec transport (gRPC, 25-40
+    ms) is imported on a thread meanwhile: it is needed once the claim is
     Bound, and until then the client mostly waits on the network. The client takes it from
     there (Python's import lock makes it wait if the import is still under way)."""
     from batteryop.client._sync import Client
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
 
     Without `argv` (the `battery` command, `python -m`) this process is ours: once the command
     has ended (its claim released, its client closed), its output is flushed and the process
-    exits at once, skipping the interpreter's teardown of gRPC and protobuf (50-170 ms when the
+    exits at once, skipping the interpreter's teardown of gRPC and asyncio (50-170 ms when the
     client still used aiohttp, a third of `battery run`; docs/dev/client-performance.md). With
     `argv` (another program running the CLI) it raises SystemExit as usual."""
     if argv is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,14 +26,21 @@ OLDEST = "3.10"
 
 UNIT_TESTS = [
     f"src/python/batteryop/client/{name}_test.py"
-    for name in ("cli", "core", "exports", "hold", "mock", "sync", "timeouts")
+    for name in ("cli", "core", "exports", "hold", "mock", "sync", "timeouts", "wire")
 ]
 """The client's unit tests that need no control plane or test harness."""
 
-TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "aiohttp>=3.10")
-"""What the unit tests need beside the wheel: aiohttp for `timeouts_test`'s stand-in API server
-only (the wheel itself reaches the API server over `batteryop.kube.http`)."""
-"""As 3rdparty/python/requirements.txt has them."""
+TEST_REQUIREMENTS = (
+    "pytest>=8",
+    "pytest-asyncio>=0.24",
+    "hypothesis>=6.100",
+    "aiohttp>=3.10",
+    "protobuf>=7.36.2,<8",
+)
+"""What the unit tests need beside the wheel, as 3rdparty/python/requirements.txt has them:
+aiohttp for `timeouts_test`'s stand-in API server only (the wheel itself reaches the API server
+over `batteryop.kube.http`), protobuf for `wire_test`'s generated code (the wheel encodes and
+decodes its exec messages itself, `_wire`)."""
 
 
 def newest() -> str:
@@ -57,11 +63,7 @@ def wheel_sources(into: Path) -> list[Path]:
 
 @pytest.mark.req("CC-111")
 def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None:
-    ours = [str(f) for f in wheel_sources(tmp_path / "wheel") if "battery_protos" not in f.parts]
-    # The wheel ships the generated protobuf modules without their stubs: mypy reads the
-    # generated code of this tree instead, with the stubs mypy-protobuf wrote beside it.
-    shutil.rmtree(tmp_path / "wheel" / "battery_protos")
-    protos = next(Path(p) for p in sys.path if p and (Path(p) / "battery_protos").is_dir())
+    ours = [str(f) for f in wheel_sources(tmp_path / "wheel")]
     config = str(Path("pyproject.toml").resolve())
     mypy = subprocess.run(
         [
@@ -77,7 +79,6 @@ def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None
             *ours,
         ],
         cwd=tmp_path / "wheel",
-        env={**os.environ, "MYPYPATH": str(protos.resolve())},
         capture_output=True,
         text=True,
         timeout=600,
@@ -110,7 +111,7 @@ def test_the_wheels_modules_type_check_and_lint_for_3_10(tmp_path: Path) -> None
 def test_no_shipped_module_catches_the_built_in_timeout_error(tmp_path: Path) -> None:
     named: list[str] = []
     for file in wheel_sources(tmp_path / "wheel"):
-        if file.name == "_compat.py" or "battery_protos" in file.parts:
+        if file.name == "_compat.py":
             continue
         for node in ast.walk(ast.parse(file.read_text(), str(file))):
             if isinstance(node, ast.Name) and node.id == "TimeoutError":
@@ -127,7 +128,10 @@ def test_the_clients_unit_tests_pass_on(version: str, tmp_path: Path) -> None:
     bin_dir = make_venv(python, tmp_path / "venv")
     installed = pip_install(bin_dir, the_wheel(), *TEST_REQUIREMENTS)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    env = {**os.environ, "PYTHONPATH": str(Path("src/python").resolve())}
+    # The tests of this tree, and the generated code `wire_test` holds `_wire` to.
+    protos = next(Path(p) for p in sys.path if p and (Path(p) / "battery_protos").is_dir())
+    tree = [str(Path("src/python").resolve()), str(protos.resolve())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(tree)}
     ran = subprocess.run(
         [
             str(bin_dir / "python"),

@@ -181,3 +181,50 @@ async def test_the_token_is_sent_as_bearer_metadata_on_every_call(
     finally:
         await transport.aclose()
         await server.stop(None)
+
+
+async def test_a_malformed_answer_fails_the_exec_and_is_no_exit_code(
+    ca: CertificateAuthority,
+) -> None:
+    """An answer `_wire` cannot decode (here cut inside its stdout) ends the call: an
+    `ExecUnavailableError` naming the cause, never an exit code or output."""
+
+    async def answer(
+        requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[bytes]:
+        async for _ in requests:
+            break
+        yield b"\x0a\x05ab"  # stdout of 5 bytes, 2 sent
+        yield microvmexec_pb2.ExecCommandResponse(exit_code=0).SerializeToString()
+
+    pair = ca.issue("garbler", hosts=["127.0.0.33"], server=True)
+    server = grpc.aio.server()
+    handler = grpc.stream_stream_rpc_method_handler(
+        answer, request_deserializer=microvmexec_pb2.ExecCommandRequest.FromString
+    )
+    service = EXEC_METHOD.split("/")[1]
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(service, {"ExecCommand": handler})]
+    )
+    port = server.add_secure_port(
+        "127.0.0.33:0", grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)])
+    )
+    await server.start()
+    transport = GrpcExecTransport(ca.cert_pem)
+    out: list[bytes] = []
+    try:
+        with pytest.raises(ExecUnavailableError, match="malformed answer: truncated field"):
+            await transport.run(
+                f"127.0.0.33:{port}",
+                "token",
+                ExecRequest("vm", ("true",)),
+                stdin=None,
+                stdout=out.append,
+                stderr=out.append,
+                errors=lambda _: None,
+            )
+        assert out == []
+    finally:
+        await transport.aclose()
+        await server.stop(None)
