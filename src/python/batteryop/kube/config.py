@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +91,7 @@ class KubeConfig:
         """A TLS client context trusting `ca_data` (else the system CAs), with the client cert
         (an exec plugin's `credential`, when it carries one, instead of `cert_data`).
 
-        `ssl` loads a certificate chain only from files, so the certificate and key are
-        written to a private (0700) temporary directory for the duration of the call.
+        `ssl` loads a certificate chain only from files (`_load_cert_chain`).
         """
         cert_data, key_data = self.cert_data, self.key_data
         if credential is not None and credential.cert_data is not None:
@@ -103,10 +101,7 @@ class KubeConfig:
                 cadata=self.ca_data.decode("ascii") if self.ca_data else None
             )
             if cert_data is not None and key_data is not None:
-                with tempfile.TemporaryDirectory(prefix="batteryop-kube-") as tmp:
-                    cert = _write_private(Path(tmp, "client.crt"), cert_data)
-                    key = _write_private(Path(tmp, "client.key"), key_data)
-                    ctx.load_cert_chain(cert, key)
+                _load_cert_chain(ctx, cert_data, key_data)
         except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
             raise KubeConfigError(self.server, f"unusable CA or client certificate: {e}") from e
         if self.insecure:
@@ -292,6 +287,36 @@ def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, source: str) -
         except OSError as e:
             raise KubeConfigError(source, f"{key} {file}: {e}") from e
     return None
+
+
+def _load_cert_chain(ctx: ssl.SSLContext, cert_data: bytes, key_data: bytes) -> None:
+    """`ctx.load_cert_chain` of PEM bytes. `ssl` reads the chain only from files: on Linux
+    they are anonymous memory files (`memfd_create`) read through /proc/self/fd, so the key
+    is never written to a file system and `tempfile` (4 ms of a command's start) is not
+    imported; elsewhere, or without /proc, a private (0700) temporary directory holds them for
+    the duration of the call."""
+    if hasattr(os, "memfd_create"):
+        fds: list[int] = []
+        try:
+            for data in (cert_data, key_data):
+                fds.append(os.memfd_create("batteryop-kube", os.MFD_CLOEXEC))
+                with os.fdopen(os.dup(fds[-1]), "wb") as f:
+                    f.write(data)
+            ctx.load_cert_chain(*(f"/proc/self/fd/{fd}" for fd in fds))
+            return
+        except ssl.SSLError:
+            raise  # the certificate or key itself (an OSError too)
+        except OSError:
+            pass  # no memfd (a seccomp filter) or no /proc here
+        finally:
+            for fd in fds:
+                os.close(fd)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="batteryop-kube-") as tmp:
+        cert = _write_private(Path(tmp, "client.crt"), cert_data)
+        key = _write_private(Path(tmp, "client.key"), key_data)
+        ctx.load_cert_chain(cert, key)
 
 
 def _write_private(path: Path, data: bytes) -> str:

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -58,6 +59,38 @@ async def test_a_kubeconfig_written_by_the_control_plane_logs_in(
     assert (config.cert_data, config.key_data) == (pair.cert_pem, pair.key_pem)
     assert config.token is None and config.token_file is None and not config.insecure
     assert await whoami(config) == "alice"
+
+
+@pytest.mark.parametrize("memfd", [True, False])
+async def test_a_client_key_logs_in_and_never_lands_on_a_file_system_where_memfd_is(
+    controlplane: ControlPlane,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    memfd: bool,
+) -> None:
+    """On Linux the client certificate and key go to `ssl` through anonymous memory files,
+    so no temporary directory is made; without `memfd_create` a private one holds them and is
+    gone after."""
+    import tempfile
+
+    made: list[str] = []
+    real = tempfile.TemporaryDirectory
+
+    def recorded(*args: Any, **kwargs: Any) -> tempfile.TemporaryDirectory[str]:
+        directory = real(*args, **kwargs)
+        made.append(directory.name)
+        return directory
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", recorded)
+    if not memfd:
+        monkeypatch.delattr(os, "memfd_create")
+    pair = controlplane.client_cert("carol", ["devs"])
+    config = KubeConfig.from_kubeconfig(
+        str(controlplane.write_kubeconfig(tmp_path / "kubeconfig", client=pair))
+    )
+    assert await whoami(config) == "carol"
+    assert len(made) == (0 if memfd else 1)
+    assert not any(Path(d).exists() for d in made)
 
 
 async def test_kubeconfig_paths_are_relative_to_the_file_and_token_files_are_read(
