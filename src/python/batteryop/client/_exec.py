@@ -2,11 +2,10 @@
 `ExecRequest` it is given, and the small helpers for output and stdin.
 
 A client depends on these only, so importing it does not import gRPC (25-40 ms); protobuf it
-never imports (`_wire`):
-its `GrpcExecTransport` (`_transport`) is imported when a claim binds, to connect to the
-claim's agent ahead of the first exec, or at that exec. The `battery` command imports it on a
-thread of its own meanwhile, while its claim's API requests wait on the network
-(docs/dev/client-performance.md).
+never imports (`_wire` encodes the messages). Its `GrpcExecTransport` (`_transport`) is
+imported when a claim binds, to connect to the claim's agent ahead of the first exec, or at
+that exec. The `battery` command imports it on a thread of its own meanwhile, while its
+claim's API requests wait on the network (docs/dev/client-performance.md).
 """
 
 from __future__ import annotations
