@@ -33,6 +33,12 @@ MIN_FLINTLOCK_VERSION = (0, 15, 2)
 # Reconnect to a Host that came back within a fraction of a second (gRPC's default backoff
 # starts at 1 s and grows to 120 s).
 CHANNEL_OPTIONS = (
+    # Each channel its own connections, as every grpc-go ClientConn of the real battery has.
+    # Python's gRPC shares them process-wide by default: a FakeBattery started after another
+    # saw a Host down inherited that connection's reconnect backoff, and its first provision
+    # failed at once ("Connection refused") with the Host up again, so a Pool filled only at
+    # the next reconcile tick of an injected clock that a test may never advance.
+    ("grpc.use_local_subchannel_pool", 1),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
