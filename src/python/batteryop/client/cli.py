@@ -96,10 +96,10 @@ def _client(
 ) -> Client:
     """The client of the global options; `bind_timeout` 0 waits for Bound without limit.
 
-    For a command that `execs`, in the command's own process, the exec transport (gRPC, 25-40
-    ms) is imported on a thread meanwhile: it is needed once the claim is
-    Bound, and until then the client mostly waits on the network. The client takes it from
-    there (Python's import lock makes it wait if the import is still under way)."""
+    For a command that `execs`, in the command's own process, the exec transport (gRPC,
+    25-40 ms) is imported on a thread meanwhile: it is needed once the claim is Bound, and
+    until then the client mostly waits on the network. The client takes it from there
+    (Python's import lock makes it wait if the import is still under way)."""
     from batteryop.client._sync import Client
     from batteryop.client._threads import start_daemon
 
