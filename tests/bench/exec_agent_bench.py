@@ -14,7 +14,8 @@ passes the whole authorization. Prints one JSON line per figure:
     {"bench": "exec_stdout_throughput", "mib": 100, "seconds": ..., "mib_per_s": ...}
     {"bench": "flintlockd_direct_baseline", ...}            (straight to the fake, no agent)
     {"bench": "exec_via_standin", "roundtrip": {...}, "stdout_mib_per_s": ...,
-     "standin_direct_mib_per_s": ..., "agent_cpu_ms_per_mib": ...,
+     "agent_cpu_ms_per_mib": ..., "grpc_floor_cpu_s": {"send_32k": ..., "read_32k": ...,
+     "send_1m": ..., "read_1m": ...}, "cores": ..., "ceiling_mib_per_s": ...,
      "linger_on_off": {"on": {...}, "off": {...}}}
     {"bench": "exec_roundtrip_true_under_flood", "holder": {"p50_ms": ..., "p99_ms": ...}, ...}
 
@@ -24,10 +25,17 @@ its CPU and the command's are taken from the agent's. `exec_via_standin` measure
 against `bench.flintlockd_standin` instead, its own process, which answers at once and sends
 ready-made 32 KiB stdout messages (as many messages per MiB as flintlockd): the round trip with
 a flintlockd that costs nothing (every check of the agent still made: EA-010..EA-014), and the
-agent's stdout throughput where the stand-in is not the bottleneck (`standin_direct_mib_per_s`,
-straight to it, says how far it goes alone). `linger_on_off` streams through the agent with
-the relay's linger (the wait for more output to join, relay._coalesce) on and off in turns:
-the medians of each, throughput and the agent's and client's CPU per MiB.
+agent's stdout throughput, read by `bench.exec_reader` in a process of its own, so the
+agent's CPU per MiB is the agent's alone. What bounds that throughput on this machine is
+printed beside it: `grpc_floor_cpu_s` is what gRPC itself spends on 100 MiB between two bare
+processes (the stand-in sending, `bench.exec_reader` reading, over mutual TLS, no relay), in
+flintlockd's 32 KiB messages and in the relay's joined messages of up to 1 MiB. A stream
+through the agent pays all four (the stand-in sends 32 KiB messages, the agent reads them and
+sends joined ones, the reader reads those), so no relay could beat `ceiling_mib_per_s`, the
+machine's cores times 100 MiB over their sum, the figure with every process's CPU in perfect
+overlap. `linger_on_off` streams through the agent with the relay's linger (the wait for more
+output to join, relay._coalesce) on and off in turns: the medians of each, throughput and the
+agent's CPU per MiB.
 `exec_roundtrip_true_under_flood` runs `true` while 2,000 calls with bad tokens come over 50
 connections from another address (`batteryop.testing.exec_agent_flood`): the Holder's round
 trips meanwhile, and what the flood cost the API server and the agent's memory.
@@ -39,8 +47,8 @@ its own share apart: `spawn` is its fork and exec of the command's process (a co
 stand-in, not of flintlockd, whose guest agent runs the command in the MicroVM), `run` the
 command until its exit was reaped. `cpu_ms_per_exec` is the CPU each process used per call
 (user + system, from /proc): on a shared machine with few cores the round trip is bounded by
-this sum more than by any one wait. The agent runs in the benchmark's process, so its CPU
-and the client's are one figure.
+this sum more than by any one wait. The agent runs in the benchmark's process, so in the round
+trips its CPU and the client's are one figure.
 """
 
 from __future__ import annotations
@@ -74,7 +82,6 @@ from batteryop.testing.exec_agent import (
     Pki,
     agent_kube_config,
     flood_while_holding,
-    joined,
     make_pki,
     prepare_cluster,
     run_exec,
@@ -196,7 +203,7 @@ async def test_exec_round_trip_and_throughput(
                 )
             )
             await print_baseline(pki, fl, holding.microvm_uid, size)
-            await print_standin(cluster, pki, holding, size)
+            await print_standin(cluster, pki, holding, size, tmp_path)
             await print_flood(agent, holding)
     finally:
         api.close()
@@ -302,8 +309,9 @@ async def print_baseline(pki: Pki, fl: FakeFlintlockd, uid: str, size: int) -> N
 
 
 @contextlib.asynccontextmanager
-async def standin(pki: Pki) -> AsyncIterator[str]:
-    """`bench.flintlockd_standin` as its own process, on flintlockd's address: its target."""
+async def standin(pki: Pki, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[tuple[str, int]]:
+    """`bench.flintlockd_standin` as its own process, on flintlockd's address, sending its
+    stdout in messages of `chunk_bytes`: its target and its pid."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -313,35 +321,89 @@ async def standin(pki: Pki) -> AsyncIterator[str]:
         f"--key={pki.flintlockd_tls.key}",
         f"--client-ca={pki.flintlockd_tls.client_ca}",
         f"--mib={MIB}",
+        f"--chunk-bytes={chunk_bytes}",
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env=bench_env(),
     )
     try:
         assert process.stdout is not None
         port = int(await asyncio.wait_for(process.stdout.readline(), 60))
-        yield f"{FLINTLOCKD_ADDRESS}:{port}"
+        yield f"{FLINTLOCKD_ADDRESS}:{port}", process.pid
     finally:
         process.kill()
         await process.wait()
 
 
-async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size: int) -> None:
-    """The round trip and the stdout throughput of the agent against the stand-in (see the
-    module docstring); the stream is read three times and the median taken."""
-    true = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
-    big = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="stdout")
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=pki.serving_ca.cert_pem,
-        private_key=pki.files["flintlockd_key_file"].read_bytes(),
-        certificate_chain=pki.files["flintlockd_cert_file"].read_bytes(),
+def bench_env() -> dict[str, str]:
+    """The environment of a helper process of the benchmark: our modules on its path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+async def read_streams(target: str, runs: int, *args: str) -> list[dict[str, float]]:
+    """`runs` streams of `bench.exec_reader` (its own process) from `target`, in turn: its
+    figures for each (seconds, its CPU seconds, stdout bytes, messages)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.exec_reader",
+        f"--target={target}",
+        f"--runs={runs}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env=bench_env(),
     )
+    out, _ = await process.communicate()
+    assert process.returncode == 0, f"bench.exec_reader exited {process.returncode}"
+    figures: list[dict[str, float]] = [json.loads(line) for line in out.splitlines()]
+    assert len(figures) == runs
+    return figures
+
+
+async def grpc_floor(pki: Pki, ca: Path, uid: str, size: int) -> dict[str, float]:
+    """gRPC's own CPU for `MIB` MiB of stdout, in seconds, with no relay: a bare sender (the
+    stand-in) and a bare reader (`bench.exec_reader`), each its own process, over mutual TLS,
+    in flintlockd's 32 KiB messages and in the relay's joined messages of up to 1 MiB
+    (relay.COALESCE_BYTES). Through the agent each of the four happens once per stream, so
+    their sum is the least CPU the chain can spend, whatever the relay does."""
+    flintlockd_key = pki.files["flintlockd_key_file"]
+    flintlockd_cert = pki.files["flintlockd_cert_file"]
+    floor: dict[str, float] = {}
+    for name, chunk_bytes in (("32k", CHUNK_BYTES), ("1m", relay.COALESCE_BYTES)):
+        async with standin(pki, chunk_bytes) as (target, pid):
+            sent_before = process_cpu(pid)[0]
+            runs = await read_streams(
+                target,
+                3,
+                f"--ca={ca}",
+                f"--cert={flintlockd_cert}",
+                f"--key={flintlockd_key}",
+                f"--uid={uid}",
+            )
+            sent = (process_cpu(pid)[0] - sent_before) / len(runs)
+        assert all(run["stdout_bytes"] == size - size % chunk_bytes for run in runs)
+        floor[f"send_{name}"] = round(sent, 3)
+        floor[f"read_{name}"] = round(statistics.median(run["cpu_seconds"] for run in runs), 3)
+    return floor
+
+
+async def print_standin(
+    cluster: ControlPlane, pki: Pki, holding: Holding, size: int, tmp_path: Path
+) -> None:
+    """The round trip and the stdout throughput of the agent against the stand-in (see the
+    module docstring). Every stream is read by `bench.exec_reader`, its own process, so the
+    benchmark's process (where the agent runs) holds the agent alone; each figure is the
+    median of its runs."""
+    true = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
+    token = tmp_path / "token"
+    token.write_text(holding.token)
+    ca = tmp_path / "serving-ca.pem"
+    ca.write_bytes(pki.serving_ca.cert_pem)
+    floor = await grpc_floor(pki, ca, holding.microvm_uid, size)
+    cores = len(os.sched_getaffinity(0))
     async with (
-        standin(pki) as target,
+        standin(pki) as (target, _),
         running_agent(pki, agent_kube_config(cluster), target) as agent,
         agent.channel() as channel,
-        grpc.aio.secure_channel(
-            target, credentials, options=[("grpc.max_receive_message_length", -1)]
-        ) as direct,
     ):
         for _ in range(WARM):
             await run_exec(channel, holding.metadata, true)
@@ -355,17 +417,22 @@ async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size:
         for phase, spent in agent.phases:
             by_phase[phase.value].append(spent * 1000)
 
-        async def stream(over: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> float:
-            started = time.perf_counter()
-            responses = await run_exec(over, metadata, big)
-            spent = time.perf_counter() - started
-            assert len(joined(responses, "stdout")) == size - size % CHUNK_BYTES
-            return spent
+        async def stream(runs: int) -> list[tuple[float, float]]:
+            """(seconds, the agent's CPU seconds) of each of `runs` streams through it."""
+            reader = read_streams(
+                agent.server.target,
+                runs,
+                f"--ca={ca}",
+                f"--token-file={token}",
+                f"--uid={holding.microvm_uid}",
+            )
+            before = process_cpu(os.getpid())[0]
+            figures = await reader
+            used = (process_cpu(os.getpid())[0] - before) / runs
+            assert all(run["stdout_bytes"] == size - size % CHUNK_BYTES for run in figures)
+            return [(run["seconds"], used) for run in figures]
 
-        cpu = CpuMeter({"agent+client": os.getpid()})
-        through_agent = [await stream(channel, holding.metadata) for _ in range(3)]
-        agent_cpu = cpu.per_call_ms(3, fake="agent+client", commands="-")["agent+client"]
-        straight = [await stream(direct, ()) for _ in range(3)]
+        through_agent = await stream(3)
         # The relay's linger (relay._coalesce) on and off in turns, so both see the same load;
         # off (0 s), it joins only messages already waiting, as before it had a linger.
         lingers: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
@@ -373,10 +440,7 @@ async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size:
             for name, linger in (("off", 0.0), ("on", relay.LINGER_SECONDS)):
                 with pytest.MonkeyPatch.context() as patch:
                     patch.setattr(relay, "LINGER_SECONDS", linger)
-                    cpu = CpuMeter({"agent+client": os.getpid()})
-                    spent = await stream(channel, holding.metadata)
-                    used = cpu.per_call_ms(1, fake="agent+client", commands="-")["agent+client"]
-                lingers[name].append((spent, used))
+                    lingers[name] += await stream(1)
     print(
         json.dumps(
             {
@@ -389,15 +453,19 @@ async def print_standin(cluster: ControlPlane, pki: Pki, holding: Holding, size:
                     },
                 },
                 "mib": MIB,
-                "stdout_mib_per_s": round(MIB / statistics.median(through_agent), 1),
-                "standin_direct_mib_per_s": round(MIB / statistics.median(straight), 1),
-                "agent_cpu_ms_per_mib": round(agent_cpu / MIB, 2),
+                "stdout_mib_per_s": round(MIB / statistics.median(s for s, _ in through_agent), 1),
+                "agent_cpu_ms_per_mib": round(
+                    statistics.median(c for _, c in through_agent) * 1000 / MIB, 2
+                ),
+                "grpc_floor_cpu_s": floor,
+                "cores": cores,
+                "ceiling_mib_per_s": round(cores * MIB / sum(floor.values()), 1),
                 "linger_on_off": {
                     name: {
                         "runs": len(runs),
                         "mib_per_s": round(MIB / statistics.median(s for s, _ in runs), 1),
                         "agent_cpu_ms_per_mib": round(
-                            statistics.median(c for _, c in runs) / MIB, 2
+                            statistics.median(c for _, c in runs) * 1000 / MIB, 2
                         ),
                     }
                     for name, runs in lingers.items()

@@ -2,11 +2,12 @@
 
 It serves what the Exec Agent calls on flintlockd (`GetMicroVM`, `ExecCommand`) over mutual
 TLS, as the fake flintlockd does, but runs no command: every `ExecCommand` answers its start
-with `--mib` MiB of stdout in `CHUNK_BYTES` messages (the fake's and flintlock's own chunk size,
-so the agent sees as many messages as from a real command), built once, then exit code 0. It
-runs as its own process, so its CPU is not the agent's:
+with `--mib` MiB of stdout in messages of `--chunk-bytes` (by default `CHUNK_BYTES`, the fake's
+and flintlock's own chunk size, so the agent sees as many messages as from a real command),
+built once, then exit code 0. It runs as its own process, so its CPU is not the agent's:
 
-    python -m bench.flintlockd_standin --address 127.0.0.43 --cert F --key F --client-ca F
+    python -m bench.flintlockd_standin --address 127.0.0.43 --cert F --key F --client-ca F \
+        [--mib 100] [--chunk-bytes 32768]
 
 It prints the port it listens on, then serves until killed.
 """
@@ -39,9 +40,9 @@ class MicroVMs(microvms_pb2_grpc.MicroVMServicer):
 
 
 class Exec(microvmexec_pb2_grpc.MicroVMExecServicer):
-    def __init__(self, mib: int) -> None:
-        self._chunk = microvmexec_pb2.ExecCommandResponse(stdout=b"\0" * CHUNK_BYTES)
-        self._count = mib * 1024 * 1024 // CHUNK_BYTES
+    def __init__(self, mib: int, chunk_bytes: int) -> None:
+        self._chunk = microvmexec_pb2.ExecCommandResponse(stdout=b"\0" * chunk_bytes)
+        self._count = mib * 1024 * 1024 // chunk_bytes
 
     async def ExecCommand(  # (gRPC's name)
         self,
@@ -64,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     # The stand-in serves only what the agent calls; the other MicroVM methods stay UNIMPLEMENTED.
     microvms_pb2_grpc.add_MicroVMServicer_to_server(MicroVMs(), server)  # type: ignore[abstract]
-    microvmexec_pb2_grpc.add_MicroVMExecServicer_to_server(Exec(args.mib), server)
+    microvmexec_pb2_grpc.add_MicroVMExecServicer_to_server(Exec(args.mib, args.chunk_bytes), server)
     credentials = grpc.ssl_server_credentials(
         [(Path(args.key).read_bytes(), Path(args.cert).read_bytes())],
         root_certificates=Path(args.client_ca).read_bytes(),
@@ -81,6 +82,7 @@ def main() -> None:
     for flag in ("--address", "--cert", "--key", "--client-ca"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--mib", type=int, default=100)
+    parser.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES)
     asyncio.run(serve(parser.parse_args()))
 
 
