@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from batteryop.api.protowire import decode_varint, encode_varint
+
 if TYPE_CHECKING:
     from batteryop.client._exec import ExecRequest
 
@@ -32,7 +34,6 @@ _SGROUP: Final = 3
 _EGROUP: Final = 4
 _I32: Final = 5
 
-_UINT64: Final = (1 << 64) - 1
 _MAX_FIELD: Final = (1 << 29) - 1
 
 STDIN_EOF: Final = bytes([3 << 3 | _VARINT, 1])
@@ -50,18 +51,8 @@ Response = tuple[str, "bytes | int | str | None"]
 `read_response`, also `MALFORMED` and why."""
 
 
-def _varint(value: int) -> bytes:
-    value &= _UINT64  # a negative int32 is sent as its 64-bit two's complement, 10 bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _len_field(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | _LEN) + _varint(len(data)) + data
+    return encode_varint(number << 3 | _LEN) + encode_varint(len(data)) + data
 
 
 def _string_field(number: int, text: str) -> bytes:
@@ -69,7 +60,7 @@ def _string_field(number: int, text: str) -> bytes:
 
 
 def _int_field(number: int, value: int) -> bytes:
-    return _varint(number << 3 | _VARINT) + _varint(value) if value else b""
+    return encode_varint(number << 3 | _VARINT) + encode_varint(value) if value else b""
 
 
 def encode_start(request: ExecRequest) -> bytes:
@@ -103,23 +94,8 @@ def encode_stdin(data: bytes) -> bytes:
     return _len_field(2, data)
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data):
-            raise ValueError("truncated varint")
-        if shift >= 64:
-            raise ValueError("varint longer than 10 bytes")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value & _UINT64, at
-
-
 def _read_tag(data: bytes, at: int) -> tuple[int, int, int]:
-    tag, at = _read_varint(data, at)
+    tag, at = decode_varint(data, at)
     number, wire = tag >> 3, tag & 7
     if not 0 < number <= _MAX_FIELD or tag > 0xFFFFFFFF:
         raise ValueError(f"invalid field number {number}")
@@ -129,13 +105,13 @@ def _read_tag(data: bytes, at: int) -> tuple[int, int, int]:
 def _skip(data: bytes, at: int, number: int, wire: int, depth: int = 0) -> int:
     """The offset after the value of field `number` (wire type `wire`) at `at`."""
     if wire == _VARINT:
-        return _read_varint(data, at)[1]
+        return decode_varint(data, at)[1]
     if wire == _I64:
         at += 8
     elif wire == _I32:
         at += 4
     elif wire == _LEN:
-        size, at = _read_varint(data, at)
+        size, at = decode_varint(data, at)
         at += size
     elif wire == _SGROUP:  # proto2 groups may still arrive as unknown fields
         if depth >= 100:
@@ -163,7 +139,7 @@ def decode_response(data: bytes) -> Response:
     while at < end:
         number, wire, at = _read_tag(data, at)
         if wire == _LEN and number in (1, 2, 4):
-            size, at = _read_varint(data, at)
+            size, at = decode_varint(data, at)
             if at + size > end:
                 raise ValueError("truncated field")
             chunk = data[at : at + size]
@@ -173,7 +149,7 @@ def decode_response(data: bytes) -> Response:
             else:
                 kind, value = (STDOUT if number == 1 else STDERR), chunk
         elif wire == _VARINT and number == 3:
-            code, at = _read_varint(data, at)
+            code, at = decode_varint(data, at)
             code &= 0xFFFFFFFF  # int32: the low 32 bits, signed
             kind, value = EXIT_CODE, code - (1 << 32) if code >= 1 << 31 else code
         else:

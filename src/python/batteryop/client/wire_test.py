@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2 as pb
+from batteryop.api.protowire import encode_varint
 from batteryop.client import _wire
 from batteryop.client._exec import ExecRequest
 from batteryop.client.cli_test import python
@@ -85,9 +86,9 @@ responses = st.one_of(
 )
 
 
-# The unknown fields' tags and lengths are written with `_wire`'s varint: the requests above
-# hold it to the generated code.
-_varint = _wire._varint
+# The unknown fields' tags and lengths are written with the varint `_wire` uses: the requests
+# above hold it to the generated code.
+_varint = encode_varint
 
 
 @st.composite

@@ -24,7 +24,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
 from batteryop.api import names
 from batteryop.api.conditions import ClaimPhase
 from batteryop.exec_agent.auth import CREDENTIAL_ID_EXTRA, token_payload
-from batteryop.exec_agent.servicer import EXEC_SERVICE
+from batteryop.exec_agent.flintlockd import EXEC_SERVICE
 from batteryop.exec_agent.timing import Phase
 from batteryop.kube.config import KubeConfig
 from batteryop.testing.controlplane import (

@@ -17,6 +17,7 @@ import pytest
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.exec_agent import relay
 from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.frames import Frame, read_frame
 from batteryop.exec_agent.relay import COALESCE_BYTES, LINGER_SECONDS, Outbox, _coalesce
 
 Response = microvmexec_pb2.ExecCommandResponse
@@ -28,8 +29,16 @@ NEVER = 3600.0
 DONE_WITHIN = 10.0
 
 
-def out(size: int, fill: bytes = b"o") -> Response:
-    return Response(stdout=fill * size)
+def out(size: int, fill: bytes = b"o") -> Frame:
+    """A stdout message of `size` bytes as it comes from flintlockd."""
+    return read_frame(Response(stdout=fill * size).SerializeToString())
+
+
+def stdout(frame: Frame) -> bytes:
+    """The stdout bytes of `frame`'s message, decoded by the generated code."""
+    message = Response.FromString(frame.wire)
+    assert message.WhichOneof("payload") == "stdout"
+    return message.stdout
 
 
 @pytest.fixture
@@ -39,10 +48,9 @@ def outbox(monkeypatch: pytest.MonkeyPatch) -> Outbox:
     return Outbox(COALESCE_BYTES)
 
 
-async def lingering(outbox: Outbox, first: Response) -> asyncio.Task[tuple[Response, object]]:
+async def lingering(outbox: Outbox, first: Frame) -> asyncio.Task[tuple[Frame, object]]:
     """`_coalesce(first, linger=True)` running, and waiting on `outbox` (it found it empty)."""
-    kind = str(first.WhichOneof("payload"))
-    task = asyncio.ensure_future(_coalesce(first, kind, outbox, linger=True))
+    task = asyncio.ensure_future(_coalesce(first, outbox, linger=True))
     await settle()
     assert not task.done()
     return task
@@ -60,9 +68,9 @@ async def test_messages_already_waiting_join_at_once() -> None:
         await outbox.put(out(CHUNK, fill))
     await outbox.put(out(10, b"d"))
     joined, held = await asyncio.wait_for(
-        _coalesce(out(CHUNK, b"a"), "stdout", outbox, linger=False), DONE_WITHIN
+        _coalesce(out(CHUNK, b"a"), outbox, linger=False), DONE_WITHIN
     )
-    assert joined.stdout == b"a" * CHUNK + b"b" * CHUNK + b"c" * CHUNK + b"d" * 10
+    assert stdout(joined) == b"a" * CHUNK + b"b" * CHUNK + b"c" * CHUNK + b"d" * 10
     assert held is None
     assert outbox.empty()
 
@@ -72,9 +80,7 @@ async def test_output_after_a_quiet_spell_goes_on_without_waiting(
     outbox: Outbox,
 ) -> None:
     first = out(CHUNK)
-    joined, held = await asyncio.wait_for(
-        _coalesce(first, "stdout", outbox, linger=False), DONE_WITHIN
-    )
+    joined, held = await asyncio.wait_for(_coalesce(first, outbox, linger=False), DONE_WITHIN)
     assert joined is first and held is None
 
 
@@ -88,7 +94,7 @@ async def test_streaming_output_waits_for_more_up_to_the_coalesce_limit(
     assert not task.done()  # b joined; it waits on for more
     await outbox.put(out(COALESCE_BYTES - 2 * CHUNK, b"c"))
     joined, held = await asyncio.wait_for(task, DONE_WITHIN)
-    assert joined.stdout == b"a" * CHUNK + b"b" * CHUNK + b"c" * (COALESCE_BYTES - 2 * CHUNK)
+    assert stdout(joined) == b"a" * CHUNK + b"b" * CHUNK + b"c" * (COALESCE_BYTES - 2 * CHUNK)
     assert held is None
 
 
@@ -98,9 +104,7 @@ async def test_streaming_output_waits_at_most_the_linger() -> None:
     first = out(CHUNK)
     loop = asyncio.get_running_loop()
     began = loop.time()
-    joined, held = await asyncio.wait_for(
-        _coalesce(first, "stdout", outbox, linger=True), DONE_WITHIN
-    )
+    joined, held = await asyncio.wait_for(_coalesce(first, outbox, linger=True), DONE_WITHIN)
     assert joined is first and held is None
     assert loop.time() - began >= LINGER_SECONDS
 
@@ -110,13 +114,11 @@ async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
     outbox = Outbox(4 * COALESCE_BYTES)
     for _ in range(COALESCE_BYTES // CHUNK):
         await outbox.put(out(CHUNK))
-    joined, held = await asyncio.wait_for(
-        _coalesce(out(CHUNK), "stdout", outbox, linger=True), DONE_WITHIN
-    )
-    assert len(joined.stdout) == COALESCE_BYTES
+    joined, held = await asyncio.wait_for(_coalesce(out(CHUNK), outbox, linger=True), DONE_WITHIN)
+    assert len(stdout(joined)) == COALESCE_BYTES
     assert held is None
     rest = outbox.get_nowait()  # the one over the limit waits for the next message
-    assert isinstance(rest, Response) and len(rest.stdout) == CHUNK
+    assert isinstance(rest, Frame) and len(stdout(rest)) == CHUNK
     assert outbox.empty()
 
 
@@ -124,13 +126,14 @@ async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
 @pytest.mark.parametrize(
     "ending",
     [
-        Response(stderr=b"err"),  # the other kind: sent next, so stdout and stderr keep order
+        read_frame(Response(stderr=b"err").SerializeToString()),  # the other kind: sent next,
+        # so stdout and stderr keep their order
         RefusedError(grpc.StatusCode.PERMISSION_DENIED, Check.CLAIM, "the claim is gone"),
     ],
     ids=["stderr", "refusal"],
 )
 async def test_the_other_kind_or_a_refusal_ends_the_wait_and_is_sent_next(
-    outbox: Outbox, ending: Response | RefusedError
+    outbox: Outbox, ending: Frame | RefusedError
 ) -> None:
     task = await lingering(outbox, out(CHUNK, b"a"))
     if isinstance(ending, RefusedError):
@@ -138,5 +141,5 @@ async def test_the_other_kind_or_a_refusal_ends_the_wait_and_is_sent_next(
     else:
         await outbox.put(ending)
     joined, held = await asyncio.wait_for(task, DONE_WITHIN)
-    assert joined.stdout == b"a" * CHUNK
+    assert stdout(joined) == b"a" * CHUNK
     assert held is ending

@@ -9,8 +9,9 @@ calls; the old channel closes once its running calls end (an exec may run for ho
 a certificate at the handshake only, so a running call is not affected).
 
 Calls: `ServerInfo` and `GetMicroVM` with the call deadline, and `ExecCommand` as a raw stream
-the relay drives. gRPC errors pass through as `grpc.aio.AioRpcError`: the relay and the
-servicer decide what each means to the caller.
+the relay drives, whose answers arrive as `frames.Frame` (the bytes flintlockd sent, read no
+further than the relay needs). gRPC errors pass through as `grpc.aio.AioRpcError`: the relay
+and the servicer decide what each means to the caller.
 
 Requirements: EA-001, EA-062, EA-066.
 """
@@ -22,18 +23,23 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import grpc
 import grpc.aio
 from google.protobuf import empty_pb2
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
-from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2_grpc
+from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.exec_agent.config import AgentConfig, ConfigError
+from batteryop.exec_agent.frames import read_frame
 
 ExecCall: TypeAlias = grpc.aio.StreamStreamCall
 """An open `ExecCommand` stream on flintlockd."""
+
+EXEC_SERVICE: Final = microvmexec_pb2.DESCRIPTOR.services_by_name["MicroVMExec"].full_name
+"""`microvmexec.services.api.v1alpha1.MicroVMExec`: flintlockd's, which the agent serves too."""
+EXEC_COMMAND: Final = f"/{EXEC_SERVICE}/ExecCommand"
 
 
 def _read(flag: str, path: Path) -> bytes:
@@ -77,7 +83,11 @@ class Flintlockd:
     def _set_channel(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel
         self._microvm = microvms_pb2_grpc.MicroVMStub(channel)
-        self._exec = microvmexec_pb2_grpc.MicroVMExecStub(channel)
+        self._exec = channel.stream_stream(
+            EXEC_COMMAND,
+            request_serializer=microvmexec_pb2.ExecCommandRequest.SerializeToString,
+            response_deserializer=read_frame,
+        )
 
     @classmethod
     def connect(
@@ -142,5 +152,5 @@ class Flintlockd:
 
     def exec_command(self) -> ExecCall:
         """Open an `ExecCommand` stream with no deadline (a command may run for hours)."""
-        call: ExecCall = self._exec.ExecCommand()
+        call: ExecCall = self._exec()
         return call

@@ -16,6 +16,7 @@ import pytest
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api import names
 from batteryop.exec_agent.errors import Check, RefusedError
+from batteryop.exec_agent.frames import read_frame
 from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
 from batteryop.exec_agent.relay import Outbox
 from batteryop.testing.exec_agent import Agent, Holders, flood_while_holding
@@ -109,7 +110,7 @@ Response = microvmexec_pb2.ExecCommandResponse
 @pytest.mark.req("EA-105")
 async def test_the_relay_buffer_is_bounded_by_bytes_and_a_refusal_jumps_the_queue() -> None:
     outbox = Outbox(100 * 1024)
-    chunk = Response(stdout=b"x" * 40 * 1024)
+    chunk = read_frame(Response(stdout=b"x" * 40 * 1024).SerializeToString())
     for _ in range(3):
         await outbox.put(chunk)  # 120 KiB now: the box is over its limit
     blocked = asyncio.ensure_future(outbox.put(chunk))

@@ -60,11 +60,11 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_p
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
+from batteryop.exec_agent.frames import EXIT_CODE, MALFORMED, STDERR, STDOUT, Frame, joined_output
 from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 
 Request = microvmexec_pb2.ExecCommandRequest
-Response = microvmexec_pb2.ExecCommandResponse
 
 DEFAULT_BUFFER_BYTES: Final = 1024 * 1024
 """Output bytes read from flintlockd but not yet sent to the caller, per stream, by default."""
@@ -92,13 +92,13 @@ def flintlockd_failure(code: grpc.StatusCode, details: str | None, what: str) ->
     return RefusedError(kept, Check.FLINTLOCKD, f"{what}: {detail}")
 
 
-def is_exit(response: Response) -> bool:
-    return response.WhichOneof("payload") == "exit_code"
+def is_exit(frame: Frame) -> bool:
+    return frame.kind == EXIT_CODE
 
 
 class Outbox:
-    """flintlockd's responses waiting for the caller, bounded by their bytes, which a refusal
-    can end at once.
+    """flintlockd's responses waiting for the caller, bounded by their output bytes, which a
+    refusal can end at once.
 
     `put` waits while `limit` bytes or more wait (so at most `limit` plus one message per
     writer wait); `get` returns them in order. `fail(e)` makes every later `get` return `e` at
@@ -107,7 +107,7 @@ class Outbox:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._items: collections.deque[Response | RefusedError] = collections.deque()
+        self._items: collections.deque[Frame | RefusedError] = collections.deque()
         self._bytes = 0
         self._failed: RefusedError | None = None
         self._readable = asyncio.Event()
@@ -122,7 +122,7 @@ class Outbox:
     def empty(self) -> bool:
         return self._failed is None and not self._items
 
-    async def put(self, item: Response | RefusedError) -> None:
+    async def put(self, item: Frame | RefusedError) -> None:
         await self._writable.wait()
         if self._failed is not None:
             return
@@ -132,7 +132,7 @@ class Outbox:
         if self._bytes >= self._limit:
             self._writable.clear()
 
-    def get_nowait(self) -> Response | RefusedError:
+    def get_nowait(self) -> Frame | RefusedError:
         if self._failed is not None:
             return self._failed
         item = self._items.popleft()
@@ -143,7 +143,7 @@ class Outbox:
             self._readable.clear()
         return item
 
-    async def get(self) -> Response | RefusedError:
+    async def get(self) -> Frame | RefusedError:
         await self._readable.wait()
         return self.get_nowait()
 
@@ -167,8 +167,8 @@ class Outbox:
             self._writable.set()
 
 
-def _size(item: Response | RefusedError) -> int:
-    return item.ByteSize() if isinstance(item, Response) else 0
+def _size(item: Frame | RefusedError) -> int:
+    return item.size if isinstance(item, Frame) else 0
 
 
 class ExecRelay:
@@ -196,8 +196,9 @@ class ExecRelay:
         requests: AsyncIterator[Request | None],
         metadata: Iterable[tuple[str, str | bytes]] | None,
         peer: str | None = None,
-    ) -> AsyncIterator[Response]:
-        """Authorize, open and relay one exec stream (see the module docstring)."""
+    ) -> AsyncIterator[bytes]:
+        """Authorize, open and relay one exec stream (see the module docstring); what it
+        yields are the caller's messages, serialized (`frames`)."""
         first = asyncio.ensure_future(self._first_message(requests))
         try:
             try:
@@ -297,13 +298,13 @@ class ExecRelay:
         outbox: Outbox,
         *,
         has_stdin: bool,
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[bytes]:
         turns = _Turns()
         tasks = [
             asyncio.create_task(_from_flintlockd(call, outbox)),
             asyncio.create_task(_to_flintlockd(requests, call, outbox, turns, has_stdin=has_stdin)),
         ]
-        held: Response | RefusedError | None = None
+        held: Frame | RefusedError | None = None
         loop = asyncio.get_running_loop()
         sent = -LINGER_SECONDS  # when output last went to the caller (loop time)
         try:
@@ -312,12 +313,12 @@ class ExecRelay:
                 held = None
                 if isinstance(item, RefusedError):
                     raise item
-                kind = item.WhichOneof("payload")
-                if kind in ("stdout", "stderr"):
+                output = item.kind in (STDOUT, STDERR)
+                if output:
                     streaming = loop.time() - sent < LINGER_SECONDS and not turns.stdin
-                    item, held = await _coalesce(item, str(kind), outbox, linger=streaming)
-                yield item
-                if kind in ("stdout", "stderr"):
+                    item, held = await _coalesce(item, outbox, linger=streaming)
+                yield item.wire
+                if output:
                     sent = loop.time()
                     turns.stdin = False
                 if is_exit(item):  # EA-020: the exit status is the last frame, and only OK end
@@ -330,9 +331,9 @@ class ExecRelay:
 
 
 async def _coalesce(
-    first: Response, kind: str, outbox: Outbox, *, linger: bool
-) -> tuple[Response, Response | RefusedError | None]:
-    """`first` joined with the outbox's next messages of the same kind (stdout or stderr), up to
+    first: Frame, outbox: Outbox, *, linger: bool
+) -> tuple[Frame, Frame | RefusedError | None]:
+    """`first` (stdout or stderr) joined with the outbox's next messages of the same kind, up to
     `COALESCE_BYTES`, and the first item that could not join (sent next).
 
     Messages already waiting join at once. With `linger` (output is streaming: `first` came
@@ -344,9 +345,9 @@ async def _coalesce(
     once. The bytes and their order (also between stdout and stderr) stay exactly as
     flintlockd sent them.
     """
-    chunks = [getattr(first, kind)]
-    size = len(chunks[0])
-    held: Response | RefusedError | None = None
+    chunks = [first.output]
+    size = first.size
+    held: Frame | RefusedError | None = None
     deadline: float | None = None
     while size < COALESCE_BYTES:
         if outbox.empty():
@@ -357,20 +358,18 @@ async def _coalesce(
             if not await outbox.wait(deadline):
                 break
         item = outbox.get_nowait()
-        data = getattr(item, kind) if isinstance(item, Response) else b""
         if (
-            not isinstance(item, Response)
-            or item.WhichOneof("payload") != kind
-            or size + len(data) > COALESCE_BYTES
+            not isinstance(item, Frame)
+            or item.kind != first.kind
+            or size + item.size > COALESCE_BYTES
         ):
             held = item
             break
-        chunks.append(data)
-        size += len(data)
+        chunks.append(item.output)
+        size += item.size
     if len(chunks) == 1:
-        return first, held
-    joined = b"".join(chunks)
-    return (Response(stdout=joined) if kind == "stdout" else Response(stderr=joined)), held
+        return first, held  # passed on as the bytes that came
+    return joined_output(first.kind, chunks, size), held
 
 
 class _Turns:
@@ -429,6 +428,16 @@ async def _from_flintlockd(call: ExecCall, outbox: Outbox) -> None:
                         UNAVAILABLE,
                         Check.FLINTLOCKD,
                         "flintlockd ended the stream without an exit status",
+                    )
+                )
+                return
+            if response.kind == MALFORMED:  # nothing after it can be trusted
+                await outbox.put(
+                    RefusedError(
+                        UNAVAILABLE,
+                        Check.FLINTLOCKD,
+                        f"flintlockd sent a message that is not an ExecCommandResponse: "
+                        f"{response.detail}",
                     )
                 )
                 return

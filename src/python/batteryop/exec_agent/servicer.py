@@ -33,13 +33,11 @@ from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, mic
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusalObserver, RefusedError
-from batteryop.exec_agent.flintlockd import Flintlockd
+from batteryop.exec_agent.flintlockd import EXEC_SERVICE, Flintlockd
 from batteryop.exec_agent.relay import ExecRelay, flintlockd_failure
 
 log = logging.getLogger(__name__)
 
-EXEC_SERVICE: Final = microvmexec_pb2.DESCRIPTOR.services_by_name["MicroVMExec"].full_name
-"""`microvmexec.services.api.v1alpha1.MicroVMExec`."""
 MICROVM_SERVICE: Final = microvms_pb2.DESCRIPTOR.services_by_name["MicroVM"].full_name
 """`microvm.services.api.v1alpha1.MicroVM`."""
 
@@ -88,7 +86,7 @@ class ExecServicer:
         self,
         request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[microvmexec_pb2.ExecCommandResponse]:
+    ) -> AsyncIterator[bytes]:
         limited = await self._relay.turn_away(context.peer())
         if limited is not None:  # EA-105: no task, no read of the start, no review
             await refuse(context, limited, "ExecCommand", self._refusals)
@@ -101,11 +99,10 @@ class ExecServicer:
             await refuse(context, e, "ExecCommand", self._refusals)
 
     def handler(self) -> grpc.GenericRpcHandler:
-        """The service's handler, decoding requests with `decode_request`."""
+        """The service's handler, decoding requests with `decode_request`; the responses are
+        the relay's bytes (`frames`), sent as they are."""
         method = grpc.stream_stream_rpc_method_handler(
-            self.ExecCommand,
-            request_deserializer=decode_request,
-            response_serializer=microvmexec_pb2.ExecCommandResponse.SerializeToString,
+            self.ExecCommand, request_deserializer=decode_request
         )
         return grpc.method_handlers_generic_handler(EXEC_SERVICE, {"ExecCommand": method})
 
