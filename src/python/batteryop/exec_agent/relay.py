@@ -25,13 +25,14 @@ code and message become the call's status. In order:
      (flintlockd reads nothing else, so nothing else is sent on); the caller's half-close
      half-closes upstream; a second `start`, or a message that does not decode, ends the
      exchange with INVALID_ARGUMENT;
-   - flintlockd to caller: every response, in order, output messages that follow back to back
-     joined (same kind, at most `COALESCE_BYTES`; while output streams and no stdin goes up, a
-     message waits up to `LINGER_SECONDS` for more, see `_coalesce`); the one carrying
-     `exit_code` is the last and the call then ends OK. The agent never makes up an exit
-     status: a stream that flintlockd ends without one, or fails, ends with a non-OK status
-     (flintlockd's code, except that OK and UNKNOWN become UNAVAILABLE), never with an exit
-     code (EA-101).
+   - flintlockd to caller: every response, in order, as the bytes flintlockd sent
+     (`frames`), output messages that follow back to back joined (same kind, at most
+     `COALESCE_BYTES`; while output streams and no stdin goes up, a message waits up to
+     `LINGER_SECONDS` for more, see `_coalesce`); the one carrying `exit_code` is the last and
+     the call then ends OK. The agent never makes up an exit status: a stream that flintlockd
+     ends without one, fails, or sends a message that does not decode, ends with a non-OK
+     status (flintlockd's code, except that OK and UNKNOWN become UNAVAILABLE; UNAVAILABLE for
+     the message), never with an exit code (EA-101).
 
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
