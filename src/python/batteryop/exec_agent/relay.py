@@ -98,8 +98,8 @@ def is_exit(frame: Frame) -> bool:
 
 
 class Outbox:
-    """flintlockd's responses waiting for the caller, bounded by their output bytes, which a
-    refusal can end at once.
+    """flintlockd's responses waiting for the caller, bounded by their bytes, which a refusal
+    can end at once.
 
     `put` waits while `limit` bytes or more wait (so at most `limit` plus one message per
     writer wait); `get` returns them in order. `fail(e)` makes every later `get` return `e` at
@@ -117,7 +117,7 @@ class Outbox:
 
     @property
     def bytes(self) -> int:
-        """Bytes of output waiting."""
+        """Bytes of responses waiting (as they came on the wire)."""
         return self._bytes
 
     def empty(self) -> bool:
@@ -169,7 +169,7 @@ class Outbox:
 
 
 def _size(item: Frame | RefusedError) -> int:
-    return item.size if isinstance(item, Frame) else 0
+    return len(item.wire) if isinstance(item, Frame) else 0
 
 
 class ExecRelay:
