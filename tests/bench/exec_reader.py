@@ -28,6 +28,7 @@ import grpc
 import grpc.aio
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.api.protowire import decode_varint
 from batteryop.client import _wire
 
 EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
@@ -43,14 +44,8 @@ def stdout_bytes(message: bytes) -> int:
     from its length prefix; 0 for any other message."""
     if not message or message[0] != 0x0A:
         return 0
-    size = shift = 0
-    for at in range(1, min(len(message), 11)):
-        byte = message[at]
-        size |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return size if at + 1 + size == len(message) else 0
-    return 0
+    size, at = decode_varint(message, 1)
+    return size if at + size == len(message) else 0
 
 
 async def read_once(
