@@ -1,11 +1,11 @@
-"""Varints of the protobuf wire format: the one piece of it written by hand in more than one
-place.
+"""The protobuf wire format as two places write and read it by hand: its wire types, tags and
+varints, and the `payload` fields of the exec stream's `ExecCommandResponse`.
 
 The client encodes and decodes its exec stream without protobuf's runtime
 (`batteryop.client._wire`), and the Exec Agent relays flintlockd's output messages as the
 bytes they came in, reading only their length prefix and writing the prefix of the messages it
 joins (`batteryop.exec_agent.frames`). Both hold to the generated code of the same .proto in
-their tests.
+their tests (src/protos/battery_protos/flintlock stays the messages' definition).
 """
 
 from __future__ import annotations
@@ -13,6 +13,28 @@ from __future__ import annotations
 from typing import Final
 
 UINT64: Final = (1 << 64) - 1
+
+# Wire types: the low three bits of a field's tag.
+VARINT: Final = 0
+I64: Final = 1
+LEN: Final = 2
+SGROUP: Final = 3
+EGROUP: Final = 4
+I32: Final = 5
+
+# ExecCommandResponse's `payload`: its fields' names (as `WhichOneof` gives them) and numbers.
+STDOUT: Final = "stdout"
+STDERR: Final = "stderr"
+EXIT_CODE: Final = "exit_code"
+ERROR: Final = "error"
+RESPONSE_FIELDS: Final = {STDOUT: 1, STDERR: 2, EXIT_CODE: 3, ERROR: 4}
+MALFORMED: Final = "malformed"
+"""The kind both readers give a response that does not decode."""
+
+
+def tag(number: int, wire_type: int) -> int:
+    """The tag of field `number` with `wire_type`, the varint before its value."""
+    return number << 3 | wire_type
 
 
 def encode_varint(value: int) -> bytes:

@@ -22,28 +22,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from batteryop.api.protowire import decode_varint, encode_varint
+from batteryop.api.protowire import (
+    EGROUP,
+    ERROR,
+    EXIT_CODE,
+    I32,
+    I64,
+    LEN,
+    MALFORMED,
+    RESPONSE_FIELDS,
+    SGROUP,
+    STDERR,
+    STDOUT,
+    VARINT,
+    decode_varint,
+    encode_varint,
+    tag,
+)
 
 if TYPE_CHECKING:
     from batteryop.client._exec import ExecRequest
 
-_VARINT: Final = 0
-_I64: Final = 1
-_LEN: Final = 2
-_SGROUP: Final = 3
-_EGROUP: Final = 4
-_I32: Final = 5
-
 _MAX_FIELD: Final = (1 << 29) - 1
 
-STDIN_EOF: Final = bytes([3 << 3 | _VARINT, 1])
+STDIN_EOF: Final = bytes([tag(3, VARINT), 1])
 """`ExecCommandRequest{stdin_eof: true}`, the last message of a stream with stdin."""
 
-STDOUT: Final = "stdout"
-STDERR: Final = "stderr"
-EXIT_CODE: Final = "exit_code"
-ERROR: Final = "error"
-MALFORMED: Final = "malformed"
+_KINDS: Final = {number: kind for kind, number in RESPONSE_FIELDS.items()}
 
 Response = tuple[str, "bytes | int | str | None"]
 """A decoded `ExecCommandResponse`: which of its `payload` is set (`STDOUT`, `STDERR`,
@@ -52,7 +57,7 @@ Response = tuple[str, "bytes | int | str | None"]
 
 
 def _len_field(number: int, data: bytes) -> bytes:
-    return encode_varint(number << 3 | _LEN) + encode_varint(len(data)) + data
+    return encode_varint(tag(number, LEN)) + encode_varint(len(data)) + data
 
 
 def _string_field(number: int, text: str) -> bytes:
@@ -60,7 +65,7 @@ def _string_field(number: int, text: str) -> bytes:
 
 
 def _int_field(number: int, value: int) -> bytes:
-    return encode_varint(number << 3 | _VARINT) + encode_varint(value) if value else b""
+    return encode_varint(tag(number, VARINT)) + encode_varint(value) if value else b""
 
 
 def encode_start(request: ExecRequest) -> bytes:
@@ -95,30 +100,30 @@ def encode_stdin(data: bytes) -> bytes:
 
 
 def _read_tag(data: bytes, at: int) -> tuple[int, int, int]:
-    tag, at = decode_varint(data, at)
-    number, wire = tag >> 3, tag & 7
-    if not 0 < number <= _MAX_FIELD or tag > 0xFFFFFFFF:
+    value, at = decode_varint(data, at)
+    number, wire = value >> 3, value & 7
+    if not 0 < number <= _MAX_FIELD or value > 0xFFFFFFFF:
         raise ValueError(f"invalid field number {number}")
     return number, wire, at
 
 
 def _skip(data: bytes, at: int, number: int, wire: int, depth: int = 0) -> int:
     """The offset after the value of field `number` (wire type `wire`) at `at`."""
-    if wire == _VARINT:
+    if wire == VARINT:
         return decode_varint(data, at)[1]
-    if wire == _I64:
+    if wire == I64:
         at += 8
-    elif wire == _I32:
+    elif wire == I32:
         at += 4
-    elif wire == _LEN:
+    elif wire == LEN:
         size, at = decode_varint(data, at)
         at += size
-    elif wire == _SGROUP:  # proto2 groups may still arrive as unknown fields
+    elif wire == SGROUP:  # proto2 groups may still arrive as unknown fields
         if depth >= 100:
             raise ValueError("groups nested too deep")
         while True:
             inner, inner_wire, at = _read_tag(data, at)
-            if inner_wire == _EGROUP:
+            if inner_wire == EGROUP:
                 if inner != number:
                     raise ValueError("unmatched end of group")
                 return at
@@ -138,17 +143,18 @@ def decode_response(data: bytes) -> Response:
     at, end = 0, len(data)
     while at < end:
         number, wire, at = _read_tag(data, at)
-        if wire == _LEN and number in (1, 2, 4):
+        field = _KINDS.get(number)
+        if wire == LEN and field in (STDOUT, STDERR, ERROR):
             size, at = decode_varint(data, at)
             if at + size > end:
                 raise ValueError("truncated field")
             chunk = data[at : at + size]
             at += size
-            if number == 4:
+            if field == ERROR:
                 kind, value = ERROR, chunk.decode("utf-8")  # proto3 strings are UTF-8
             else:
-                kind, value = (STDOUT if number == 1 else STDERR), chunk
-        elif wire == _VARINT and number == 3:
+                kind, value = field, chunk
+        elif wire == VARINT and field == EXIT_CODE:
             code, at = decode_varint(data, at)
             code &= 0xFFFFFFFF  # int32: the low 32 bits, signed
             kind, value = EXIT_CODE, code - (1 << 32) if code >= 1 << 31 else code

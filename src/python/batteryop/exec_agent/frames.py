@@ -23,19 +23,22 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
-from batteryop.api.protowire import decode_varint, encode_varint
+from batteryop.api.protowire import (
+    EXIT_CODE,
+    LEN,
+    MALFORMED,
+    RESPONSE_FIELDS,
+    STDERR,
+    STDOUT,
+    decode_varint,
+    encode_varint,
+    tag,
+)
 
-STDOUT: Final = "stdout"
-STDERR: Final = "stderr"
-EXIT_CODE: Final = "exit_code"
-MALFORMED: Final = "malformed"
-"""A message that does not decode as an `ExecCommandResponse`."""
+__all__ = ["EXIT_CODE", "MALFORMED", "STDERR", "STDOUT", "Frame", "joined_output", "read_frame"]
 
-_TAGS: Final = {
-    # field number << 3 | wire type 2 (length-delimited), as ExecCommandResponse numbers them
-    STDOUT: bytes([1 << 3 | 2]),
-    STDERR: bytes([2 << 3 | 2]),
-}
+_TAGS: Final = {kind: bytes([tag(RESPONSE_FIELDS[kind], LEN)]) for kind in (STDOUT, STDERR)}
+"""The one-byte tag an output message starts with, by its kind."""
 _KINDS: Final = {tag[0]: kind for kind, tag in _TAGS.items()}
 
 Output = bytes | memoryview
