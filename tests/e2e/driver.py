@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -18,6 +19,8 @@ from batteryop.kube.resources import Resource
 
 Body = dict[str, Any]
 CLI_TIMEOUT = 120.0
+POLL = 0.1
+T = TypeVar("T")
 
 
 async def cli(
@@ -84,6 +87,23 @@ async def until(
         ) from None
 
 
+async def eventually(
+    check: Callable[[], Awaitable[T]],
+    within: float,
+    what: str,
+    last: Callable[[], object] = lambda: None,
+) -> T:
+    """`check()`'s first truthy answer. The fakes' control APIs cannot be watched (flintlock
+    and battery have no watch), so they are read every POLL seconds until then."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not {what} within {within:.0f}s; last: {last()}"
+        await asyncio.sleep(POLL)
+
+
 def condition(body: Body | None, type_: str) -> Body:
     for c in ((body or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == type_:
@@ -113,6 +133,11 @@ async def control(url: str, method: str = "GET", body: Mapping[str, Any] | None 
 
 async def battery_state(stack: Stack) -> Body:
     return await control(f"{stack.battery_control}/state")
+
+
+def leases_for(state: Body, claim_uid: str) -> list[Body]:
+    """battery's Leases for a claim, from its state (CL-060: the request id is the claim's uid)."""
+    return [x for x in state.get("leases", []) if x.get("request_id") == claim_uid]
 
 
 def battery_hosts(state: Body) -> dict[str, Body]:

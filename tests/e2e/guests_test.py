@@ -19,11 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+from e2e.driver import battery_state, eventually, leases_for, until
 
 from batteryop.client import AsyncClaim, AsyncClient, ExecError
 from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE
 from batteryop.devstack.stack import Stack, running
+from batteryop.kube.resources import CLAIMS
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 CLAIM_TIMEOUT = 900.0
@@ -98,17 +100,27 @@ async def test_a_claim_runs_commands_in_a_real_guest(
         await claim.release()
 
 
-@pytest.mark.req("GI-101", "TD-010")
+@pytest.mark.req("GI-101", "TD-010", "CL-060")
 async def test_a_guest_killed_under_a_bound_claim(qemu_stack: Stack, client: AsyncClient) -> None:
     claim = await _claim(client)
     try:
         assert (await claim.exec(["true"])).exit_code == 0
         (guest,) = (g for g in await _guests(qemu_stack) if g["uid"] == claim.microvm_uid)
         os.kill(guest["pid"], signal.SIGKILL)
+
+        async def gone() -> bool:  # the fake sees QEMU's exit when it reaps it, not at the kill
+            return claim.microvm_uid not in {g["uid"] for g in await _guests(qemu_stack)}
+
+        await eventually(gone, 60, f"QEMU of {claim.microvm_uid} reaped by the fake flintlockd")
         with pytest.raises(ExecError):
             await claim.exec(["true"])
         # poolmgrd does not watch its MicroVMs: the claim keeps its Lease until released.
         assert claim.lost_error is None
+        assert len(leases_for(await battery_state(qemu_stack), claim.uid)) == 1
     finally:
         await claim.release()
-    assert claim.microvm_uid not in {g["uid"] for g in await _guests(qemu_stack)}
+    # The release of a MicroVM that is gone succeeds: battery ends the Lease, and only then
+    # does the operator let the claim go (its finalizer).
+    async with qemu_stack.kube() as kube:
+        await until(kube, CLAIMS, claim.name, lambda body: body is None, what="gone")
+    assert leases_for(await battery_state(qemu_stack), claim.uid) == []

@@ -24,7 +24,9 @@ from e2e.driver import (
     condition,
     control,
     create_claim,
+    eventually,
     fetch,
+    leases_for,
     metric,
     phase,
     report,
@@ -59,27 +61,10 @@ from batteryop.testing.host_registry_env import (
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-POLL = 0.1
-
-
-async def eventually(check, within: float, what: str, last=lambda: None):  # type: ignore[no-untyped-def]
-    """The fakes' control APIs cannot be watched: read them until `check()` is truthy."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not {what} within {within:.0f}s; last: {last()}"
-        await asyncio.sleep(POLL)
-
 
 def when(rfc3339: str) -> datetime:
     """A time from battery's state (protobuf JSON: RFC 3339, UTC, "Z")."""
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
-
-
-def leases_for(state: dict, uid: str) -> list[dict]:  # type: ignore[type-arg]
-    return [x for x in state.get("leases", []) if x.get("request_id") == uid]
 
 
 async def bound_claim_via_cli(stack: Stack) -> dict:  # type: ignore[type-arg]
