@@ -114,7 +114,9 @@ async def test_an_exhausted_pool_is_reported_and_giving_up_deletes_the_claim(
     await ready_pool(stack, namespace, size=0)
     seen: list[Pending] = []
     with pytest.raises(PoolExhaustedError) as gave_up:
-        await client.claim("demo", HOLDER, on_pending=seen.append, timeout=5)
+        # The exhaustion ends the wait as soon as the operator reports it; the timeout is
+        # only the bound on a loaded machine (a ClaimTimeoutError would fail the test).
+        await client.claim("demo", HOLDER, on_pending=seen.append, timeout=30)
     assert any(p.pool_exhausted for p in seen), seen
     assert gave_up.value.claim is not None
     await gone(stack, namespace, gave_up.value.claim)

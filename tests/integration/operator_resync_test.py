@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from integration.stack import Stack, ready_pool, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from batteryop.api import names
 from batteryop.battery import BatteryClient, PoolRef
@@ -26,7 +27,8 @@ RESYNC_SECONDS = 1.0
 WINDOW_SECONDS = 6.0
 """How long the test looks for a battery-side change to reach the Pool's status: a few
 resync intervals for the 1s operator; the control operator is given the same window."""
-SETTLE_SECONDS = 2.0
+QUIET_SECONDS = 1.5
+"""How long the operator's Pool controller must stay idle before the test acts behind its back."""
 
 SUBSCRIBED_METRIC = "battery_operator_battery_subscribed"
 
@@ -123,8 +125,48 @@ async def wait_subscribed(stack: Stack, subscribed: bool, within: float = 30) ->
         await asyncio.sleep(0.2)
 
 
+def pools_activity(text: str) -> tuple[float, float, float]:
+    """(the Pool queue's depth, Pool reconciles, GetPool calls) from the operator's metrics."""
+    depth = reconciles = get_pools = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("controller") == "pools":
+                if sample.name == "battery_operator_workqueue_depth":
+                    depth = sample.value
+                elif sample.name == "battery_operator_reconcile_total":
+                    reconciles += sample.value
+            elif (
+                sample.name == "battery_operator_battery_call_seconds_count"
+                and sample.labels.get("rpc") == "GetPool"
+            ):
+                get_pools += sample.value
+    return depth, reconciles, get_pools
+
+
+async def wait_pools_idle(stack: Stack, within: float = 30) -> None:
+    """Until the operator's Pool controller has nothing queued and has neither reconciled nor
+    called GetPool for QUIET_SECONDS (its metrics have no watch: read every 0.1 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    last, since = None, loop.time()
+    while True:
+        now = pools_activity(await stack.operator.metrics())
+        if now != last:
+            last, since = now, loop.time()
+        elif now[0] == 0 and loop.time() - since >= QUIET_SECONDS:
+            return
+        assert loop.time() < deadline, f"the Pool controller still busy: {now}"
+        await asyncio.sleep(0.1)
+
+
 async def lease_behind_the_operators_back(
-    stack: Stack, battery: BatteryClient, namespace: str, *, leased: int, request_id: str
+    stack: Stack,
+    battery: BatteryClient,
+    namespace: str,
+    *,
+    leased: int,
+    request_id: str,
+    resyncing: bool,
 ) -> float | None:
     """From a subscribed operator whose Pool status shows battery's settled counts with
     `leased` Leases: end the Events stream, lease one more MicroVM in battery directly, and
@@ -135,9 +177,11 @@ async def lease_behind_the_operators_back(
 
     stack.battery.drop_event_streams(refuse_new=True)  # open streams end, new ones are refused
     await wait_subscribed(stack, False)
-    # Let what the operator had in hand finish (events read before the drop, the reconcile
-    # its own status write brings), so only a resync is left to carry the change below.
-    await asyncio.sleep(SETTLE_SECONDS)
+    if not resyncing:
+        # Let what the operator had in hand finish (events read before the drop, the reconcile
+        # its own status write brings), so only a resync could carry the change below. (An
+        # operator that resyncs every second is never idle that long, and needs no wait.)
+        await wait_pools_idle(stack)
     assert status_counts(await get_pool(stack, namespace)) == before
 
     # In battery only: no Kubernetes object changes, and no event reaches the operator.
@@ -158,14 +202,19 @@ async def test_pools_are_refreshed_on_the_resync_interval_while_events_are_down(
             async with operator_with(stack, "--pool-resync-interval=1h"):
                 await asyncio.to_thread(ready_pool, stack, namespace)
                 seen = await lease_behind_the_operators_back(
-                    stack, battery, namespace, leased=0, request_id="po-024-control"
+                    stack,
+                    battery,
+                    namespace,
+                    leased=0,
+                    request_id="po-024-control",
+                    resyncing=False,
                 )
                 assert seen is None, f"with no resync due the status changed after {seen:.1f}s"
 
             stack.battery.clear_faults()  # the next operator subscribes again
             async with operator_with(stack, f"--pool-resync-interval={RESYNC_SECONDS:g}s"):
                 seen = await lease_behind_the_operators_back(
-                    stack, battery, namespace, leased=1, request_id="po-024-resync"
+                    stack, battery, namespace, leased=1, request_id="po-024-resync", resyncing=True
                 )
                 # PO-024: while not subscribed to Events, the Pool is refreshed on the interval.
                 assert seen is not None, (

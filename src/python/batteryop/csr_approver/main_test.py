@@ -66,7 +66,13 @@ async def test_the_process_signs_a_request_and_reports_ready(
             "queue-ca-bundle",
         ):
             assert f"[+]{task} ok" in body_text, body_text
-        _, metrics = await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port)
-        assert 'outcome="signed"' in metrics
+        # The approver counts the signing after its status write returns, which can be after
+        # the test's watch saw the certificate: the metrics (no watch) are read until then.
+        async with asyncio.timeout(30):
+            while True:
+                _, metrics = await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port)
+                if 'outcome="signed"' in metrics:
+                    break
+                await asyncio.sleep(0.1)
         assert "PRIVATE KEY" not in proc.logs()
         assert proc.stop() == 0, proc.logs()[-4000:]

@@ -144,13 +144,15 @@ async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() 
 
 async def test_the_kept_answer_is_the_newest_and_goes_after_its_time() -> None:
     battery = SlowBattery()
-    reads = LeaseReads(battery, recent_seconds=0.05)  # type: ignore[arg-type]
+    clock = Clock()  # the age on a clock that only the test moves: a slow machine cannot age it
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
     battery.release.set()
     await reads.list_leases(POOL)
     battery.leases = [lease("l3")]
     await reads.list_leases(POOL)
     assert reads.recent(POOL, "l3") == lease("l3")
     assert reads.recent_answers() == 1
+    clock.now += 0.06
     await asyncio.sleep(0.1)  # the loop's timer drops it: nothing stays per Pool
     assert reads.recent_answers() == 0
     assert reads.recent(POOL, "l3") is None
