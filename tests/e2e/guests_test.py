@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import pytest_asyncio
-from e2e.driver import battery_state, eventually, leases_for, until
+from e2e.driver import battery_state, control, eventually, leases_for, until
 
 from batteryop.client import AsyncClaim, AsyncClient, ExecError
 from batteryop.devstack import demo
@@ -64,12 +63,8 @@ async def _claim(client: AsyncClient) -> AsyncClaim:
 
 async def _guests(stack: Stack) -> list[dict[str, Any]]:
     (host,) = stack.hosts.values()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"{host.flintlockd_control}/guests") as response,
-    ):
-        guests: list[dict[str, Any]] = (await response.json())["guests"]
-        return guests
+    guests: list[dict[str, Any]] = (await control(f"{host.flintlockd_control}/guests"))["guests"]
+    return guests
 
 
 @pytest.mark.req("GI-101", "CC-101", "TD-010")
