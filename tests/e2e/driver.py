@@ -16,6 +16,7 @@ from batteryop.devstack.stack import Stack
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import NotFoundError
 from batteryop.kube.resources import Resource
+from batteryop.testing import exposition
 
 Body = dict[str, Any]
 CLI_TIMEOUT = 120.0
@@ -164,12 +165,10 @@ def report(node: Body | None) -> tuple[str | None, str | None]:
 
 
 def metric(text: str, name: str) -> float:
-    """One unlabelled sample of a Prometheus text exposition."""
-    for line in text.splitlines():
-        sample, _, value = line.partition(" ")
-        if sample == name:
-            return float(value)
-    raise AssertionError(f"no sample {name} in:\n{text}")
+    """One sample of a Prometheus text exposition, which must be there."""
+    found = exposition.samples(text)
+    assert name in found, f"no sample {name} in:\n{text}"
+    return found[name]
 
 
 async def fetch(url: str) -> str:

@@ -52,6 +52,7 @@ from batteryop.kube.resources import (
     POOLS,
     SECRETS,
 )
+from batteryop.testing import exposition
 from batteryop.testing.host_registry_env import (
     publications_since,
     set_cordoned,
@@ -161,10 +162,11 @@ async def test_pools_are_placed_on_the_hosts_the_registry_publishes_and_leave_a_
     assert metric(registry, "battery_host_registry_battery_restarts_total") == 0
 
 
-def refused_removals(metrics: str) -> float:
+def refused_removals(page: str) -> float:
     """The host registry's count of RemoveHost calls battery refused."""
-    sample = 'battery_host_registry_host_calls_total{result="refused",rpc="RemoveHost"} '
-    return sum(float(x[len(sample) :]) for x in metrics.splitlines() if x.startswith(sample))
+    return exposition.value(
+        page, 'battery_host_registry_host_calls_total{result="refused",rpc="RemoveHost"}'
+    )
 
 
 @pytest.mark.req("IN-002", "IN-013", "IN-101", "IN-104", "PO-010", "PO-011", "CL-051", "TD-110")

@@ -16,6 +16,7 @@ from integration.stack import (
 
 from batteryop.api import names
 from batteryop.manifests import admission
+from batteryop.testing import exposition
 from batteryop.testing.localstack import install_finalizer_policy, wait_finalizer_policy
 
 
@@ -109,18 +110,12 @@ async def test_metrics_report_claims_by_phase_and_bind_latency(
 
     # The operator sees the Bound claim through its own watch, maybe after this test did.
     # Claims of earlier tests live on (no namespace controller here), so count at least one.
-    def sample(text: str, name: str) -> float:
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        return 0.0
+    def seen_bound(text: str) -> bool:
+        return (
+            exposition.value(text, 'battery_operator_claims_by_phase{phase="Bound"}') >= 1
+            and exposition.value(text, "battery_operator_claim_bind_seconds_count") >= 1
+        )
 
-    bound = 'battery_operator_claims_by_phase{phase="Bound"}'
-    deadline = asyncio.get_running_loop().time() + 15
-    text = await stack.operator.metrics()
-    while sample(text, bound) < 1 or sample(text, "battery_operator_claim_bind_seconds_count") < 1:
-        assert asyncio.get_running_loop().time() < deadline, text
-        await asyncio.sleep(0.1)
-        text = await stack.operator.metrics()
+    text = await exposition.until(stack.operator.metrics, seen_bound, 15, "a Bound claim counted")
     assert "battery_operator_battery_subscribed 1.0" in text
     assert 'battery_operator_battery_call_seconds_count{code="OK",rpc="ClaimVM"}' in text

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from integration.stack import Stack, ready_pool, wait_for
-from prometheus_client.parser import text_string_to_metric_families
 
 from batteryop.api import names
 from batteryop.battery import BatteryClient, PoolRef
+from batteryop.testing import exposition
 from batteryop.testing.operator_env import battery_config
 from batteryop.testing.operator_runner import OperatorProcess
 
@@ -127,36 +127,28 @@ async def wait_subscribed(stack: Stack, subscribed: bool, within: float = 30) ->
 
 def pools_activity(text: str) -> tuple[float, float, float]:
     """(the Pool queue's depth, Pool reconciles, GetPool calls) from the operator's metrics."""
-    depth = reconciles = get_pools = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("controller") == "pools":
-                if sample.name == "battery_operator_workqueue_depth":
-                    depth = sample.value
-                elif sample.name == "battery_operator_reconcile_total":
-                    reconciles += sample.value
-            elif (
-                sample.name == "battery_operator_battery_call_seconds_count"
-                and sample.labels.get("rpc") == "GetPool"
-            ):
-                get_pools += sample.value
-    return depth, reconciles, get_pools
+    return (
+        exposition.value(text, 'battery_operator_workqueue_depth{controller="pools"}'),
+        exposition.total(text, "battery_operator_reconcile_total", controller="pools"),
+        exposition.total(text, "battery_operator_battery_call_seconds_count", rpc="GetPool"),
+    )
 
 
 async def wait_pools_idle(stack: Stack, within: float = 30) -> None:
     """Until the operator's Pool controller has nothing queued and has neither reconciled nor
-    called GetPool for QUIET_SECONDS (its metrics have no watch: read every 0.1 s)."""
+    called GetPool for QUIET_SECONDS."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
     last, since = None, loop.time()
-    while True:
-        now = pools_activity(await stack.operator.metrics())
+
+    def idle(text: str) -> bool:
+        nonlocal last, since
+        now = pools_activity(text)
         if now != last:
             last, since = now, loop.time()
-        elif now[0] == 0 and loop.time() - since >= QUIET_SECONDS:
-            return
-        assert loop.time() < deadline, f"the Pool controller still busy: {now}"
-        await asyncio.sleep(0.1)
+            return False
+        return now[0] == 0 and loop.time() - since >= QUIET_SECONDS
+
+    await exposition.until(stack.operator.metrics, idle, within, "the Pool controller idle")
 
 
 async def lease_behind_the_operators_back(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
+from batteryop.testing import exposition
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
@@ -66,13 +67,12 @@ async def test_the_process_signs_a_request_and_reports_ready(
             "queue-ca-bundle",
         ):
             assert f"[+]{task} ok" in body_text, body_text
+
         # The approver counts the signing after its status write returns, which can be after
-        # the test's watch saw the certificate: the metrics (no watch) are read until then.
-        async with asyncio.timeout(30):
-            while True:
-                _, metrics = await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port)
-                if 'outcome="signed"' in metrics:
-                    break
-                await asyncio.sleep(0.1)
+        # the test's watch saw the certificate.
+        async def page() -> str:
+            return (await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port))[1]
+
+        await exposition.until(page, lambda text: 'outcome="signed"' in text, 30, "counted signed")
         assert "PRIVATE KEY" not in proc.logs()
         assert proc.stop() == 0, proc.logs()[-4000:]

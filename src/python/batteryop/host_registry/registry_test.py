@@ -32,6 +32,7 @@ from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON
 from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.resources import CONFIGMAPS, EVENTS
+from batteryop.testing import exposition
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.host_registry_env import (
     BatteryPod,
@@ -76,23 +77,22 @@ async def battery_becomes(pod: BatteryPod, expected: set[str], timeout: float = 
             await pod.wait_starts(seen + 1, timeout)
 
 
-def sample(metrics: str, name: str) -> float:
+REFUSED_REMOVALS = 'host_calls_total{result="refused",rpc="RemoveHost"}'
+"""The registry's count of RemoveHost calls battery refused."""
+
+
+def sample(page: str, name: str) -> float:
     """The value of one sample (`name` with its labels) in the registry's metrics, 0 if absent."""
-    prefix = f"battery_host_registry_{name} "
-    return sum(float(x[len(prefix) :]) for x in metrics.splitlines() if x.startswith(prefix))
-
-
-def refused_removals(metrics: str) -> float:
-    """The registry's count of RemoveHost calls battery refused."""
-    return sample(metrics, 'host_calls_total{result="refused",rpc="RemoveHost"}')
+    return exposition.value(page, f"battery_host_registry_{name}")
 
 
 async def until_sample(registry: RegistryProcess, name: str, value: float, timeout: float) -> str:
     """Wait until the registry's metric sample `name` reaches `value`; its metrics then."""
-    async with asyncio.timeout(timeout):
-        while sample(metrics := registry.metrics(), name) < value:
-            await asyncio.sleep(0.1)  # the registry's metrics have no watch
-    return metrics
+
+    async def page() -> str:
+        return registry.metrics()
+
+    return await exposition.until(page, lambda text: sample(text, name) >= value, timeout, name)
 
 
 async def until_battery_has(client: BatteryClient, expected: set[str], timeout: float) -> None:
@@ -312,9 +312,7 @@ async def test_a_refused_removal_is_reported_once_retried_and_keeps_the_host_unp
 
             # Retried, and never published again meanwhile (the Pool controller would place
             # Pools back on it): every Host set published since lacks it.
-            async with asyncio.timeout(30):
-                while refused_removals(registry.metrics()) < 2:
-                    await asyncio.sleep(0.2)  # the registry's metrics have no watch
+            await until_sample(registry, REFUSED_REMOVALS, 2, timeout=30)
             assert [p for p in await publications_since(kube, namespace, gone) if a in p] == []
             events = [
                 e
