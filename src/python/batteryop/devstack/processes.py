@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batteryop.devstack.state import StateDir
+from batteryop.testing.processes import file_tail
 
 STOP_GRACE_SECONDS = 10.0
 READY_POLL_SECONDS = 0.1
@@ -68,11 +69,7 @@ class Running:
     log_path: Path
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return file_tail(self.log_path, lines)
 
 
 class Processes:

@@ -27,12 +27,10 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -44,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from batteryop.testing.controlplane.gobuild import Binaries, ensure_binaries
+from batteryop.testing.processes import die_with_parent, file_tail
 from batteryop.tls import CertificateAuthority, KeyPair, new_key, public_key_pem, write_secret
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -63,14 +62,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def die_with_parent() -> None:
-    # PR_SET_PDEATHSIG = 1: the kernel sends SIGKILL to the child when the
-    # process that started it dies, so a crashed test run leaves nothing behind.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    os.setsid()
-
-
 @dataclass
 class LoggedProcess:
     """A child process and the file its output goes to."""
@@ -80,10 +71,7 @@ class LoggedProcess:
     log: Path
 
     def tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return file_tail(self.log, lines)
 
 
 @dataclass
@@ -240,11 +228,11 @@ class ControlPlane:
         log = (self._log_dir or self.workdir) / f"{name}.log"
         with open(log, "wb") as out:
             popen = subprocess.Popen(
-                argv,
+                die_with_parent(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,  # - single-threaded at this point
+                start_new_session=True,
             )
         self._procs.append(LoggedProcess(name, popen, log))
 

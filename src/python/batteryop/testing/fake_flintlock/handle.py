@@ -30,7 +30,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_p
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.testing.fake_flintlock.faults import DEFAULT_CUT_CODE, DEFAULT_CUT_MESSAGE
 from batteryop.testing.fake_flintlock.server import TLSFiles
-from batteryop.testing.processes import run_module
+from batteryop.testing.processes import file_tail, run_module
 
 READY_TIMEOUT_SECONDS = 30.0
 
@@ -197,11 +197,7 @@ class FakeFlintlockd:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last `lines` lines of the fake's own log (why a guest could not start, say)."""
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError as err:
-            return f"(no log: {err})"
-        return "\n".join(text.splitlines()[-lines:])
+        return file_tail(self._log_path, lines)
 
     async def list_vms(self) -> list[microvm_pb2.MicroVM]:
         """Every MicroVM the Host holds, in creation order (works while down)."""

@@ -36,11 +36,12 @@ from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.testing import guest_agent, guest_image
-from batteryop.testing.controlplane.server import die_with_parent, free_port
+from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
 from batteryop.testing.fake_flintlock.agent_protocol import AgentConnection, Frame
 from batteryop.testing.fake_flintlock.guests import GuestUnreachableError, Requests
 from batteryop.testing.fake_flintlock.vms import VmRecord
+from batteryop.testing.processes import die_with_parent, file_tail
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +138,11 @@ class QemuGuests:
         )
         with (record.directory / "qemu.log").open("wb") as qemu_log:
             process = await asyncio.create_subprocess_exec(
-                *argv,
+                *die_with_parent(argv),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=qemu_log,
-                preexec_fn=die_with_parent,
+                start_new_session=True,
             )
         guest = Guest(record.uid, process, port, overlay, time.monotonic())
         self._guests[record.uid] = guest
@@ -182,7 +183,8 @@ class QemuGuests:
         self._guests.pop(record.uid, None)
         overlay.unlink(missing_ok=True)
         if not guest.stopping:
-            log.warning("microvm %s: QEMU exited (%s)", record.uid, code)
+            log.warning("microvm %s: QEMU exited (%s); its stderr ends:\n%s", record.uid, code,
+                        file_tail(record.directory / "qemu.log", 10))  # fmt: skip
             gone()
 
     def stop(self, record: VmRecord) -> None:

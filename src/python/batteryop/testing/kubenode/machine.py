@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing.controlplane.server import die_with_parent
+from batteryop.testing.processes import die_with_parent
 
 GATEWAY: Final = "10.89.0.1"
 NODE_ADDRESS: Final = "10.89.0.2"
@@ -241,9 +241,11 @@ class Namespaces:
         """The namespaces, the veth pair, and `binds` (path inside <- folder outside)."""
         run(["ip", "link", "delete", HOST_LINK], check=False)  # left by a killed run
         holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private", "sleep", "infinity"],
+            die_with_parent(
+                ["unshare", "--net", "--mount", "--propagation", "private", "sleep", "infinity"]
+            ),
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # - single-threaded at this point
+            start_new_session=True,
         )
         ns = cls(holder)
         try:

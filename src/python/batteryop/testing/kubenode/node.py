@@ -48,7 +48,7 @@ import yaml
 
 from batteryop.release import oci
 from batteryop.testing.controlplane.gobuild import cache_root
-from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess, die_with_parent
+from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess
 from batteryop.testing.kubenode import binaries
 from batteryop.testing.kubenode.machine import (
     CGROUP_ROOT,
@@ -63,6 +63,7 @@ from batteryop.testing.kubenode.machine import (
     make_cgroups,
     run,
 )
+from batteryop.testing.processes import die_with_parent
 from batteryop.tls import CertificateAuthority
 
 log = logging.getLogger(__name__)
@@ -230,12 +231,12 @@ class KubeNode:
         path = self._log_dir / f"{name}.log"
         with open(path, "ab") as out:
             popen = subprocess.Popen(
-                self.ns.enter(argv) if in_node else list(argv),
+                die_with_parent(self.ns.enter(argv) if in_node else argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=die_with_parent,  # - no threads start children here
+                start_new_session=True,
             )
         proc = LoggedProcess(name, popen, path)
         self.procs[name] = proc
