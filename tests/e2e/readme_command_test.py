@@ -52,15 +52,16 @@ class Terminal:
     def __init__(self, command: str, env: dict[str, str], cwd: Path) -> None:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        # util-linux's setsid gives bash a session of its own with the terminal (its stdin)
+        # as the controlling one, then execs it: no Python runs between fork and exec
+        # (testing.processes.die_with_parent says why that matters).
         self.popen = subprocess.Popen(
-            ["bash", "-c", command],
+            ["setsid", "--ctty", "bash", "-c", command],
             stdin=slave,
             stdout=slave,
             stderr=slave,
             env=env,
             cwd=cwd,
-            start_new_session=True,  # a session of its own, the terminal its controlling one
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
         os.close(slave)
         self.output = bytearray()
