@@ -25,16 +25,14 @@ async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
 def test_a_child_is_killed_when_the_process_that_started_it_ends() -> None:
     # sh says it runs (setpriv has exec'd it), then becomes a long sleep with the same pid.
     argv = die_with_parent(["sh", "-c", "echo running; exec sleep 600"])
-    starter = textwrap.dedent(
-        f"""
+    starter = textwrap.dedent(f"""
         import os, subprocess, sys
         child = subprocess.Popen({argv!r}, stdout=subprocess.PIPE, start_new_session=True)
         assert child.stdout.readline() == b"running\\n"
         print(child.pid, flush=True)
         sys.stdin.read()  # the test says when to end
         os._exit(0)  # no cleanup: as if it crashed
-        """
-    )
+        """)
     proc = subprocess.Popen(
         [sys.executable, "-c", starter], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
@@ -93,4 +91,3 @@ def test_file_tail_gives_the_last_lines_or_says_why_there_are_none(tmp_path: Pat
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(40)) + b"\xff bad\n")
     assert file_tail(log, 3) == "line 38\nline 39\n\ufffd bad"
     assert file_tail(tmp_path / "missing.log").startswith("(no log: [Errno 2] No such file")
-

@@ -126,6 +126,9 @@ async def test_a_killed_guest_is_gone(qemu: Client) -> None:
     assert await _status_once_gone(qemu, uid) == grpc.StatusCode.NOT_FOUND
     assert await qemu.host.guests() == []
     assert await qemu.host.list_vms() == []
+    # The fake says so with QEMU's own last words (empty for a SIGKILL), logged before it drops
+    # the MicroVM.
+    assert f"microvm {uid}: QEMU exited (-9); its stderr ends:" in qemu.host.log_tail(200)
     call = qemu.exec.ExecCommand(timeout=20)
     await call.write(microvmexec_pb2.ExecCommandRequest(
         start=microvmexec_pb2.ExecStart(uid=uid, cmd="true")))  # fmt: skip
