@@ -18,7 +18,8 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2
 
 from battery_protos.poolmgr.v1alpha1 import events_pb2, hostadmin_pb2, pooladmin_pb2, types_pb2
-from batteryop.testing.fake_battery.testkit import RPC_TIMEOUT, pool_spec, ref_of, wait_until
+from batteryop.testing.fake_battery.testkit import POLL_SECONDS, RPC_TIMEOUT, pool_spec, ref_of
+from batteryop.testing.polling import wait_until
 
 if TYPE_CHECKING:
     from contract.conftest import BatteryUnderTest
@@ -82,6 +83,7 @@ async def wait_gone_from_hosts(battery: BatteryUnderTest, ns: str, uids: set[str
         lambda: battery.vm_uids_on_hosts(ns),
         lambda present: not present & uids,
         what=f"MicroVMs {sorted(uids)} deleted on their Hosts",
+        interval=POLL_SECONDS,
     )
 
 
@@ -101,7 +103,7 @@ async def sweep_until(
     for _ in range(sweeps):
         await battery.advance(battery.sweep_interval)
         try:
-            await wait_until(probe, predicate, what=what, within=0.5)
+            await wait_until(probe, predicate, what=what, within=0.5, interval=POLL_SECONDS)
             return
         except TimeoutError:
             continue
@@ -538,7 +540,12 @@ async def test_unrenewed_lease_expires_and_its_vm_is_deleted(
     ref = await ready_pool(battery, ns, expiry_threshold=2)
     lease = await stubs.claim(ref)
     await battery.advance(2 + battery.sweep_interval)
-    await wait_until(lambda: stubs.list_leases(ref), lambda got: not got, what="the Lease swept")
+    await wait_until(
+        lambda: stubs.list_leases(ref),
+        lambda got: not got,
+        what="the Lease swept",
+        interval=POLL_SECONDS,
+    )
     await wait_gone_from_hosts(battery, ns, {lease.vm_uid})
     events = await take_events(
         battery,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,10 +16,10 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import NotFoundError
 from batteryop.kube.resources import Resource
 from batteryop.testing import exposition
+from batteryop.testing.polling import wait_until
 
 Body = dict[str, Any]
 CLI_TIMEOUT = 120.0
-POLL = 0.1
 T = TypeVar("T")
 
 
@@ -88,21 +87,10 @@ async def until(
         ) from None
 
 
-async def eventually(
-    check: Callable[[], Awaitable[T]],
-    within: float,
-    what: str,
-    last: Callable[[], object] = lambda: None,
-) -> T:
+async def eventually(check: Callable[[], Awaitable[T]], within: float, what: str) -> T:
     """`check()`'s first truthy answer. The fakes' control APIs cannot be watched (flintlock
-    and battery have no watch), so they are read every POLL seconds until then."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not {what} within {within:.0f}s; last: {last()}"
-        await asyncio.sleep(POLL)
+    and battery have no watch), so they are polled (`testing.polling`)."""
+    return await wait_until(check, bool, what=what, within=within)
 
 
 def condition(body: Body | None, type_: str) -> Body:

@@ -17,6 +17,7 @@ from datetime import datetime
 
 import pytest
 from e2e.driver import (
+    Body,
     battery_hosts,
     battery_pool_hosts,
     battery_state,
@@ -59,6 +60,7 @@ from batteryop.testing.host_registry_env import (
     set_labelled,
     until_event,
 )
+from batteryop.testing.polling import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -524,17 +526,21 @@ async def test_a_pool_deleted_under_bound_claims_drains_and_goes_after_the_last_
         assert names.POOL_FINALIZER in blocked["metadata"]["finalizers"]  # type: ignore[index]
 
         # PO-042: battery holds the drained spec (size 0) and makes no MicroVM meanwhile.
-        seen: list[object] = []
-
-        async def drained() -> set[str]:
-            state = await battery_state(stack)
-            seen[:] = [state["pools"]]
+        def drained(state: Body) -> bool:
             specs = [p["spec"] for p in state["pools"] if p["spec"].get("name") == pool]
-            if specs and all(not s.get("size") for s in specs):
-                return {v["uid"] for v in state["vms"] if v.get("pool_name") == pool} or {""}
-            return set()
+            return bool(specs) and all(not s.get("size") for s in specs)
 
-        vms = await eventually(drained, 30, "battery's spec of the Pool drained", lambda: seen)
+        state = await wait_until(
+            lambda: battery_state(stack),
+            drained,
+            what="battery's spec of the Pool drained",
+            within=30,
+        )
+
+        def pool_vms(state: Body) -> set[str]:
+            return {v["uid"] for v in state["vms"] if v.get("pool_name") == pool}
+
+        vms = pool_vms(state)
         assert held["status"]["microVM"]["uid"] in vms
 
         # CL-063: a new claim does not call battery while the Pool is being deleted.
@@ -548,7 +554,9 @@ async def test_a_pool_deleted_under_bound_claims_drains_and_goes_after_the_last_
         )
         assert phase(late) == "Pending"
         assert leases_for(await battery_state(stack), late["metadata"]["uid"]) == []  # type: ignore[index]
-        assert await drained() <= vms, "no MicroVM made for a Pool being deleted"
+        assert (
+            pool_vms(await battery_state(stack)) <= vms
+        ), "no MicroVM made for a Pool being deleted"
 
         # PO-044: the Pool goes once the last Bound claim is released.
         await kube.delete(CLAIMS, "held", DEMO_NAMESPACE)

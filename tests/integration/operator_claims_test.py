@@ -18,6 +18,7 @@ from batteryop.api import names
 from batteryop.manifests import admission
 from batteryop.testing import exposition
 from batteryop.testing.localstack import install_finalizer_policy, wait_finalizer_policy
+from batteryop.testing.polling import wait_until
 
 
 @pytest.mark.req("CL-001")
@@ -116,6 +117,8 @@ async def test_metrics_report_claims_by_phase_and_bind_latency(
             and exposition.value(text, "battery_operator_claim_bind_seconds_count") >= 1
         )
 
-    text = await exposition.until(stack.operator.metrics, seen_bound, 15, "a Bound claim counted")
+    text = await wait_until(
+        stack.operator.metrics, seen_bound, what="a Bound claim counted", within=15
+    )
     assert "battery_operator_battery_subscribed 1.0" in text
     assert 'battery_operator_battery_call_seconds_count{code="OK",rpc="ClaimVM"}' in text

@@ -22,6 +22,7 @@ from batteryop.battery import BatteryClient, PoolRef
 from batteryop.testing import exposition
 from batteryop.testing.operator_env import battery_config
 from batteryop.testing.operator_runner import OperatorProcess
+from batteryop.testing.polling import wait_until
 
 RESYNC_SECONDS = 1.0
 WINDOW_SECONDS = 6.0
@@ -148,7 +149,7 @@ async def wait_pools_idle(stack: Stack, within: float = 30) -> None:
             return False
         return now[0] == 0 and loop.time() - since >= QUIET_SECONDS
 
-    await exposition.until(stack.operator.metrics, idle, within, "the Pool controller idle")
+    await wait_until(stack.operator.metrics, idle, what="the Pool controller idle", within=within)
 
 
 async def lease_behind_the_operators_back(

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
-from batteryop.testing import exposition
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
@@ -18,6 +17,7 @@ from batteryop.testing.csr_approver_env import (
     until_csr,
 )
 from batteryop.testing.csrs import csr_body, ec_key, request_pem
+from batteryop.testing.polling import wait_until
 
 
 @pytest.mark.req("CT-020")
@@ -73,6 +73,8 @@ async def test_the_process_signs_a_request_and_reports_ready(
         async def page() -> str:
             return (await asyncio.to_thread(proc.get, "/metrics", proc.metrics_port))[1]
 
-        await exposition.until(page, lambda text: 'outcome="signed"' in text, 30, "counted signed")
+        await wait_until(
+            page, lambda text: 'outcome="signed"' in text, what="counted signed", within=30
+        )
         assert "PRIVATE KEY" not in proc.logs()
         assert proc.stop() == 0, proc.logs()[-4000:]

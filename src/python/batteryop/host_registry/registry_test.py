@@ -47,6 +47,7 @@ from batteryop.testing.host_registry_env import (
     until_configmap,
     until_event,
 )
+from batteryop.testing.polling import wait_until
 
 
 def has(*hosts: str) -> Callable[[Object], bool]:
@@ -92,7 +93,9 @@ async def until_sample(registry: RegistryProcess, name: str, value: float, timeo
     async def page() -> str:
         return registry.metrics()
 
-    return await exposition.until(page, lambda text: sample(text, name) >= value, timeout, name)
+    return await wait_until(
+        page, lambda text: sample(text, name) >= value, what=name, within=timeout
+    )
 
 
 async def until_battery_has(client: BatteryClient, expected: set[str], timeout: float) -> None:

@@ -1,19 +1,14 @@
 """Reading the components' /metrics pages in tests: a sample's value by the key it is exposed
-under, a sum over labels, and waiting for a page to show something.
+under, and a sum over labels. The pages have no watch: a test waits for one to show
+something with `testing.polling.wait_until`.
 
 A key is the sample as the text exposition writes it, `name` or `name{label="value",...}`
-with the labels in the order the page writes them (prometheus_client: by label name). The pages have no watch, so a
-wait reads the page again every POLL_SECONDS until its deadline.
+with the labels in the order the page writes them (prometheus_client: by label name).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 from prometheus_client.parser import text_string_to_metric_families
-
-POLL_SECONDS = 0.1
 
 
 def samples(text: str) -> dict[str, float]:
@@ -41,19 +36,3 @@ def total(text: str, name: str, **labels: str) -> float:
         for sample in family.samples
         if sample.name == name and labels.items() <= sample.labels.items()
     )
-
-
-async def until(
-    read: Callable[[], Awaitable[str]],
-    done: Callable[[str], bool],
-    within: float,
-    what: str,
-) -> str:
-    """The first page `read()` gives for which `done(page)` holds; AssertionError naming
-    `what`, with the last page, if none does within `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not done(page := await read()):
-        assert loop.time() < deadline, f"not {what} within {within:.0f}s; metrics:\n{page}"
-        await asyncio.sleep(POLL_SECONDS)
-    return page

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from batteryop.testing import exposition
@@ -36,19 +35,3 @@ def test_a_total_sums_the_samples_whose_labels_match() -> None:
     assert exposition.total(text, "x_calls_total", code="OK") == 8.0
     assert exposition.total(text, "x_calls_total") == 9.0
     assert exposition.total(text, "x_calls_total", rpc="DeletePool") == 0.0
-
-
-async def test_until_returns_the_first_page_that_holds_and_names_what_never_did() -> None:
-    pages = iter(["x_depth 0.0\n", "x_depth 1.0\n", "x_depth 2.0\n"])
-
-    async def read() -> str:
-        return next(pages)
-
-    done = await exposition.until(read, lambda t: exposition.value(t, "x_depth") >= 1, 5, "one")
-    assert done == "x_depth 1.0\n"
-
-    async def stuck() -> str:
-        return "x_depth 0.0\n"
-
-    with pytest.raises(AssertionError, match="not deep within 0s; metrics:\nx_depth 0.0"):
-        await exposition.until(stuck, lambda t: exposition.value(t, "x_depth") >= 1, 0, "deep")

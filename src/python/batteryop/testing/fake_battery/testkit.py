@@ -1,15 +1,13 @@
 """Helpers for tests that talk to a battery (fake or real) through the raw generated stubs.
 
 `BatteryStubs` holds one channel's stubs for every battery service; `pool_spec()` builds a
-PoolSpec that a fake flintlockd accepts; `wait_until()` polls a battery RPC with a bound.
+PoolSpec that a fake flintlockd accepts; `wait_status()` polls GetPool (`testing.polling`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import grpc
 from google.protobuf import duration_pb2
@@ -25,18 +23,12 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2_grpc,
     types_pb2,
 )
-
-T = TypeVar("T")
+from batteryop.testing.polling import wait_until
 
 RPC_TIMEOUT = 10.0
-
-
-class ConditionTimeoutError(TimeoutError):
-    """A polled condition on a battery did not hold in time."""
-
-    def __init__(self, what: str, timeout: float, last: object) -> None:
-        super().__init__(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
-        self.what = what
+POLL_SECONDS = 0.02
+"""How often a test reads a battery's state: a call to a local battery takes about a millisecond,
+and a battery under a test's clock changes as soon as the test advances it."""
 
 
 @dataclass
@@ -108,7 +100,7 @@ class BatteryStubs:
         async def status() -> types_pb2.PoolStatus:
             return (await self.get_pool(ref)).status
 
-        return await wait_until(status, predicate, what=what, within=within)
+        return await wait_until(status, predicate, what=what, within=within, interval=POLL_SECONDS)
 
 
 def template(*, guest_mac: str = "") -> microvm_pb2.MicroVMSpec:
@@ -169,26 +161,3 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     value = duration_pb2.Duration()
     value.FromNanoseconds(int(seconds * 1e9))
     return value
-
-
-async def wait_until(
-    probe: Callable[[], Awaitable[T]],
-    predicate: Callable[[T], bool],
-    *,
-    what: str,
-    within: float = 15.0,
-    interval: float = 0.02,
-) -> T:
-    """Call probe until predicate(result) holds (bounded); return that result.
-
-    Polling is the only way to watch a battery's state through its API (it has no watch).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        last = await probe()
-        if predicate(last):
-            return last
-        if loop.time() >= deadline:
-            raise ConditionTimeoutError(what, within, last)
-        await asyncio.sleep(interval)
