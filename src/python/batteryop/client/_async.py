@@ -71,7 +71,7 @@ from batteryop.client._models import (
     Pending,
     Timeouts,
 )
-from batteryop.kube.client import KubeClient
+from batteryop.kube.client import KubeClient, WatchCursor
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import (
     ConflictError,
@@ -347,7 +347,8 @@ class AsyncClient:
     ) -> MicroVMClaim:
         """Watch the claim from its create until Bound (CC-003); report pending reasons."""
         name, uid = created.metadata.name, created.metadata.uid
-        rv = created.metadata.resource_version
+        # Each watch goes on from the newest version seen, a bookmark's included.
+        cursor = WatchCursor(created.metadata.resource_version)
         outcome = await self._judge(name, created, uid, on_pending, progress)
         while outcome is None:
             with _mapped(f"watching claim {name}", name):
@@ -356,11 +357,12 @@ class AsyncClient:
                         CLAIMS,
                         self.namespace,
                         field_selector=f"metadata.name={name}",
-                        resource_version=rv,
+                        resource_version=cursor.version,
                         timeout_seconds=WATCH_SECONDS,
+                        on_bookmark=cursor.move,
                     ):
                         meta = obj.get("metadata") or {}
-                        rv = str(meta.get("resourceVersion") or rv)
+                        cursor.move(meta.get("resourceVersion"))
                         if kind == "DELETED":
                             if meta.get("uid") != uid:
                                 continue  # an older claim of that name went away
@@ -382,7 +384,7 @@ class AsyncClient:
                         f"claim {name} was deleted while waiting", claim=name
                     ) from None
                 current = _core.parse_claim(got)
-                rv = current.metadata.resource_version
+                cursor.move(current.metadata.resource_version)
                 outcome = await self._judge(name, current, uid, on_pending, progress)
         return outcome
 

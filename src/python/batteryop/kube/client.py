@@ -18,7 +18,7 @@ the informer) decide, by error class, whether to retry, requeue or give up.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlencode
@@ -173,13 +173,16 @@ class KubeClient:
         label_selector: str | None = None,
         resource_version: str | None = None,
         timeout_seconds: int = 300,
+        on_bookmark: Callable[[str], None] | None = None,
     ) -> AsyncIterator[tuple[str, Object]]:
         """One watch request: yield (type, object) until the server ends it.
 
-        Bookmarks are asked for and passed over. An ERROR event is raised as the KubeError
-        its Status names (410 Gone: the resourceVersion is too old; list again). The caller
-        loops: list, then watch from the list's resourceVersion, then watch again from the
-        last seen one.
+        Bookmarks are asked for and not yielded: `on_bookmark`, if given, hears each one's
+        resourceVersion. A caller that watches again from the last version it saw must take
+        those too, or a quiet watch (no event for longer than etcd keeps history) comes back
+        with 410 Gone and lists again. An ERROR event is raised as the KubeError its Status
+        names (410 Gone: the resourceVersion is too old; list again). The caller loops: list,
+        then watch from the list's resourceVersion, then watch again from the last seen one.
         """
         params: dict[str, str] = {
             "watch": "true",
@@ -221,7 +224,7 @@ class KubeClient:
                             verb="watch",
                             path=path,
                         )
-                    async for kind, obj in _events(body, path):
+                    async for kind, obj in _events(body, path, on_bookmark):
                         yield kind, obj
                     return
         except _TRANSPORT_ERRORS as e:
@@ -489,6 +492,19 @@ class KubeClient:
             ) from e
 
 
+class WatchCursor:
+    """The resourceVersion a watch continues from: the newest of an event's or a bookmark's.
+
+    Pass `move` as `KubeClient.watch`'s `on_bookmark` and call it with each event's version."""
+
+    def __init__(self, version: str | None) -> None:
+        self.version = version or None
+
+    def move(self, version: str | None) -> None:
+        if version:
+            self.version = version
+
+
 def _body_namespace(res: Resource, body: Mapping[str, Any]) -> str | None:
     if not res.namespaced:
         return None
@@ -503,14 +519,20 @@ def _has_test_op(patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> bool
     )
 
 
-async def _events(body: Body, path: str) -> AsyncIterator[tuple[str, Object]]:
-    """A watch's events, one JSON object a line; bookmarks passed over, an ERROR raised."""
+async def _events(
+    body: Body, path: str, on_bookmark: Callable[[str], None] | None
+) -> AsyncIterator[tuple[str, Object]]:
+    """A watch's events, one JSON object a line; bookmarks told to `on_bookmark`, an ERROR
+    raised."""
     async for line in body.lines():
         if not line.strip():
             continue
         event = json.loads(line)
         kind, obj = str(event.get("type")), event.get("object") or {}
         if kind == "BOOKMARK":
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if on_bookmark is not None and version:
+                on_bookmark(str(version))
             continue
         if kind == "ERROR":
             raise from_response(int(obj.get("code") or 500), obj, verb="watch", path=path)

@@ -548,6 +548,37 @@ async def test_watch_sees_a_change_from_a_resource_version(
     assert (kind, obj["data"]["v"]) == ("MODIFIED", "2")
 
 
+async def test_a_quiet_watch_hears_the_servers_bookmarks(kube: KubeClient, namespace: str) -> None:
+    """Issue 43: bookmarks were dropped, so a watcher of a quiet object kept its old version
+    and came back, once etcd had compacted it, with 410 Gone and a full list."""
+    quiet = "quiet"
+    await kube.create(CONFIGMAPS, {"metadata": {"name": quiet}}, namespace)
+    listed = await kube.list(CONFIGMAPS, namespace, field_selector=f"metadata.name={quiet}")
+    bookmarks: list[str] = []
+
+    async def watched() -> list[str]:
+        return [
+            kind
+            async for kind, _ in kube.watch(
+                CONFIGMAPS,
+                namespace,
+                field_selector=f"metadata.name={quiet}",
+                resource_version=listed.resource_version,
+                timeout_seconds=4,  # the watch cache bookmarks a watch shortly before its end
+                on_bookmark=bookmarks.append,
+            )
+        ]
+
+    task = asyncio.create_task(watched())
+    # Other writes move the store's version on while the watch is open; the watched object
+    # does not change.
+    for i in range(3):
+        await kube.create(CONFIGMAPS, {"metadata": {"name": f"busy-{i}"}}, namespace)
+    assert await asyncio.wait_for(task, 30) == [], "the watched object did not change"
+    assert bookmarks, "the server's bookmark never reached the caller"
+    assert int(bookmarks[-1]) > int(listed.resource_version)
+
+
 async def test_a_subresource_create_requests_a_token_bound_to_a_secret(
     kube: KubeClient, namespace: str
 ) -> None:

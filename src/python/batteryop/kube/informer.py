@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from batteryop.kube.client import KubeClient, Objects
+from batteryop.kube.client import KubeClient, Objects, WatchCursor
 from batteryop.kube.errors import KubeError
 from batteryop.kube.resources import Resource
 
@@ -51,14 +51,21 @@ async def list_watch(
     while True:
         try:
             items = await kube.list(res, namespace, field_selector=field_selector)
-            rv = items.resource_version
             on_list(items)
             backoff = 1.0
-            while True:  # a watch the server ends on its timeout is simply opened again
+            # A watch the server ends on its timeout is opened again from the newest version
+            # seen, a bookmark's included: a quiet watch that kept its list's version would
+            # find it compacted away (410 Gone) and list everything again.
+            cursor = WatchCursor(items.resource_version)
+            while True:
                 async for kind, obj in kube.watch(
-                    res, namespace, field_selector=field_selector, resource_version=rv or None
+                    res,
+                    namespace,
+                    field_selector=field_selector,
+                    resource_version=cursor.version or None,
+                    on_bookmark=cursor.move,
                 ):
-                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    cursor.move(str((obj.get("metadata") or {}).get("resourceVersion") or ""))
                     on_event(kind, obj)
         except KubeError as e:
             log.warning("List/watch of %s failed; listing again: %s", res.plural, e)

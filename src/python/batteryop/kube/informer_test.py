@@ -92,3 +92,52 @@ async def test_a_failed_list_is_told_to_on_error_before_the_retry(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class _ShortWatches(KubeClient):
+    """The real client, with each watch cut to a few seconds and the version it starts from
+    recorded: what list_watch asks of it, as the server sees it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started_from: list[str | None] = []
+
+    async def watch(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.started_from.append(kwargs.get("resource_version"))
+        kwargs["timeout_seconds"] = 4
+        async for event in super().watch(*args, **kwargs):
+            yield event
+
+
+async def test_a_quiet_watch_goes_on_from_the_newest_bookmark(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    """Issue 43: the next watch started from the list's version however old it was."""
+    lists: list[int] = []
+    kube = _ShortWatches(KubeConfig.from_dict(controlplane.kubeconfig()))
+    async with kube:
+        await kube.create(CONFIGMAPS, cm("quiet"), namespace)
+        task = asyncio.create_task(
+            list_watch(
+                kube,
+                CONFIGMAPS,
+                namespace=namespace,
+                field_selector="metadata.name=quiet",
+                on_list=lambda items: lists.append(len(items)),
+                on_event=lambda kind, obj: None,
+            )
+        )
+        try:
+            await until(lambda: len(kube.started_from) == 1, "the first watch")
+            first = kube.started_from[0]
+            assert first is not None
+            for i in range(3):  # the store moves on; the watched object does not
+                await kube.create(CONFIGMAPS, cm(f"busy-{i}"), namespace)
+            await until(lambda: len(kube.started_from) >= 2, "the second watch", timeout=30)
+            second = kube.started_from[1]
+            assert second is not None and int(second) > int(first), (first, second)
+            assert lists == [1], "no list again: the watch went on"
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
