@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from batteryop.api import names, samples
 from batteryop.battery.client import BatteryClient
 from batteryop.battery.config import BatteryConfig
-from batteryop.battery.models import Event
+from batteryop.battery.models import Event, EventType, PoolRef
 from batteryop.battery.observer import CallObserver
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -284,3 +284,57 @@ async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:
         operator.inputs.on_claim("DELETED", on_node("c1", "vm-1", "host-a"))
         assert entries("claims:bodies") == 0
         assert entries("claims:index:microvm") == 0
+
+
+class OneEventStream(SwitchedStream):
+    """Subscribed, with one battery event to deliver, then nothing more."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self._events = [event]
+
+    async def __anext__(self) -> Event:
+        if self._events:
+            return self._events.pop()
+        return await super().__anext__()
+
+
+@pytest.mark.req("CL-013", "CL-030")
+async def test_a_battery_event_whose_handling_fails_still_reaches_the_claim() -> None:
+    """Issue 43: an exception while handling a battery event dropped the event; battery does
+    not send it again, so the claim whose MicroVM it deleted would have stayed Bound."""
+    event = Event(
+        id=7,
+        type=EventType.VM_DELETED_DUE_TO_EXPIRY,
+        pool=PoolRef(namespace="ns", name="warm"),
+        vm_uid="vm-c1",
+        created_at=None,
+    )
+    async with offline_operator() as operator:
+        operator.inputs.on_claim("ADDED", bound_claim("c1", timedelta(hours=1)))
+        key = ("ns", "c1")
+        operator.lease_checks.done(key)  # its listed-at-start check is behind it
+        queued: list[tuple[str, str]] = []
+        reached = asyncio.Event()
+
+        def enqueue(k: tuple[str, str], after: float = 0.0) -> None:
+            queued.append(k)
+            reached.set()
+
+        operator.claims.enqueue = enqueue  # type: ignore
+
+        def broken(vm_uid: str) -> list[tuple[str, str]]:
+            raise RuntimeError("a fault while routing the event")
+
+        operator.inputs.claims_holding = broken  # type: ignore[method-assign]
+        stream = OneEventStream(event)
+        stream.connect()
+        operator.loops.stream = stream  # type: ignore[assignment]
+        task = asyncio.create_task(operator.loops.follow_battery_events())
+        try:
+            await asyncio.wait_for(reached.wait(), timeout=10)
+        finally:
+            await stream.aclose()
+            await task
+        assert key in queued
+        assert operator.lease_checks.due(key), "its Lease is read from battery"

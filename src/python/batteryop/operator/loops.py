@@ -122,12 +122,22 @@ class Loops:
         return self.stream.subscribed
 
     async def follow_battery_events(self) -> None:
-        """battery's Events stream; the client reconnects and drops replayed events."""
+        """battery's Events stream; the client reconnects and drops replayed events.
+
+        An event whose handling fails is not dropped: battery will not send it again, so the
+        operator does what it does when events may have been missed (a reconnect, CL-030,
+        PO-024): every Bound claim reads its Lease and every Pool is refreshed, through their
+        work queues, which retry with backoff. Nothing the event said can be lost that way."""
         async for event in self.stream:
             try:
                 await self.inputs.on_battery_event(event)
             except Exception:
-                log.exception("Handling battery event %s failed", getattr(event, "id", "?"))
+                log.exception(
+                    "Handling battery event %s failed; checking every Lease and Pool instead",
+                    getattr(event, "id", "?"),
+                )
+                self.inputs.check_every_lease()
+                self.pools.enqueue_all()
 
     async def track_subscription(self) -> None:
         """Mirror the Events stream's state into the battery_subscribed gauge."""
