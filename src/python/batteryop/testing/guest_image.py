@@ -31,6 +31,7 @@ from typing import Final
 from batteryop.release import debs
 from batteryop.testing import guest_agent
 from batteryop.testing.controlplane.gobuild import cache_root
+from batteryop.testing.progress import Heartbeat, run_reporting
 
 GUEST: Final = Path("src/images/guest")
 BOOT: Final = GUEST / "boot"
@@ -269,12 +270,13 @@ def build_tree(out: Path, arch: str = "amd64") -> Path:
     """The Debian root filesystem for arch, with the guest agent (GI-026), in `out`."""
     agent = guest_agent.ensure_agent(arch)
     argv = ["bash", str(BUILD_ROOTFS), "--arch", arch, "--out", str(out)]
-    done = subprocess.run(
-        [*argv, "--guest-agent", str(agent.folder)],
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+    beat = Heartbeat(f"Building the {arch} guest root filesystem", left="its root disk")
+    done = run_reporting(
+        [*argv, "--guest-agent", str(agent.folder)], beat, is_progress=lambda _: False, timeout=900
+    )
     if done.returncode != 0:
-        raise BootError(f"build-rootfs.sh failed: {done.stderr[-2000:]}")
+        raise BootError(f"build-rootfs.sh failed: {done.tail[-2000:]}")
+    beat.beat("built", force=True)
     return out
 
 

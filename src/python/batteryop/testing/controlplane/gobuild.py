@@ -20,13 +20,13 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from batteryop.testing.gomodules import GoModuleError, find_pins, go_binary
+from batteryop.testing.progress import Heartbeat, run_reporting
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,15 @@ class ToolSet:
             return bins
         out.mkdir(parents=True, exist_ok=True)
         with open(out / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same pin
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process is building the same pin: say so, wait
+                log.warning(
+                    "Waiting for another process building the pinned %s (%s)",
+                    ", ".join(self.packages),
+                    out,
+                )
+                fcntl.flock(lock, fcntl.LOCK_EX)
             if not _complete(out):
                 self._build(module_dir, out)
         return bins
@@ -102,19 +110,32 @@ class ToolSet:
         log.warning(
             "Building the pinned %s with Go (once per pin; minutes cold)", ", ".join(self.packages)
         )
-        for name, package in self.packages.items():
-            cmd = [go, "build", "-trimpath", *tags, f"-ldflags={ldflags}"]
+        names = list(self.packages)
+        for i, (name, package) in enumerate(self.packages.items()):
+            # `-v` names each package as it is compiled: the count is the progress a person sees.
+            cmd = [go, "build", "-v", "-trimpath", *tags, f"-ldflags={ldflags}"]
             cmd += ["-o", str(staging / name), package]
-            proc = subprocess.run(cmd, cwd=module_dir, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+            beat = Heartbeat(
+                f"Building {name} ({i + 1} of {len(names)})", left=", ".join(names[i + 1 :])
+            )
+            done = run_reporting(
+                cmd, beat, unit="packages compiled", cwd=module_dir, env=env, is_progress=_package
+            )
+            if done.returncode != 0:
                 raise ControlPlaneBuildError(
-                    f"go build {package} failed (exit {proc.returncode}):\n{tail}"
+                    f"go build {package} failed (exit {done.returncode}):\n{done.tail}"
                 )
+            beat.beat(f"built, {done.progress_lines} packages compiled", force=True)
         (staging / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
         shutil.rmtree(out / "bin", ignore_errors=True)
         staging.rename(out / "bin")
         log.warning("Built %s in %.0f s into %s", self.cache_name, time.monotonic() - started, out)
+
+
+def _package(line: str) -> bool:
+    """Whether a line of `go build -v` names a package it compiled (an import path: one word,
+    no colon); errors come as `# package` and `file.go:1:2: ...`."""
+    return not line.startswith("#") and ":" not in line and len(line.split()) == 1
 
 
 def _fill(flag: str, module_dir: Path) -> str:

@@ -1,0 +1,150 @@
+"""What a long step is doing, said while it runs: the harnesses' builds never go quiet.
+
+A cold build of the pinned kube-apiserver and etcd takes minutes on two cores; a person who ran
+the README's first command saw one line and then nothing for 224 s (issue 49). `Heartbeat`
+says, for one step, what it is doing, how long it has taken and what is left, each time there
+is news and at least every `every` seconds while there is none: a line each time (the output
+is often a pipe or a CI log, where a redrawn line would be noise).
+
+`run_reporting` runs a command under a `Heartbeat`, counting the lines its standard error
+gives as progress (`go build -v` prints each package as it compiles it) and keeping the last
+ones for an error message.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import selectors
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+EVERY_SECONDS: Final = 15.0
+"""How long a step may go without a line: long enough not to flood a CI log, short enough
+that a person never wonders whether it hangs."""
+
+
+def format_elapsed(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    return f"{whole // 60} min {whole % 60:02d} s"
+
+
+class Heartbeat:
+    """Lines about one step: `what` (elapsed, `detail`; then `left`)."""
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        left: str = "",
+        every: float = EVERY_SECONDS,
+        say: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what = what
+        self.left = left
+        self.every = every
+        self._say = say or log.warning
+        self._clock = clock
+        self.started = clock()
+        self._last = self.started
+
+    def elapsed(self) -> float:
+        return self._clock() - self.started
+
+    def due_in(self) -> float:
+        """Seconds until the next line is due if nothing happens."""
+        return max(0.0, self._last + self.every - self._clock())
+
+    def beat(self, detail: str = "", *, force: bool = False) -> bool:
+        """Say where the step is, if a line is due (or `force`); whether it said it."""
+        if not force and self.due_in() > 0:
+            return False
+        self._last = self._clock()
+        parts = [format_elapsed(self.elapsed())]
+        if detail:
+            parts.append(detail)
+        then = f"; then {self.left}" if self.left else ""
+        self._say(f"{self.what}: {', '.join(parts)}{then}")
+        return True
+
+
+@dataclass(frozen=True)
+class Reported:
+    """How a command run by `run_reporting` ended."""
+
+    returncode: int
+    progress_lines: int
+    tail: str
+
+
+def run_reporting(
+    cmd: Sequence[str],
+    heartbeat: Heartbeat,
+    *,
+    unit: str = "",
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    is_progress: Callable[[str], bool] = lambda line: True,
+    keep: int = 20,
+    timeout: float | None = None,
+) -> Reported:
+    """Run `cmd`, beating `heartbeat` with the count of its stderr lines that are progress
+    (`N <unit>`; with no `unit`, only the time); the other lines' last `keep` are the tail an
+    error shows. Past `timeout` seconds the command is killed and `subprocess.TimeoutExpired`
+    raised."""
+    proc = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    count = 0
+    tail: collections.deque[str] = collections.deque(maxlen=keep)
+    pending = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            if timeout is not None and heartbeat.elapsed() > timeout:
+                proc.kill()
+                proc.wait()
+                proc.stderr.close()
+                raise subprocess.TimeoutExpired(list(cmd), timeout)
+            wait = heartbeat.due_in()
+            if timeout is not None:
+                wait = min(wait, max(0.0, timeout - heartbeat.elapsed()))
+            if selector.select(timeout=wait):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace").rstrip()
+                    if not line:
+                        continue
+                    if is_progress(line):
+                        count += 1
+                    else:
+                        tail.append(line)
+            heartbeat.beat(f"{count} {unit}" if unit else "")
+    if pending.strip():
+        tail.append(pending.decode(errors="replace").rstrip())
+    proc.stderr.close()
+    return Reported(proc.wait(), count, "\n".join(tail))
+
+
+__all__ = ["EVERY_SECONDS", "Heartbeat", "Reported", "format_elapsed", "run_reporting"]
