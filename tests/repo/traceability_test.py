@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from batteryop.traceability.audit import sample
 from batteryop.traceability.check import Result, check_tree
 from batteryop.traceability.documents import FAMILIES, Status
 from batteryop.traceability.verification import Verified
@@ -52,3 +53,12 @@ def test_an_images_ids_share_its_pin_me_cap_and_an_ids_kind_is_its_weakest_tests
         if trace.tested and trace.verified is not None and trace.strongest is not None:
             assert trace.verified.rank <= trace.strongest.rank, trace.requirement.id
             assert trace.verified.rank <= min(k.rank for k in trace.kinds())
+
+
+def test_the_sample_audit_of_the_repository_lists_each_id_with_its_tests(result: Result) -> None:
+    active = [t for t in result.traces.values() if t.requirement.status is Status.ACTIVE]
+    sheet = sample(result, len(active), seed=46)
+    for trace in active:
+        assert f"\n{trace.requirement.id}" in sheet
+        for citation in trace.tests:
+            assert f"    test {citation.path}:{citation.line} " in sheet

@@ -10,6 +10,8 @@ cite them.
   `by=` that says more than its test uses, and counts per family what is implemented and
   tested, and how (by each ID's weakest and strongest test).
 - `report`: the coverage page of the docs site; `mkdocs_hook` adds it at build time.
+- `audit`: a sample of IDs drawn at random with what the report counts for each, for a person
+  to check by hand (`python -m batteryop.traceability sample N`).
 
 A development tool, not a deployable: standard library only, imported by no deployable.
 """

@@ -547,3 +547,50 @@ def test_a_test_double_or_layer_requirement_is_implemented_by_the_tests_citing_i
     assert "| *by its tests* | *real:* `tests/e2e/a_test.py` (15) | real |" in render(result)
     # Only TD: another family's requirement is not implemented by its tests.
     assert not result.traces[ONE].implemented
+
+
+def test_the_sample_audit_prints_each_drawn_id_with_its_code_tests_and_kinds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {ONE}\n\n# {TWO}\n",
+            "tests/a_test.py": marked(ONE, "subprocess.run(['kubectl'])"),
+            "tests/b_test.py": marked(ONE, "assert names.GROUP", by="definition"),
+        },
+    )
+    assert main(["sample", "5", "--seed", "3", "--root", str(root)]) == 0
+    sheet = capsys.readouterr().out
+    # Fewer active IDs than asked for: all three, in ID order, with the seed to draw them again.
+    assert sheet.splitlines()[0] == (
+        "3 of 3 active requirements, drawn with seed 3 "
+        "(python -m batteryop.traceability sample 5 --seed 3)"
+    )
+    assert [line.split(" ")[0] for line in sheet.splitlines() if line[:3] == "CL-"] == [
+        ONE,
+        TWO,
+        "CL-100",
+    ]
+    one = sheet.split(f"{ONE} — ")[1].split(f"\n\n{TWO}")[0]
+    assert one.splitlines()[1:] == [
+        "  defined: docs/requirements/02-claims.md:3",
+        "  implemented: yes",
+        "    code src/a.py:1",
+        "  tested: weakest definition only, strongest real",
+        "    test tests/a_test.py:15 real: test_it",
+        '    test tests/b_test.py:15 definition only by="definition": test_it',
+    ]
+    assert "CL-100 (ours) — Something beyond the reference.\n" in sheet
+    assert "  implemented: no\n  tested: no\n" in sheet
+    # The same seed draws the same IDs; a smaller sample is drawn from them all.
+    assert main(["sample", "1", "--seed", "3", "--root", str(root)]) == 0
+    first = capsys.readouterr().out
+    assert main(["sample", "1", "--seed", "3", "--root", str(root)]) == 0
+    assert capsys.readouterr().out == first
+    assert len([line for line in first.splitlines() if line[:3] == "CL-"]) == 1
+    # Without a seed, one is chosen and printed.
+    assert main(["sample", "1", "--root", str(root)]) == 0
+    assert "drawn with seed " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["sample", "0", "--root", str(root)])
