@@ -9,9 +9,14 @@ It fails on:
 
 What counts (`Trace.implemented`, `Trace.tested`): an active requirement is implemented when a
 code citation names it and tested when a test marker names it, unless something marks it
-`planned(...)` or waives it: then it is neither, whatever else cites it. A range credits an ID
-only when a citation of the same kind also names that ID on its own (`citations` explains), so
-ranges add places to the report but never a count.
+`planned(...)` or waives it: then it is neither, whatever else cites it. A requirement of a
+family in `TESTS_IMPLEMENT` (the test doubles and layers, TD) is also implemented by a test that
+cites it: what such a requirement asks for is the test and the harness it runs. A range credits
+an ID only when a citation of the same kind also names that ID on its own (`citations`
+explains), so ranges add places to the report but never a count.
+
+How a tested ID is verified (`Trace.verified`) is the weakest kind among the tests that cite
+it, under its caps; `Trace.strongest` is the strongest, for a reader who wants both.
 """
 
 from __future__ import annotations
@@ -31,6 +36,16 @@ from batteryop.traceability.documents import (
     read_pages,
 )
 from batteryop.traceability.verification import FAMILY_CAPS, Verified, effective
+
+TESTS_IMPLEMENT = frozenset({"TD"})
+"""Families whose requirements ask for tests and their harness: a citing test implements one."""
+
+LABELS = {
+    Verified.REAL: "real",
+    Verified.OWN_FAKE: "own fake",
+    Verified.UNIT: "unit",
+    Verified.DEFINITION: "definition only",
+}
 
 MIN_REASON = 10
 """A waiver's reason must say something: at least this many characters."""
@@ -53,7 +68,12 @@ class Trace:
 
     @property
     def implemented(self) -> bool:
-        return bool(self.code) and not self.settled
+        return bool(self.code or self.implemented_by_tests) and not self.settled
+
+    @property
+    def implemented_by_tests(self) -> bool:
+        """A test double or test layer requirement fulfilled by the tests that cite it."""
+        return self.requirement.family in TESTS_IMPLEMENT and bool(self.tests)
 
     @property
     def tested(self) -> bool:
@@ -61,18 +81,26 @@ class Trace:
 
     @property
     def verified(self) -> Verified | None:
-        """How its strongest test verifies it, under its caps (`caps`); None when untested."""
+        """How its weakest test verifies it, under its caps (`caps`); None when untested."""
         if not self.tested:
             return None
-        best = max(
-            (effective(c.verified or Verified.DEFINITION, c.declared) for c in self.tests),
-            key=_rank,
-        )
-        return min([best, *self.caps()], key=_rank)
+        return min([*self.kinds(), *self.caps()], key=_rank)
+
+    @property
+    def strongest(self) -> Verified | None:
+        """How its strongest test verifies it, under its caps; None when untested."""
+        if not self.tested:
+            return None
+        return min([max(self.kinds(), key=_rank), *self.caps()], key=_rank)
+
+    def kinds(self) -> list[Verified]:
+        """How each citing test verifies, lowered by its marker's `by=`."""
+        return [effective(c.verified or Verified.DEFINITION, c.declared) for c in self.tests]
 
     def caps(self) -> list[Verified]:
-        """The most its tests can show: battery's IDs only ever meet our fake, and an ID cited
-        in a file that still holds a `PIN-ME` value describes something not yet buildable."""
+        """The most its tests can show: battery's IDs only ever meet our fake, and an ID
+        implemented in an artifact that still holds a `PIN-ME` value (an image with an unpinned
+        `versions.env`) describes something not yet buildable."""
         caps = [FAMILY_CAPS[f] for f in [self.requirement.family] if f in FAMILY_CAPS]
         if any(c.unpinned for c in self.code):
             caps.append(Verified.DEFINITION)
@@ -91,9 +119,26 @@ class FamilyCount:
     tested: int
     waived: int
     withdrawn: int
-    real: int
-    own_fake: int
-    definition: int
+    weakest: dict[Verified, int]
+    """Tested IDs by the kind of their weakest test (the report's headline)."""
+    strongest: dict[Verified, int]
+    """Tested IDs by the kind of their strongest test."""
+
+    @property
+    def real(self) -> int:
+        return self.weakest[Verified.REAL]
+
+    @property
+    def own_fake(self) -> int:
+        return self.weakest[Verified.OWN_FAKE]
+
+    @property
+    def unit(self) -> int:
+        return self.weakest[Verified.UNIT]
+
+    @property
+    def definition(self) -> int:
+        return self.weakest[Verified.DEFINITION]
 
 
 @dataclass(frozen=True)
@@ -110,7 +155,8 @@ class Result:
         for family in FAMILIES:
             mine = [t for t in self.traces.values() if t.requirement.family == family]
             active = [t for t in mine if t.requirement.status is Status.ACTIVE]
-            verified = [t.verified for t in active]
+            weakest = [t.verified for t in active]
+            strongest = [t.strongest for t in active]
             rows.append(
                 FamilyCount(
                     family=family,
@@ -119,36 +165,40 @@ class Result:
                     tested=sum(1 for t in active if t.tested),
                     waived=sum(1 for t in active if t.waivers),
                     withdrawn=len(mine) - len(active),
-                    real=verified.count(Verified.REAL),
-                    own_fake=verified.count(Verified.OWN_FAKE),
-                    definition=verified.count(Verified.DEFINITION),
+                    weakest={v: weakest.count(v) for v in Verified},
+                    strongest={v: strongest.count(v) for v in Verified},
                 )
             )
         return rows
 
+    def totals(self, strongest: bool = False) -> dict[Verified, int]:
+        """Tested IDs per kind, over every family, by their weakest (or strongest) test."""
+        rows = self.counts()
+        return {
+            v: sum((r.strongest if strongest else r.weakest)[v] for r in rows) for v in Verified
+        }
+
     def summary(self) -> str:
-        """One line: the totals, the tested split by how they were verified, then each family
-        as implemented/tested/active."""
+        """One line: the totals, the tested split by how their weakest and their strongest
+        tests verify them, then each family as implemented/tested/active."""
         rows = self.counts()
         active = sum(r.active for r in rows)
         implemented = sum(r.implemented for r in rows)
         tested = sum(r.tested for r in rows)
         waived = sum(r.waived for r in rows)
-        real, own_fake, definition = (
-            sum(r.real for r in rows),
-            sum(r.own_fake for r in rows),
-            sum(r.definition for r in rows),
-        )
 
         def pct(n: int) -> str:
             return f"{100 * n // active}%" if active else "0%"
 
+        def split(counts: dict[Verified, int]) -> str:
+            return ", ".join(f"{LABELS[v]} {counts[v]}" for v in reversed(Verified))
+
         families = " ".join(f"{r.family} {r.implemented}/{r.tested}/{r.active}" for r in rows)
         return (
             f"requirements: {active} active, {implemented} implemented ({pct(implemented)}), "
-            f"{tested} tested ({pct(tested)}: real {real}, own fake {own_fake}, "
-            f"definition only {definition}), {waived} waived, {len(self.problems)} problems; "
-            f"per family implemented/tested/active: {families}"
+            f"{tested} tested ({pct(tested)}; by the weakest test: {split(self.totals())}; "
+            f"by the strongest: {split(self.totals(strongest=True))}), {waived} waived, "
+            f"{len(self.problems)} problems; per family implemented/tested/active: {families}"
         )
 
 

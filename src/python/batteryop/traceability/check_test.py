@@ -322,7 +322,8 @@ def marked(rid: str, body: str, params: str = "", by: str = "") -> str:
     extra = f', by="{by}"' if by else ""
     return (
         "import subprocess\nimport sys\nfrom pathlib import Path\n\nimport pytest\n"
-        "from batteryop.operator import bind\nfrom batteryop.api import names\n\n"
+        "from batteryop.operator import bind\nfrom batteryop.api import names\n"
+        "from batteryop.manifests import render\nfrom batteryop.testing import localstack\n\n"
         "HOSTS = bind.hosts()\nTEXT = Path('a.txt')\n\n\n"
         f'@pytest.mark.req("{rid}"{extra})\ndef test_it({params}) -> None:\n    {body}\n'
     )
@@ -340,22 +341,29 @@ def kinds(root: Path) -> dict[str, str | None]:
         # Reads a file or a constant: a definition.
         ("assert 'x' in Path('a.txt').read_text()", "", "definition"),
         ("assert names.GROUP == 'x'", "", "definition"),
-        # Calls our code with nothing faked: real.
-        ("assert bind.step() is None", "", "real"),
+        # Rendered objects read back are the Manifests' definition; applied to the real API
+        # server, they are real.
+        ("assert render.render()[0]['kind']", "", "definition"),
+        ("controlplane.apply(render.render())", "controlplane", "real"),
+        # Calls our code and starts nothing: a unit test.
+        ("assert bind.step() is None", "", "unit"),
         # Our code against our fake battery: own fake.
         ("assert bind.step(battery) is None", "battery", "own-fake"),
-        # The real control plane, through the root conftest's plugin: real, fake or not.
+        # The real control plane, through the root conftest's plugin: real; with a fake beside
+        # it, own fake: the fake's part is not verified for real.
         ("assert controlplane", "controlplane", "real"),
-        ("assert bind.step(battery, controlplane)", "battery, controlplane", "real"),
+        ("assert bind.step(battery, controlplane)", "battery, controlplane", "own-fake"),
+        # The local stack runs the real API server with the fake battery and fake flintlockd.
+        ("assert localstack.start()", "", "own-fake"),
         # A real external tool is real; a shell script of ours is our code; a unit linter reads.
         ("subprocess.run(['kubectl', 'apply'])", "", "real"),
-        ("subprocess.run(['bash', 'src/build.sh'])", "", "real"),
+        ("subprocess.run(['bash', 'src/build.sh'])", "", "unit"),
         ("subprocess.run(['systemd-analyze', 'verify', 'u.service'])", "", "definition"),
         # This interpreter running a script is our code; a fake run as a process is a fake.
-        ("subprocess.run([sys.executable, '-c', 'print()'])", "", "real"),
+        ("subprocess.run([sys.executable, '-c', 'print()'])", "", "unit"),
         ("subprocess.run(module_command('batteryop.testing.fake_battery'))", "", "own-fake"),
         # A module-level value counts as what made it.
-        ("assert HOSTS.matching()", "", "real"),
+        ("assert HOSTS.matching()", "", "unit"),
         ("assert TEXT.read_text()", "", "definition"),
         # An annotation is not a use.
         ("x: bind.Step = None", "", "definition"),
@@ -396,24 +404,37 @@ def test_a_helper_of_the_tests_is_followed_into_its_module(tmp_path: Path) -> No
     assert kinds(root)[ONE] == "definition"
 
 
-def test_the_strongest_test_of_an_id_decides_and_by_can_only_lower_it(tmp_path: Path) -> None:
+def test_the_weakest_test_of_an_id_decides_and_by_can_only_lower_it(tmp_path: Path) -> None:
     root = tree(
         tmp_path,
         {
-            "tests/a_test.py": marked(ONE, "assert bind.step() is None"),
+            "tests/a_test.py": marked(ONE, "subprocess.run(['kubectl', 'apply'])"),
             "tests/b_test.py": marked(ONE, "assert names.GROUP"),
             "tests/c_test.py": marked(TWO, "assert bind.step() is None", by="definition"),
+            "tests/d_test.py": marked("CL-100", "assert bind.step() is None"),
         },
     )
-    assert [kinds(root)[rid] for rid in (ONE, TWO)] == ["real", "definition"]
-    page = render(check_tree(root))
-    assert "*real:* `tests/a_test.py` (13)<br>*definition only:* `tests/b_test.py` (13)" in page
-    (root / "tests/b_test.py").write_text(marked(ONE, "assert names.GROUP", by="real"))
+    assert [kinds(root)[rid] for rid in (ONE, TWO, "CL-100")] == [
+        "definition",
+        "definition",
+        "unit",
+    ]
+    result = check_tree(root)
+    assert result.traces[ONE].strongest == "real"
+    page = render(result)
+    assert "*real:* `tests/a_test.py` (15)<br>*definition only:* `tests/b_test.py` (15)" in page
+    assert "| definition only<br>*strongest:* real |" in page
+    assert (
+        "by the weakest test: real 0, own fake 0, unit 1, definition only 2; "
+        "by the strongest: real 1, own fake 0, unit 1, definition only 1"
+    ) in result.summary()
+    (root / "tests/b_test.py").write_text(marked(ONE, "assert names.GROUP", by="unit"))
     (root / "tests/c_test.py").write_text(marked(TWO, "assert names.GROUP", by="checked"))
     assert sorted(str(p) for p in check_tree(root).problems) == [
-        'tests/b_test.py:13: by="real" says more than its tests use (definition; see '
+        'tests/b_test.py:15: by="unit" says more than its tests use (definition; see '
         "verification.py)",
-        'tests/c_test.py:13: by=\'checked\' is not one of "definition", "own-fake", "real"',
+        'tests/c_test.py:15: by=\'checked\' is not one of "definition", "unit", "own-fake", '
+        '"real"',
     ]
 
 
@@ -439,8 +460,12 @@ def test_cases(n: int) -> None:
 def test_code() -> None:
     assert bind.step()
 """
-    found = kinds(tree(tmp_path, {"tests/t_test.py": source}))
-    assert (found[ONE], found[TWO]) == ("real", "definition")
+    root = tree(tmp_path, {"tests/t_test.py": source})
+    found = kinds(root)
+    # The module's mark takes the weakest of its three tests; the table's, its one test's.
+    assert (found[ONE], found[TWO]) == ("definition", "definition")
+    (marks,) = check_tree(root).traces[ONE].tests
+    assert marks.tests == ("test_text", "test_cases", "test_code")
 
 
 BATTERY_PAGE = """# battery (BA)
@@ -465,9 +490,107 @@ def test_battery_ids_are_at_most_own_fake_and_placeholder_pins_make_definitions(
     found = kinds(root)
     assert (found[ONE], found[TWO], found["BA-001"]) == ("real", "definition", "own-fake")
     result = check_tree(root)
-    assert "3 tested (75%: real 1, own fake 1, definition only 1)" in result.summary()
+    assert "3 tested (75%; by the weakest test: real 1, own fake 1, unit 0, definition only 1;" in (
+        result.summary()
+    )
     assert f"| [{TWO}](02-claims.md#{TWO})" in render(result)
     assert "| definition only (capped) |" in render(result)
     # A placeholder named in a comment is not a placeholder value.
     (root / "src/images/versions.env").write_text(f"# {TWO}: PIN-ME means unpinned\nBASE=x\n")
     assert kinds(root)[TWO] == "real"
+
+
+def test_a_placeholder_caps_every_id_of_its_artifact_wherever_in_it_the_id_is_cited(
+    tmp_path: Path,
+) -> None:
+    test = marked(ONE, "subprocess.run(['kubectl'])").replace(
+        f'"{ONE}"', f'"{ONE}", "{TWO}", "CL-100"'
+    )
+    root = tree(
+        tmp_path,
+        {
+            "tests/a_test.py": test,
+            "src/images/guest/rootfs/versions.env": "BASE=x@sha256:PIN-ME\n",
+            "src/images/guest/rootfs/Containerfile": f"# {ONE}: the base\nFROM x\n",
+            "src/images/guest/rootfs/files/etc/a.conf": f"# {TWO}: a file of the image\n",
+            "src/images/guest/boot/init.sh": "# CL-100: another image, pinned\n",
+        },
+    )
+    found = kinds(root)
+    assert (found[ONE], found[TWO], found["CL-100"]) == ("definition", "definition", "real")
+    result = check_tree(root)
+    assert [c.unpinned for c in result.traces[TWO].code] == [True]
+    assert "| definition only (capped) |" in render(result)
+
+
+TEST_DOUBLES_PAGE = """# Test doubles (TD)
+
+- <a id="TD-001"></a>**TD-001** — An end-to-end test shall take a claim through binding.
+- <a id="TD-002"></a>**TD-002** — The fake battery shall serve battery's API.
+"""
+
+
+def test_a_test_double_or_layer_requirement_is_implemented_by_the_tests_citing_it(
+    tmp_path: Path,
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "docs/requirements/08-test-doubles.md": TEST_DOUBLES_PAGE,
+            "tests/e2e/a_test.py": marked("TD-001", "subprocess.run(['kubectl'])"),
+        },
+    )
+    result = check_tree(root)
+    assert result.ok, result.problems
+    e2e, fake = result.traces["TD-001"], result.traces["TD-002"]
+    assert (e2e.implemented, e2e.code, fake.implemented) == (True, [], False)
+    assert "| *by its tests* | *real:* `tests/e2e/a_test.py` (15) | real |" in render(result)
+    # Only TD: another family's requirement is not implemented by its tests.
+    assert not result.traces[ONE].implemented
+
+
+def test_the_sample_audit_prints_each_drawn_id_with_its_code_tests_and_kinds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree(
+        tmp_path,
+        {
+            "src/a.py": f"# {ONE}\n\n# {TWO}\n",
+            "tests/a_test.py": marked(ONE, "subprocess.run(['kubectl'])"),
+            "tests/b_test.py": marked(ONE, "assert names.GROUP", by="definition"),
+        },
+    )
+    assert main(["sample", "5", "--seed", "3", "--root", str(root)]) == 0
+    sheet = capsys.readouterr().out
+    # Fewer active IDs than asked for: all three, in ID order, with the seed to draw them again.
+    assert sheet.splitlines()[0] == (
+        "3 of 3 active requirements, drawn with seed 3 "
+        "(python -m batteryop.traceability sample 5 --seed 3)"
+    )
+    assert [line.split(" ")[0] for line in sheet.splitlines() if line[:3] == "CL-"] == [
+        ONE,
+        TWO,
+        "CL-100",
+    ]
+    one = sheet.split(f"{ONE} — ")[1].split(f"\n\n{TWO}")[0]
+    assert one.splitlines()[1:] == [
+        "  defined: docs/requirements/02-claims.md:3",
+        "  implemented: yes",
+        "    code src/a.py:1",
+        "  tested: weakest definition only, strongest real",
+        "    test tests/a_test.py:15 real: test_it",
+        '    test tests/b_test.py:15 definition only by="definition": test_it',
+    ]
+    assert "CL-100 (ours) — Something beyond the reference.\n" in sheet
+    assert "  implemented: no\n  tested: no\n" in sheet
+    # The same seed draws the same IDs; a smaller sample is drawn from them all.
+    assert main(["sample", "1", "--seed", "3", "--root", str(root)]) == 0
+    first = capsys.readouterr().out
+    assert main(["sample", "1", "--seed", "3", "--root", str(root)]) == 0
+    assert capsys.readouterr().out == first
+    assert len([line for line in first.splitlines() if line[:3] == "CL-"]) == 1
+    # Without a seed, one is chosen and printed.
+    assert main(["sample", "1", "--root", str(root)]) == 0
+    assert "drawn with seed " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["sample", "0", "--root", str(root)])

@@ -38,7 +38,13 @@ from enum import StrEnum
 from pathlib import Path
 
 from batteryop.traceability.documents import ID_PATTERN, REQUIREMENTS_DIR
-from batteryop.traceability.verification import Verified, Verifier, placeholders
+from batteryop.traceability.verification import (
+    Marked,
+    Verified,
+    Verifier,
+    in_artifact,
+    unpinned_artifacts,
+)
 
 THIS_PACKAGE = Path("src/python/batteryop/traceability")
 
@@ -98,8 +104,9 @@ class Kind(StrEnum):
 class Citation:
     """One ID named at one place. `last` is set when the place names a range.
 
-    A test marker also carries how its tests verify (`verified`, derived by `verification`) and
-    the `by=` it declares, if any; a code citation says whether its file still holds a `PIN-ME`
+    A test marker also carries how its tests verify (`verified`, derived by `verification`: the
+    weakest among them), their names (`tests`) and the `by=` it declares, if any; a code
+    citation says whether its file belongs to an artifact that still holds a `PIN-ME`
     placeholder value (`unpinned`).
     """
 
@@ -111,6 +118,7 @@ class Citation:
     reason: str = ""
     verified: Verified | None = None
     declared: str | None = None
+    tests: tuple[str, ...] = ()
     unpinned: bool = False
 
 
@@ -127,18 +135,27 @@ def is_test_file(path: Path) -> bool:
 def scan_tree(root: Path) -> Iterator[Citation]:
     """Every citation in the files under `root` that this module knows how to read."""
     verifier = Verifier(root)
+    texts: dict[Path, str] = {}
     for path in sorted(_files(root)):
-        rel = path.relative_to(root)
         try:
-            text = path.read_text()
+            texts[path.relative_to(root)] = path.read_text()
         except (UnicodeDecodeError, OSError):
             continue
-        yield from scan_text(rel, text, verifier)
+    artifacts = unpinned_artifacts(texts)
+    for rel, text in texts.items():
+        yield from scan_text(rel, text, verifier, artifacts)
 
 
-def scan_text(path: Path, text: str, verifier: Verifier | None = None) -> Iterator[Citation]:
+def scan_text(
+    path: Path,
+    text: str,
+    verifier: Verifier | None = None,
+    artifacts: set[Path] | None = None,
+) -> Iterator[Citation]:
     """The citations in one file's text, read according to its kind of file. `verifier` finds
-    the fixtures and helpers a test uses elsewhere in the tree; without it, only this file."""
+    the fixtures and helpers a test uses elsewhere in the tree; without it, only this file.
+    `artifacts` are the folders that still hold a `PIN-ME` value; without them, this file's
+    own folder if it holds one."""
     test = is_test_file(path)
     prose_kind = Kind.MENTION if test else Kind.CODE
     if path.suffix == ".py":
@@ -154,7 +171,9 @@ def scan_text(path: Path, text: str, verifier: Verifier | None = None) -> Iterat
         )
     else:
         return
-    unpinned = placeholders(text)
+    if artifacts is None:
+        artifacts = unpinned_artifacts({path: text})
+    unpinned = in_artifact(path, artifacts)
     for citation in found:
         yield (
             replace(citation, unpinned=True)
@@ -233,7 +252,7 @@ def _python(path: Path, text: str, prose_kind: Kind, verifier: Verifier) -> Iter
         return
     for number, comment in _comments(text):
         yield from _in_text(path, number, comment, prose_kind)
-    kinds: dict[ast.Call, Verified] | None = None
+    kinds: dict[ast.Call, Marked] | None = None
     for node in ast.walk(tree):
         if isinstance(
             node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
@@ -242,14 +261,20 @@ def _python(path: Path, text: str, prose_kind: Kind, verifier: Verifier) -> Iter
         if isinstance(node, ast.Call) and _is_req_marker(node.func):
             if kinds is None:
                 kinds = verifier.marker_kinds(path, tree)
-            verified, declared = kinds.get(node, Verified.DEFINITION), _by(node)
+            marked = kinds.get(node, Marked(Verified.DEFINITION, ()))
+            declared = _by(node)
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     found = list(_in_text(path, arg.lineno, arg.value, Kind.TEST))
                     found = found or [Citation(arg.value, path, arg.lineno, Kind.TEST)]
                     yield from (
                         (
-                            replace(c, verified=verified, declared=declared)
+                            replace(
+                                c,
+                                verified=marked.verified,
+                                declared=declared,
+                                tests=marked.tests,
+                            )
                             if c.kind is Kind.TEST
                             else c
                         )

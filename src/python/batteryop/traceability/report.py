@@ -8,16 +8,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from batteryop.traceability.check import Result, Trace, by_family
+from batteryop.traceability.check import LABELS, Result, Trace, by_family
 from batteryop.traceability.citations import Citation
 from batteryop.traceability.documents import FAMILIES, Status
 from batteryop.traceability.verification import Verified, effective
-
-LABELS = {
-    Verified.REAL: "real",
-    Verified.OWN_FAKE: "own fake",
-    Verified.DEFINITION: "definition only",
-}
 
 MAX_FILES = 6
 """Citing files listed per cell before the rest is summarised as a count."""
@@ -34,27 +28,35 @@ def render(result: Result) -> str:
         "and a planned or waived ID is neither implemented nor tested, whatever cites it",
         "(*not counted* below). Paths are relative to the repository root.",
         "",
-        "*Verified* says how the strongest test of an ID checks it, from what the test uses",
-        "(`batteryop.traceability.verification`): *real* runs the real thing (the real",
-        "kube-apiserver and etcd, a real external tool such as kubectl, Flux or QEMU, or our own",
-        "code with none of our fakes in the way); *own fake* runs our code only against our",
-        "fake battery, fake flintlockd or in-memory API server; *definition only* reads a file or",
-        "a constant, or a marker says it is a dry run or runs stand-ins",
-        '(`@pytest.mark.req(..., by="definition")`). Every BA ID is at most *own fake*: the only',
-        "battery here is ours. An ID cited in a file that still holds a `PIN-ME` placeholder",
-        "value is *definition only*: what it pins cannot be built yet.",
+        "*Verified* says how the weakest test of an ID checks it (and, where it differs, the",
+        "strongest), from what each test starts (`batteryop.traceability.verification`):",
+        "*real* starts a real external part (the real kube-apiserver and etcd, the real node,",
+        "QEMU, Flux, buildah) and none of our fakes; *own fake* starts our fake battery, fake",
+        "flintlockd or in-memory API server, alone or beside real parts (the local stack and",
+        "the dev stack run the fake battery); *unit* calls our code and starts nothing external;",
+        "*definition only* reads a file, a constant or rendered output (`manifests.render()`),",
+        'or a marker says it is a dry run or runs stand-ins (`by="definition"`). The weakest',
+        "test decides, so an ID with one text check among real tests shows as *definition only*:",
+        "the report errs low, never high. Every BA ID is at most *own fake*: the only battery",
+        "here is ours. An ID implemented in an image that still holds a `PIN-ME` placeholder",
+        "value is *definition only* (*capped*): what it pins cannot be built yet. A TD ID (the",
+        "test doubles and layers) is implemented by the tests that cite it.",
         "",
         f"**{result.summary()}**",
         "",
-        "| Family | Active | Implemented | Tested | Real | Own fake | Definition only | Waived "
-        "| Withdrawn |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Real, own fake, unit and definition only count the tested IDs by their weakest test;",
+        "*strongest* counts them by their strongest, in the same order.",
+        "",
+        "| Family | Active | Implemented | Tested | Real | Own fake | Unit | Definition only "
+        "| Strongest | Waived | Withdrawn |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result.counts():
+        strongest = "/".join(str(row.strongest[v]) for v in reversed(Verified))
         lines.append(
             f"| [{row.family}](#{row.family.lower()}) | {row.active} | {row.implemented} | "
-            f"{row.tested} | {row.real} | {row.own_fake} | {row.definition} | {row.waived} | "
-            f"{row.withdrawn} |"
+            f"{row.tested} | {row.real} | {row.own_fake} | {row.unit} | {row.definition} | "
+            f"{strongest} | {row.waived} | {row.withdrawn} |"
         )
     if result.problems:
         lines += ["", "## Problems", ""]
@@ -87,6 +89,8 @@ def _row(trace: Trace) -> str:
     if req.ours:
         text = f"*(ours)* {text}"
     code, tests = _places(trace.code), _tests(trace.tests)
+    if trace.implemented_by_tests and not code:
+        code = "*by its tests*"
     if trace.settled:
         tests = _places(trace.tests)
         why = (
@@ -100,12 +104,20 @@ def _row(trace: Trace) -> str:
 
 
 def _verified(trace: Trace) -> str:
-    verified = trace.verified
-    if verified is None:
+    """The weakest kind, the strongest where it differs, and whether a cap lowered them."""
+    verified, strongest = trace.verified, trace.strongest
+    if verified is None or strongest is None:
         return "—"
-    best = max(effective(c.verified or Verified.DEFINITION, c.declared).rank for c in trace.tests)
-    capped = " (capped)" if verified.rank < best else ""
-    return f"{LABELS[verified]}{capped}"
+    kinds = trace.kinds()
+    uncapped = (min(kinds, key=_rank), max(kinds, key=_rank))
+    text = LABELS[verified] + (" (capped)" if uncapped != (verified, strongest) else "")
+    if strongest != verified:
+        text += f"<br>*strongest:* {LABELS[strongest]}"
+    return text
+
+
+def _rank(verified: Verified) -> int:
+    return verified.rank
 
 
 def _tests(citations: list[Citation]) -> str:

@@ -1,30 +1,39 @@
-"""How a test verifies the IDs it cites: against the real thing, against our own fake, or as a
-definition only. Derived from what the test uses, so a count cannot be raised by a word.
+"""How a test verifies the IDs it cites: against the real thing, against our own fake, as a
+unit, or as a definition only. Derived from what the test starts, so a count cannot be raised by
+a word.
 
 What a test uses is read statically: the names its body calls or reads, the fixtures it asks
 for (found in its own file, the `conftest.py` files above it and the root conftest's
 `pytest_plugins`), and, through them, what those use in turn: a helper or a module-level value
 of the same file, a helper module of the tests (`tests/images/hostfs.py`, say). A string that
 names a harness module (one run as a process) counts as using it; annotations do not count.
-The kinds, strongest first:
+Each test gets one of four kinds, strongest first:
 
-- `real`: the test runs something real: a harness in `REAL_MODULES` (the real kube-apiserver
-  and etcd, Flux's own code, the local stack), or an external tool in `REAL_TOOLS` named as the
-  first word of a command (`["kubectl", ...]`, `run("buildah", ...)`, `shutil.which("qemu-...")`);
-  or it calls our own code (a name imported from `batteryop` called or instantiated, a shell
-  script of ours run by `bash` or `sh`, `sys.executable` run) with none of our fakes in the way.
-- `own-fake`: it calls our code, but against a harness in `FAKE_MODULES` (the fake battery, the
-  fake flintlockd, the in-memory API server) and nothing real.
-- `definition`: it calls nothing of ours and runs nothing: it reads a file, a constant, a
-  rendered string.
+- `real`: it starts a real external part and none of our fakes: a harness whose `HARNESSES`
+  entry is `REAL` only (the real kube-apiserver and etcd, the real node, QEMU, Flux's code),
+  or an external tool in `REAL_TOOLS` named as the first word of a command (`["kubectl", ...]`,
+  `run("buildah", ...)`, `shutil.which("qemu-...")`).
+- `own-fake`: it starts one of our fakes (the fake battery, the fake flintlockd, the in-memory
+  API server), alone or beside real parts: a harness whose entry holds `FAKE`, such as the local
+  stack (the real API server, but the fake battery and fake flintlockd behind the operator).
+  What the fake stands in for is not verified for real, so a fake always wins over real.
+- `unit`: it calls our code in this process (a name imported from `batteryop` called or
+  instantiated), runs a shell script of ours (`bash`, `sh`) or this interpreter
+  (`sys.executable`), and starts nothing external.
+- `definition`: it calls nothing of ours and runs nothing: it reads a file, a constant, or what
+  a renderer in `DEFINITIONS` returns (`manifests.render()` read back is the Manifests'
+  definition; applied to the real API server, the API server makes the test real).
 
-A marker may say less than this, never more: `@pytest.mark.req("HI-010", by="definition")`
-records a dry run, a stand-in binary or a text check inside a test that does run something. A
-`by` above what the test uses, or an unknown `by`, is a problem (`check`).
+A marker on several tests (on a class, `pytestmark`) takes the weakest kind among them. A marker
+may say less than this, never more: `@pytest.mark.req("HI-010", by="definition")` records a dry
+run, a stand-in binary or a text check inside a test that does run something. A `by` above what
+the test uses, or an unknown `by`, is a problem (`check`).
 
-`check` then caps some IDs whatever their tests use: every BA ID at `own-fake` (battery's
-behaviour is only ever seen through our fake), and every ID cited in a file that still holds a
-`PIN-ME` placeholder value at `definition` (what it pins cannot be built yet).
+`check` gives an ID the weakest kind among the tests that cite it (and reports the strongest
+beside it), then caps some IDs whatever their tests use: every BA ID at `own-fake` (battery's
+behaviour is only ever seen through our fake), and every ID implemented in an artifact that
+still holds a `PIN-ME` placeholder value at `definition` (`unpinned_artifacts`: what it pins
+cannot be built yet).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ class Verified(StrEnum):
     """How a test verifies what it cites; `rank` orders them, weakest first."""
 
     DEFINITION = "definition"
+    UNIT = "unit"
     OWN_FAKE = "own-fake"
     REAL = "real"
 
@@ -50,27 +60,48 @@ class Verified(StrEnum):
         return list(Verified).index(self)
 
 
-REAL_MODULES = (
-    "batteryop.testing.controlplane",  # kube-apiserver and etcd, built from the pinned sources
-    "batteryop.testing.certmanager",  # cert-manager's own CRDs, in that API server
-    "batteryop.testing.csr_approver_env",  # the approver on that API server
-    "batteryop.testing.exec_agent",  # the running agent on that API server
-    "batteryop.testing.localstack",  # the local stack on that API server
-    "batteryop.testing.fluxcli",  # Flux's own CLI
-    "batteryop.testing.fluxoci",  # Flux's own OCI library
-    "batteryop.testing.gomodules",  # the Go toolchain over the pinned modules
-    "batteryop.testing.kubenode",  # a real kubelet and container runtime on one node
-    "batteryop.devstack",  # the dev stack: its API server, kubectl, the client's wheel
-)
-FAKE_MODULES = (
-    "batteryop.testing.fake_battery",
-    "batteryop.testing.fake_flintlock",
-    "batteryop.testing.fake_kube",
-    "batteryop.testing.operator_env",  # a FakeBattery per test
-    "batteryop.testing.host_registry_env",  # the battery container, played by the fake
-)
-NEUTRAL_MODULES = ("batteryop.testing.fake_battery.clock",)
-"""Under a fake's package but no fake of anything real: an injected clock."""
+REAL, FAKE, CODE = "real", "fake", "code"
+"""What using a harness starts: a real external part, one of our fakes, our own code."""
+
+HARNESSES: dict[str, frozenset[str]] = {
+    # Real external parts.
+    "batteryop.testing.controlplane": frozenset({REAL}),  # kube-apiserver and etcd, pinned
+    "batteryop.testing.certmanager": frozenset({REAL}),  # cert-manager's CRDs in that server
+    "batteryop.testing.csr_approver_env": frozenset({REAL, CODE}),  # the approver on it
+    "batteryop.testing.fluxcli": frozenset({REAL}),  # Flux's own CLI
+    "batteryop.testing.fluxoci": frozenset({REAL}),  # Flux's own OCI library
+    "batteryop.testing.gomodules": frozenset({REAL}),  # the Go toolchain, the pinned modules
+    "batteryop.testing.guest_agent": frozenset({REAL}),  # flintlock's guest agent, built
+    "batteryop.testing.guest_image": frozenset({REAL}),  # the guest booted by QEMU
+    "batteryop.testing.chromium": frozenset({REAL}),  # a headless browser
+    "batteryop.testing.kubenode": frozenset({REAL}),  # a real kubelet and container runtime
+    # Real parts with our fakes behind them: at most own fake.
+    "batteryop.testing.kubenode.install": frozenset({REAL, FAKE}),  # battery: the fake's image
+    "batteryop.testing.localstack": frozenset({REAL, FAKE}),  # fake battery, fake flintlockd
+    "batteryop.testing.exec_agent": frozenset({REAL, FAKE}),  # the agent before fake flintlockd
+    "batteryop.testing.host_registry_env": frozenset({REAL, FAKE}),  # battery: the fake
+    "batteryop.devstack.stack": frozenset({REAL, FAKE}),  # the dev stack: the fake battery
+    "batteryop.devstack.main": frozenset({REAL, FAKE}),
+    "batteryop.devstack.kubelet": frozenset({REAL, FAKE}),  # the stack on the real node
+    # Our fakes.
+    "batteryop.testing.fake_battery": frozenset({FAKE}),
+    "batteryop.testing.fake_flintlock": frozenset({FAKE}),
+    "batteryop.testing.fake_kube": frozenset({FAKE}),  # the in-memory API server
+    "batteryop.testing.operator_env": frozenset({FAKE}),  # a FakeBattery per test
+    # Our code run as a process.
+    "batteryop.testing.operator_runner": frozenset({CODE}),
+    "batteryop.testing.exec_agent_flood": frozenset({CODE}),
+    # Neither: an injected clock, a free port, the build cache, other helpers of the tests.
+    "batteryop.testing.fake_battery.clock": frozenset(),
+    "batteryop.testing.controlplane.server.free_port": frozenset(),
+    "batteryop.testing.controlplane.gobuild": frozenset(),
+    "batteryop.testing": frozenset(),
+}
+"""What a name under each prefix starts when a test uses it; the longest prefix decides."""
+
+DEFINITIONS = ("batteryop.manifests", "batteryop.api.crds")
+"""Our renderers: what they return is a definition (install.yaml's objects, the CRDs), read by
+the test as it would read a file. Calling them is not calling behaviour."""
 
 REAL_TOOLS = frozenset(
     {
@@ -112,13 +143,28 @@ class Uses:
         self.fake |= other.fake
         self.code |= other.code
 
+    def start(self, parts: frozenset[str]) -> None:
+        self.real |= REAL in parts
+        self.fake |= FAKE in parts
+        self.code |= CODE in parts
+
     @property
     def kind(self) -> Verified:
-        if self.real or (self.code and not self.fake):
-            return Verified.REAL
         if self.fake:
             return Verified.OWN_FAKE
+        if self.real:
+            return Verified.REAL
+        if self.code:
+            return Verified.UNIT
         return Verified.DEFINITION
+
+
+@dataclass(frozen=True)
+class Marked:
+    """What one `req` marker covers: the weakest kind among its tests, and their names."""
+
+    verified: Verified
+    tests: tuple[str, ...]
 
 
 _Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -166,17 +212,20 @@ class Verifier:
         self._source_roots = _source_roots(root)
         self._plugins = self._plugin_paths()
 
-    def marker_kinds(self, path: Path, tree: ast.Module) -> dict[ast.Call, Verified]:
-        """For each `req` marker call in the test file, the kind of the tests it marks."""
+    def marker_kinds(self, path: Path, tree: ast.Module) -> dict[ast.Call, Marked]:
+        """For each `req` marker call in the test file, the tests it marks and the weakest kind
+        among them."""
         module = self._modules[path] = _Module(path, tree)
-        kinds: dict[ast.Call, Verified] = {}
+        kinds: dict[ast.Call, Marked] = {}
         tests = list(_tests(tree))
-        for owner, calls in _markers_by_owner(tree, tests):
-            uses = Uses()
-            for func in owner:
-                uses.add(self._uses_of(module, func))
+        for owners, calls in _markers_by_owner(tree, tests):
+            each = [self._uses_of(module, owner).kind for owner in owners]
+            marked = Marked(
+                min(each, key=lambda v: v.rank, default=Verified.DEFINITION),
+                tuple(owner.name for owner in owners),
+            )
             for call in calls:
-                kinds[call] = uses.kind
+                kinds[call] = marked
         return kinds
 
     # What one definition uses, memoised; a cycle adds nothing.
@@ -205,8 +254,8 @@ class Verifier:
         if call.args:
             _command(module, call.args[0], uses)
         dotted = _dotted(module, call.func)
-        if dotted and _under(dotted, (OUR_CODE,)):
-            uses.code = True
+        if dotted and _under(dotted, (OUR_CODE,)) and not _under(dotted, DEFINITIONS):
+            uses.code = True  # a harness's too: what else it starts outranks this
 
     def _reference(self, module: _Module, node: ast.Name | ast.Attribute, uses: Uses) -> None:
         dotted = _dotted(module, node)
@@ -297,6 +346,18 @@ def placeholders(text: str) -> bool:
     return PLACEHOLDER.search(text) is not None
 
 
+def unpinned_artifacts(texts: dict[Path, str]) -> set[Path]:
+    """The artifacts that cannot be built yet: each folder holding a file with a `PIN-ME`
+    value (an image's `versions.env`). Everything under such a folder belongs to it, so a
+    requirement of that image is capped wherever in the image its code is."""
+    return {path.parent for path, text in texts.items() if placeholders(text)}
+
+
+def in_artifact(path: Path, artifacts: set[Path]) -> bool:
+    """`path` is part of one of `artifacts` (folders)."""
+    return any(folder in path.parents for folder in artifacts)
+
+
 def _source_roots(root: Path | None) -> list[Path]:
     """Pants' `[source] root_patterns` (plain paths only), the repository root last."""
     roots: list[Path] = []
@@ -326,16 +387,19 @@ def _dotted(module: _Module, node: ast.expr) -> str | None:
     return ".".join([module.imports[node.id], *reversed(attrs)])
 
 
+def _harness(dotted: str) -> frozenset[str] | None:
+    """What `dotted` starts, by the longest `HARNESSES` prefix it is under; None outside them."""
+    found = [prefix for prefix in HARNESSES if _under(dotted, (prefix,))]
+    return HARNESSES[max(found, key=len)] if found else None
+
+
 def _harness_named(dotted: str, uses: Uses) -> bool:
-    """Whether `dotted` is in a real or fake harness (noting which); neutral ones are neither."""
-    if _under(dotted, NEUTRAL_MODULES):
-        return True
-    if _under(dotted, REAL_MODULES):
-        uses.real = True
-    elif _under(dotted, FAKE_MODULES):
-        uses.fake = True
-    else:
+    """Whether `dotted` is in a harness, noting what that starts (a neutral one starts
+    nothing)."""
+    parts = _harness(dotted)
+    if parts is None:
         return False
+    uses.start(parts)
     return True
 
 
