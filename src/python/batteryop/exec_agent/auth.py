@@ -77,7 +77,12 @@ from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.errors import MalformedObjectError
 from batteryop.exec_agent.errors import Check, RefusedError
-from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
+from batteryop.exec_agent.limits import (
+    FailedAuthLimiter,
+    IdentityLimiter,
+    peer_key,
+    token_precheck,
+)
 from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError, NotFoundError
@@ -223,6 +228,7 @@ class Authorizer:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         observer: PhaseObserver | None = None,
         limiter: FailedAuthLimiter | None = None,
+        identities: IdentityLimiter | None = None,
     ) -> None:
         self._kube = kube
         self._node_name = node_name
@@ -230,6 +236,7 @@ class Authorizer:
         self._now = now
         self._observer = observer
         self._limiter = limiter
+        self._identities = identities
 
     @property
     def kube(self) -> KubeClient:
@@ -260,12 +267,12 @@ class Authorizer:
         never looked at unless the review authenticates this very token, and the read is
         cancelled when it does not.
         """
-        address = peer_address(peer)
-        if self._limiter is None:
-            return await self._authenticate(metadata, read_claim=read_claim)
-        refused = await self._limiter.turn_away(address)
+        refused = await self.turn_away(peer, metadata)
         if refused is not None:
             raise refused
+        if self._limiter is None:
+            return await self._authenticate(metadata, read_claim=read_claim)
+        address = peer_key(peer)
         self._limiter.admit(address)  # EA-105: a token now, back only if this authenticates
         failed = False
         try:
@@ -277,12 +284,24 @@ class Authorizer:
             if not failed:
                 self._limiter.succeeded(address)
 
-    async def turn_away(self, peer: str | None) -> RefusedError | None:
-        """Step 0 alone, taking nothing: the refusal a call from `peer` gets, once it has been
-        held (`limits.FailedAuthLimiter.turn_away`); None when it may go on."""
-        if self._limiter is None:
-            return None
-        return await self._limiter.turn_away(peer_address(peer))
+    async def turn_away(
+        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
+    ) -> RefusedError | None:
+        """Step 0 alone, taking nothing: the refusal a call from `peer` with `metadata` gets,
+        once it has been held (`limits.TokenBuckets.turn_away`); None when it may go on. The
+        caller's address first (EA-105), then the identity a review already named for this
+        very token (EA-121)."""
+        if self._limiter is not None:
+            refused = await self._limiter.turn_away(peer_key(peer))  # EA-105, EA-122
+            if refused is not None:
+                return refused
+        if self._identities is not None and metadata is not None:
+            try:
+                token = bearer_token(metadata)
+            except RefusedError:
+                return None  # step 1 refuses it, and counts it against the address
+            return await self._identities.turn_away(token)  # EA-121
+        return None
 
     async def _authenticate(
         self, metadata: Iterable[tuple[str, str | bytes]] | None, *, read_claim: bool
@@ -297,9 +316,12 @@ class Authorizer:
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": review_audiences(self._audience)},
         }
+        taken = None if self._identities is None else self._identities.before_review(token)
         claim_read = self._start_claim_read(token) if read_claim else None
         try:
             caller = await self._review(token, review)
+            if self._identities is not None:
+                self._identities.after_review(token, caller.username, taken)  # EA-120
         except BaseException:
             if claim_read is not None:
                 claim_read.task.cancel()

@@ -87,8 +87,8 @@ class ExecServicer:
         request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
-        limited = await self._relay.turn_away(context.peer())
-        if limited is not None:  # EA-105: no task, no read of the start, no review
+        limited = await self._relay.turn_away(context.peer(), context.invocation_metadata())
+        if limited is not None:  # EA-105, EA-121: no task, no read of the start, no review
             await refuse(context, limited, "ExecCommand", self._refusals)
         try:
             async for response in self._relay.run(

@@ -48,7 +48,7 @@ from batteryop.exec_agent.config import AgentConfig
 from batteryop.exec_agent.errors import Check
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.host_checks import HostPaths
-from batteryop.exec_agent.server import AgentServer, failed_auth_limiter
+from batteryop.exec_agent.server import AgentServer, failed_auth_limiter, identity_limiter
 from batteryop.exec_agent.timing import Phase
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -253,6 +253,7 @@ async def running_agent(
             audience=config.token_audience,
             observer=log,
             limiter=failed_auth_limiter(config),
+            identities=identity_limiter(config),
         )
         server = AgentServer(
             config, authorizer=authorizer, flintlockd=upstream, observer=log, refusals=log
