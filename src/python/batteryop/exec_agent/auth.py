@@ -10,9 +10,12 @@ minted for, and a refusal only ever talks about that claim or the caller's own i
 
 The checks, in order; the first that fails refuses the call (`RefusedError`, named by `Check`):
 
-0. `limit` (EA-105): the caller's address has not used up its failed authentications
-   (`limits.FailedAuthLimiter`), else RESOURCE_EXHAUSTED at once. Every UNAUTHENTICATED
-   refusal below keeps the token its call took from that address's bucket.
+0. `limit` (EA-105): the caller's address (an IPv6 one by its /64, EA-122) has not used up its
+   failed authentications (`limits.FailedAuthLimiter`), else RESOURCE_EXHAUSTED at once. Every
+   UNAUTHENTICATED refusal below keeps the token its call took from that address's bucket.
+   Then (EA-121) when a review already named the identity of this very token string, that
+   identity's bucket of calls (`limits.IdentityLimiter`) must hold a token, which the call
+   takes now, else RESOURCE_EXHAUSTED without a review.
 1. `bearer token`: exactly one `authorization: Bearer <token>` metadata entry, whose
    unverified payload names the agent's audience and is not expired (`limits.token_precheck`,
    EA-107), else UNAUTHENTICATED, without asking the API server anything.
@@ -24,7 +27,10 @@ The checks, in order; the first that fails refuses the call (`RefusedError`, nam
    token and the audiences asked for, so without it a token reviewed once would pass for
    those 10 s after its Secret was deleted or re-created; with it, every review is judged
    against the Secret as the API server holds it now. The review answers with the audiences
-   the token actually has, which must include the agent's.
+   the token actually has, which must include the agent's. The reviewed user then takes a
+   token of its bucket of calls, unless step 0 took it (EA-120): RESOURCE_EXHAUSTED
+   `limit: calls per identity: ...` while it is empty. Whatever the later steps decide, the
+   call has spent it.
 3. `token binding` (EA-012): TokenReview reports no Secret binding, so the token's payload is
    read (its signature was just vouched for by the review of this very string): its
    `kubernetes.io` claim must name a Secret with a uid, in a namespace, the Secret's name must be
@@ -54,7 +60,8 @@ Latency: for `GetMicroVM` and `ExecCommand` the claim read of step 4 starts besi
 step 2, for the claim the (not yet reviewed) token names; its answer is used only once the
 review authenticated that same token and the binding of step 3 names that same claim, and it is
 dropped otherwise. Only a token that passes step 1 costs a review and a claim read; one whose
-review fails costs its address a token of its bucket (step 0).
+review fails costs its address a token of its bucket (step 0); one whose review passes costs its
+identity a token of its bucket (step 2).
 """
 
 from __future__ import annotations

@@ -1,22 +1,46 @@
-"""What one caller can cost the agent: failed authentications per peer, and a cheap first look
-at a token before the API server is asked about it (EA-105, EA-107).
+"""What one caller can cost the agent: failed authentications per peer address, calls per
+identity, and a cheap first look at a token before the API server is asked about it (EA-105,
+EA-107, EA-120..EA-122).
 
-`FailedAuthLimiter`: a token bucket per peer address (the IP, not the port: a new connection is
-free to make). Every call from that peer takes one token when its authentication starts
-(`admit`) and gives it back if it authenticates (`succeeded`): what stays taken are failed
-authentications, and those under way, so calls sent all at once cannot outrun the bucket. The
-bucket holds `burst` and refills at `rate` per second. While it is empty, every call from that
-peer is refused with RESOURCE_EXHAUSTED, before any TokenReview or claim read, whatever it
-carries. So one address has at most `burst` authentications under way at any moment.
+`TokenBuckets`: the one token bucket behind both limits, by key. A bucket holds `burst` and
+refills at `rate` per second; `admit` takes a token or refuses with RESOURCE_EXHAUSTED
+(`limit: ...`), `succeeded` gives one back. A refused call is answered once the bucket would
+hold a token again, but after at most `MAX_HOLD_SECONDS` (`TokenBuckets.turn_away`): a caller
+that sends one call after another on a connection is slowed to the bucket's rate instead of
+making the agent refuse thousands of calls a second, which on a busy Host takes the CPU its
+Holders' execs need. At most `max_held` calls are held so at once per limit; beyond that they
+are refused at once. At most `max_keys` buckets are kept: when a new key would exceed that, the
+fullest bucket goes (a full bucket is the same as none).
 
-A refused call is answered once the bucket would hold a token again, but after at most
-`MAX_HOLD_SECONDS` (`FailedAuthLimiter.turn_away`): a caller that sends one call after another
-on a connection is slowed to the bucket's rate instead of making the agent refuse thousands of
-calls a second, which on a busy Host takes the CPU its Holders' execs need. At most `max_held`
-calls are held so at once; beyond that they are refused at once. At most `max_peers` buckets are kept: when a
-new peer would exceed that, the fullest bucket goes (a full bucket is the same as none).
-Callers behind one address (a NAT) share its bucket; a Holder whose calls fail again and again
-is slowed down too.
+`FailedAuthLimiter` (EA-105): a bucket per peer address (the IP, not the port: a new connection
+is free to make; an IPv6 address by its /64, `address_key`, since a caller picks addresses in
+its /64 at will, EA-122). Every call from that peer takes one token when its authentication
+starts (`admit`) and gives it back if it authenticates (`succeeded`): what stays taken are
+failed authentications, and those under way, so calls sent all at once cannot outrun the
+bucket. While it is empty, every call from that peer is refused before any TokenReview or claim
+read, whatever it carries. So one address has at most `burst` authentications under way at any
+moment. Callers behind one address (a NAT) share its bucket; a Holder whose calls fail again and
+again is slowed down too.
+
+`IdentityLimiter` (EA-120, EA-121): a bucket per identity a TokenReview named (the reviewed user,
+`system:serviceaccount:<ns>:<name>` for a Holder). Every call of that identity takes a token,
+whether it is then answered or refused (`ServerInfo`, and `GetMicroVM` and `ExecCommand` refused
+by any later check, all count): any ServiceAccount can mint a token for the agent's audience,
+and each of its calls costs a TokenReview made fresh past the API server's cache, and a claim
+read. The identity is known for sure only after the review. Before it, the pre-limit is keyed by
+the token string itself: the agent remembers (by digest) which identity a review named for each
+token, and a call carrying a remembered token takes that identity's token before the review is
+asked for, or is refused (and held) without a review while the bucket is empty. Keyed so, the
+pre-limit cannot be turned against another identity: only a call carrying that very token
+string, which is that identity's credential, ever spends or consults its bucket. Keying it by
+the token's unverified `sub` instead would let anyone write a token naming a victim's
+ServiceAccount: spending the victim's bucket would starve the victim, and even only looking at it
+(refusing early while it is empty) would tell the writer how busy the victim is. What the token
+key leaves open: an identity that mints a fresh token for every call gets each one reviewed
+once; the review's answer still spends its bucket (and refuses the call while it is empty), and
+each fresh token costs it a TokenRequest, which the API server limits on its own. Calls that
+arrive all at once with a token not yet remembered can each reach the review before the first
+answer comes (at most one per call under way); after that, none can.
 
 `token_precheck`: the token's own, unverified, claims must name the agent's audience and not be
 expired (nor valid only later); else the call is UNAUTHENTICATED without a TokenReview. This is

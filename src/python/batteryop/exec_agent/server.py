@@ -15,12 +15,22 @@ before any handler sees it.
     ...
     await server.stop()         # running execs get config.shutdown_grace to finish
 
-The server owns what keeps running streams honest and callers bounded (EA-105, EA-106): the
-`streams.ClaimStreams` every exec stream is admitted to, whose watch of the claims
+The server owns what keeps running streams honest and callers bounded (EA-105, EA-106,
+EA-123): the `streams.ClaimStreams` every exec stream is admitted to (at most `--max-streams`,
+`--max-streams-per-claim` and `--max-streams-per-holder`), whose watch of the claims
 (`CLAIMS_WATCH_TASK`) runs under `server.tasks` from `start` to `stop`. The authorizer it is
-given counts failed authentications with `failed_auth_limiter(config)`.
+given counts failed authentications with `failed_auth_limiter(config)` and calls per identity
+with `identity_limiter(config)` (EA-120, EA-121).
 
-Requirements: EA-002, EA-003, EA-105, EA-106.
+Below the handlers, gRPC's own bounds (EA-124, `server_options` and `MAX_CONCURRENT_RPCS`; each
+constant says what it bounds and why): calls in progress on the server, streams per
+connection, idle connections, unfinished TLS handshakes, keepalive pings to callers, and the
+enforcement of callers' pings (a connection pinging more than every 30 s without data is
+closed; the client library's keepalive is within it). There is no cap on connections in gRPC
+Python; `grpc.max_connection_age_ms` is not set: it would only stop new calls on old
+connections (an exec stream may rightly last hours), bounding nothing a flood keeps.
+
+Requirements: EA-002, EA-003, EA-105, EA-106, EA-120, EA-121, EA-123, EA-124.
 """
 
 from __future__ import annotations
