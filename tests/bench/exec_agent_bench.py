@@ -47,7 +47,8 @@ p50s (issue 43: at most 2), and the TokenReviews the flood cost:
 
     {"bench": "exec_roundtrip_true_under_identity_flood", "flood": {...},
      "holder_unloaded": {"p50_ms": ...}, "holder_under_flood": {"p50_ms": ...},
-     "p50_ratio": ..., "flood_token_reviews": ..., ...}
+     "p50_ratio": ..., "flood_token_reviews": ...,
+     "phases_during_flood": {"token_review": {"p50_ms": ..., ...}, ...}, ...}
 
 Where the time goes: the API server (token_review and claim_read, which run side by side),
 flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
@@ -269,6 +270,9 @@ async def test_exec_round_trip_under_identity_flood(
             )
             unloaded = latency_figures(run.unloaded, ndigits=2)
             loaded = latency_figures(run.latencies, ndigits=2)
+            during: dict[str, list[float]] = defaultdict(list)
+            for phase, spent in agent.phases[run.phases_from :]:
+                during[phase.value].append(spent)
             print(
                 json.dumps(
                     {
@@ -281,6 +285,9 @@ async def test_exec_round_trip_under_identity_flood(
                         "holder_calls_during_flood": run.during,
                         "flood_token_reviews": run.reviews,
                         "flood_claim_reads": run.reads,
+                        "phases_during_flood": {
+                            k: latency_figures(v, ndigits=1) for k, v in during.items()
+                        },
                         "identity_call_burst": agent.config.identity_call_burst,
                         "identity_call_rate": agent.config.identity_call_rate,
                         "load_average_1m": round(os.getloadavg()[0], 2),

@@ -5,8 +5,8 @@ Real gRPC servers and channels on loopback, with the agent's own channel argumen
 (`exec_agent.server.server_options`) and the client library's (`client._transport.
 KEEPALIVE_OPTIONS`). Keepalive works in tens of seconds, so both sides' intervals are divided by
 the same `SCALE`: what is checked is what gRPC does with the two settings side by side, an idle
-exec stream kept open through several of the client's pings, and a client pinging every second
-(sooner than the scaled 1.5 s the server allows) cut off."""
+exec stream kept open through several of the client's pings; and a client pinging every second,
+sooner than the server allows (scaled by `EAGER_SCALE` to 1.5 s), cut off."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ from batteryop.client._transport import KEEPALIVE_OPTIONS, KEEPALIVE_TIME_MS
 from batteryop.exec_agent.config import AgentConfig
 from batteryop.exec_agent.server import MIN_PING_INTERVAL_MS, server_options
 
-SCALE = 20
-"""30 s and 60 s become 1.5 s and 3 s; gRPC's client sends pings 1 s apart at the soonest,
-which is what the eager client does."""
+SCALE = 100
+"""The client's 5 minutes become 3 s, the server's 30 s 300 ms."""
+EAGER_SCALE = 20
+"""The server's 30 s become 1.5 s: gRPC's client sends pings 1 s apart at the soonest, which is
+what the eager client does."""
 IDLE_SECONDS = 10.0
 """How long the stream stays without data: three of the client's (scaled) pings."""
 
@@ -36,11 +38,13 @@ SERVER_KEYS_SCALED = ("grpc.http2.min_ping_interval_without_data_ms",)
 CLIENT_KEYS_SCALED = ("grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms")
 
 
-def scaled(options: Sequence[tuple[str, Any]], keys: Sequence[str]) -> list[tuple[str, Any]]:
-    return [(k, v // SCALE if k in keys else v) for k, v in options]
+def scaled(
+    options: Sequence[tuple[str, Any]], keys: Sequence[str], scale: int = SCALE
+) -> list[tuple[str, Any]]:
+    return [(k, v // scale if k in keys else v) for k, v in options]
 
 
-def agent_options() -> list[tuple[str, Any]]:
+def agent_options(scale: int) -> list[tuple[str, Any]]:
     config = AgentConfig(
         node_name="host-a",
         address="127.0.0.1",
@@ -51,7 +55,7 @@ def agent_options() -> list[tuple[str, Any]]:
         flintlockd_cert_file=Path("cert"),
         flintlockd_key_file=Path("key"),
     )
-    return scaled(server_options(config), SERVER_KEYS_SCALED)
+    return scaled(server_options(config), SERVER_KEYS_SCALED, scale)
 
 
 async def echo(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
@@ -60,8 +64,8 @@ async def echo(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
 
 
 @contextlib.asynccontextmanager
-async def echo_server() -> AsyncIterator[str]:
-    server = grpc.aio.server(options=agent_options())
+async def echo_server(scale: int) -> AsyncIterator[str]:
+    server = grpc.aio.server(options=agent_options(scale))
     handler = grpc.stream_stream_rpc_method_handler(echo)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("keepalive.Echo", {"Stream": handler}),)
@@ -97,8 +101,9 @@ async def test_the_clients_keepalive_is_accepted_and_an_eager_pinger_is_cut_off(
     assert KEEPALIVE_TIME_MS >= MIN_PING_INTERVAL_MS
     client = scaled(KEEPALIVE_OPTIONS, CLIENT_KEYS_SCALED)
     eager = [(k, 1000 if k == "grpc.keepalive_time_ms" else v) for k, v in client]
-    async with echo_server() as target:
+    async with echo_server(SCALE) as target:
         assert await idle_stream_survives(target, client), "the client's keepalive was refused"
+    async with echo_server(EAGER_SCALE) as target:
         assert not await idle_stream_survives(
             target, eager
         ), "a client pinging every second kept its connection: no enforcement"

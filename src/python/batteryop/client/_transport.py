@@ -37,11 +37,13 @@ EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
 STDIN_CHUNK_BYTES = 64 * 1024
 """The largest stdin message sent (gRPC's default limit per message is 4 MiB)."""
 
-KEEPALIVE_TIME_MS = 60 * 1000
-"""While a call is open, the channel pings the agent after a minute without traffic and gives
+KEEPALIVE_TIME_MS = 5 * 60 * 1000
+"""While a call is open, the channel pings the agent after 5 minutes without traffic and gives
 the connection up when no answer comes within `KEEPALIVE_TIMEOUT_MS`: an exec into a Host that
-went away fails within 80 s instead of hanging. The agent accepts pings 30 s apart at the
-soonest (`exec_agent.server.MIN_PING_INTERVAL_MS`); a client pinging sooner is cut off."""
+went away fails within minutes instead of hanging. 5 minutes is the soonest gRPC servers accept
+by default, so agents of every version take it; the agent itself accepts pings 30 s apart
+(`exec_agent.server.MIN_PING_INTERVAL_MS`). A client pinging sooner than its server accepts is
+cut off (GOAWAY `too_many_pings`), with its running execs."""
 
 KEEPALIVE_TIMEOUT_MS = 20 * 1000
 

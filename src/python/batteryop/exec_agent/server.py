@@ -123,7 +123,8 @@ after TCP's own timeouts (hours)."""
 MIN_PING_INTERVAL_MS: Final = 30 * 1000
 """`grpc.http2.min_ping_interval_without_data_ms`: a client's pings must be at least 30 s apart
 while the server sends no data; a ping sooner is a strike. The client library pings every
-`batteryop.client` `KEEPALIVE_TIME_MS` (60 s), twice this."""
+`KEEPALIVE_TIME_MS` of `batteryop.client._transport` (5 minutes, gRPC's default for this), ten
+times this; other clients may ping as often as every 30 s."""
 
 MAX_PING_STRIKES: Final = 2
 """`grpc.http2.max_ping_strikes`: after this many strikes the connection is closed (GOAWAY

@@ -473,6 +473,8 @@ class FloodRun:
     """This process's resident memory (the agent runs in it) before and at most meanwhile."""
     unloaded: list[float] = field(default_factory=list)
     """The Holder's round trips just before the flood (`baseline` of them), seconds."""
+    phases_from: int = 0
+    """Where the flood's part of `Agent.phases` starts (the Holder's calls are in it too)."""
 
 
 def _rss_bytes() -> int:
@@ -515,6 +517,7 @@ async def flood_while_holding(
             await run_exec(channel, holding.metadata, start)
             unloaded.append(time.perf_counter() - t0)
         rss_before = rss_peak = _rss_bytes()
+        phases_from = len(agent.phases)
         reviews_before, reads_before = count(Phase.TOKEN_REVIEW), count(Phase.CLAIM_READ)
         argv, env = module_command("batteryop.testing.exec_agent_flood")
         ca = Path(agent.config.tls_cert_file).parent / "serving-ca.crt"
@@ -559,6 +562,7 @@ async def flood_while_holding(
         rss_before=rss_before,
         rss_peak=rss_peak,
         unloaded=unloaded,
+        phases_from=phases_from,
     )
 
 
