@@ -39,6 +39,16 @@ agent's CPU per MiB.
 `exec_roundtrip_true_under_flood` runs `true` while 2,000 calls with bad tokens come over 50
 connections from another address (`batteryop.testing.exec_agent_flood`): the Holder's round
 trips meanwhile, and what the flood cost the API server and the agent's memory.
+`exec_roundtrip_true_under_identity_flood` (its own test, `-k identity_flood`) does the same with
+one identity's own valid token on every flood call (ServerInfo, and GetMicroVM and ExecCommand
+for a MicroVM its claim does not hold), limited by the per-identity bucket (EA-120, EA-121):
+another Holder's round trips before the flood (`unloaded`) and during it, the ratio of their
+p50s (issue 43: at most 2), and the TokenReviews the flood cost:
+
+    {"bench": "exec_roundtrip_true_under_identity_flood", "flood": {...},
+     "holder_unloaded": {"p50_ms": ...}, "holder_under_flood": {"p50_ms": ...},
+     "p50_ratio": ..., "flood_token_reviews": ...,
+     "phases_during_flood": {"token_review": {"p50_ms": ..., ...}, ...}, ...}
 
 Where the time goes: the API server (token_review and claim_read, which run side by side),
 flintlockd accepting the stream (flintlockd_open: the GetMicroVM probe beside opening the stream
@@ -233,6 +243,59 @@ async def print_flood(agent: Agent, holding: Holding) -> None:
             }
         )
     )
+
+
+async def test_exec_round_trip_under_identity_flood(
+    controlplane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """`exec_roundtrip_true_under_identity_flood` (see the module docstring)."""
+    cluster = prepare_cluster(controlplane)
+    pki = make_pki(tmp_path / "pki")
+    api = admin_client(cluster)
+    try:
+        async with (
+            FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as fl,
+            running_agent(pki, agent_kube_config(cluster), fl.target) as agent,
+        ):
+            holders = Holders(api, namespace, fl, pki)
+            holding = await holders.hold(service_account="sandbox")
+            flooder = await holders.hold(service_account="flooder")
+            run = await flood_while_holding(
+                agent,
+                holding,
+                calls=FLOOD_CALLS,
+                connections=FLOOD_CONNECTIONS,
+                token=flooder.token,
+                baseline=RUNS,
+            )
+            unloaded = latency_figures(run.unloaded, ndigits=2)
+            loaded = latency_figures(run.latencies, ndigits=2)
+            during: dict[str, list[float]] = defaultdict(list)
+            for phase, spent in agent.phases[run.phases_from :]:
+                during[phase.value].append(spent)
+            print(
+                json.dumps(
+                    {
+                        "bench": "exec_roundtrip_true_under_identity_flood",
+                        "flood": run.flood,
+                        "flood_seconds": round(run.seconds, 2),
+                        "holder_unloaded": unloaded,
+                        "holder_under_flood": loaded,
+                        "p50_ratio": round(loaded["p50_ms"] / unloaded["p50_ms"], 2),
+                        "holder_calls_during_flood": run.during,
+                        "flood_token_reviews": run.reviews,
+                        "flood_claim_reads": run.reads,
+                        "phases_during_flood": {
+                            k: latency_figures(v, ndigits=1) for k, v in during.items()
+                        },
+                        "identity_call_burst": agent.config.identity_call_burst,
+                        "identity_call_rate": agent.config.identity_call_rate,
+                        "load_average_1m": round(os.getloadavg()[0], 2),
+                    }
+                )
+            )
+    finally:
+        api.close()
 
 
 async def print_client_library(target: str, pki: Pki, holding: Holding) -> None:

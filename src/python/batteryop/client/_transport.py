@@ -9,7 +9,8 @@ the consumer configured (never the system roots), and sends `authorization: Bear
 as metadata on every call (CC-020). It streams stdin up, relays stdout and stderr as they
 arrive, and returns the exit code from the stream's `exit_code` message, the only normal end
 of an exec stream (flintlock-api.md §8.5): a stream that ends any other way is an
-`ExecUnavailableError`, never an exit code.
+`ExecUnavailableError`, never an exit code. The channel keeps its connection alive while a call
+is open (`KEEPALIVE_OPTIONS`), no more often than the agent permits.
 
 A claim depends on the Protocol (`_exec`), not on gRPC, so a test (or a consumer's own test)
 can run commands without an agent, and a client imports this module on a thread of its own
@@ -36,6 +37,24 @@ EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
 STDIN_CHUNK_BYTES = 64 * 1024
 """The largest stdin message sent (gRPC's default limit per message is 4 MiB)."""
 
+KEEPALIVE_TIME_MS = 5 * 60 * 1000
+"""While a call is open, the channel pings the agent after 5 minutes without traffic and gives
+the connection up when no answer comes within `KEEPALIVE_TIMEOUT_MS`: an exec into a Host that
+went away fails within minutes instead of hanging. 5 minutes is the soonest gRPC servers accept
+by default, so agents of every version take it; the agent itself accepts pings 30 s apart
+(`exec_agent.server.MIN_PING_INTERVAL_MS`). A client pinging sooner than its server accepts is
+cut off (GOAWAY `too_many_pings`), with its running execs."""
+
+KEEPALIVE_TIMEOUT_MS = 20 * 1000
+
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 0),  # no pings on an idle connection (the agent's rule)
+    ("grpc.http2.max_pings_without_data", 0),  # keep pinging through a quiet exec
+)
+"""The channel's keepalive settings, within what the Exec Agent permits."""
+
 _PERMISSION_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
@@ -57,7 +76,7 @@ class GrpcExecTransport:
             root_certificates=check_serving_ca(serving_ca)
         )
         self._open_timeout = open_timeout
-        self._options: list[tuple[str, str | int]] = []
+        self._options: list[tuple[str, str | int]] = [*KEEPALIVE_OPTIONS]
         if server_name:
             self._options.append(("grpc.ssl_target_name_override", server_name))
         self._channels: dict[str, grpc.aio.Channel] = {}

@@ -10,9 +10,12 @@ minted for, and a refusal only ever talks about that claim or the caller's own i
 
 The checks, in order; the first that fails refuses the call (`RefusedError`, named by `Check`):
 
-0. `limit` (EA-105): the caller's address has not used up its failed authentications
-   (`limits.FailedAuthLimiter`), else RESOURCE_EXHAUSTED at once. Every UNAUTHENTICATED
-   refusal below keeps the token its call took from that address's bucket.
+0. `limit` (EA-105): the caller's address (an IPv6 one by its /64, EA-122) has not used up its
+   failed authentications (`limits.FailedAuthLimiter`), else RESOURCE_EXHAUSTED at once. Every
+   UNAUTHENTICATED refusal below keeps the token its call took from that address's bucket.
+   Then (EA-121) when a review already named the identity of this very token string, that
+   identity's bucket of calls (`limits.IdentityLimiter`) must hold a token, which the call
+   takes now, else RESOURCE_EXHAUSTED without a review.
 1. `bearer token`: exactly one `authorization: Bearer <token>` metadata entry, whose
    unverified payload names the agent's audience and is not expired (`limits.token_precheck`,
    EA-107), else UNAUTHENTICATED, without asking the API server anything.
@@ -24,7 +27,10 @@ The checks, in order; the first that fails refuses the call (`RefusedError`, nam
    token and the audiences asked for, so without it a token reviewed once would pass for
    those 10 s after its Secret was deleted or re-created; with it, every review is judged
    against the Secret as the API server holds it now. The review answers with the audiences
-   the token actually has, which must include the agent's.
+   the token actually has, which must include the agent's. The reviewed user then takes a
+   token of its bucket of calls, unless step 0 took it (EA-120): RESOURCE_EXHAUSTED
+   `limit: calls per identity: ...` while it is empty. Whatever the later steps decide, the
+   call has spent it.
 3. `token binding` (EA-012): TokenReview reports no Secret binding, so the token's payload is
    read (its signature was just vouched for by the review of this very string): its
    `kubernetes.io` claim must name a Secret with a uid, in a namespace, the Secret's name must be
@@ -54,7 +60,8 @@ Latency: for `GetMicroVM` and `ExecCommand` the claim read of step 4 starts besi
 step 2, for the claim the (not yet reviewed) token names; its answer is used only once the
 review authenticated that same token and the binding of step 3 names that same claim, and it is
 dropped otherwise. Only a token that passes step 1 costs a review and a claim read; one whose
-review fails costs its address a token of its bucket (step 0).
+review fails costs its address a token of its bucket (step 0); one whose review passes costs its
+identity a token of its bucket (step 2).
 """
 
 from __future__ import annotations
@@ -77,7 +84,12 @@ from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.errors import MalformedObjectError
 from batteryop.exec_agent.errors import Check, RefusedError
-from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
+from batteryop.exec_agent.limits import (
+    FailedAuthLimiter,
+    IdentityLimiter,
+    peer_key,
+    token_precheck,
+)
 from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError, NotFoundError
@@ -223,6 +235,7 @@ class Authorizer:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         observer: PhaseObserver | None = None,
         limiter: FailedAuthLimiter | None = None,
+        identities: IdentityLimiter | None = None,
     ) -> None:
         self._kube = kube
         self._node_name = node_name
@@ -230,6 +243,7 @@ class Authorizer:
         self._now = now
         self._observer = observer
         self._limiter = limiter
+        self._identities = identities
 
     @property
     def kube(self) -> KubeClient:
@@ -260,12 +274,12 @@ class Authorizer:
         never looked at unless the review authenticates this very token, and the read is
         cancelled when it does not.
         """
-        address = peer_address(peer)
-        if self._limiter is None:
-            return await self._authenticate(metadata, read_claim=read_claim)
-        refused = await self._limiter.turn_away(address)
+        refused = await self.turn_away(peer, metadata)
         if refused is not None:
             raise refused
+        if self._limiter is None:
+            return await self._authenticate(metadata, read_claim=read_claim)
+        address = peer_key(peer)
         self._limiter.admit(address)  # EA-105: a token now, back only if this authenticates
         failed = False
         try:
@@ -277,12 +291,24 @@ class Authorizer:
             if not failed:
                 self._limiter.succeeded(address)
 
-    async def turn_away(self, peer: str | None) -> RefusedError | None:
-        """Step 0 alone, taking nothing: the refusal a call from `peer` gets, once it has been
-        held (`limits.FailedAuthLimiter.turn_away`); None when it may go on."""
-        if self._limiter is None:
-            return None
-        return await self._limiter.turn_away(peer_address(peer))
+    async def turn_away(
+        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
+    ) -> RefusedError | None:
+        """Step 0 alone, taking nothing: the refusal a call from `peer` with `metadata` gets,
+        once it has been held (`limits.TokenBuckets.turn_away`); None when it may go on. The
+        caller's address first (EA-105), then the identity a review already named for this
+        very token (EA-121)."""
+        if self._limiter is not None:
+            refused = await self._limiter.turn_away(peer_key(peer))  # EA-105, EA-122
+            if refused is not None:
+                return refused
+        if self._identities is not None and metadata is not None:
+            try:
+                token = bearer_token(metadata)
+            except RefusedError:
+                return None  # step 1 refuses it, and counts it against the address
+            return await self._identities.turn_away(token)  # EA-121
+        return None
 
     async def _authenticate(
         self, metadata: Iterable[tuple[str, str | bytes]] | None, *, read_claim: bool
@@ -297,9 +323,12 @@ class Authorizer:
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": review_audiences(self._audience)},
         }
+        taken = None if self._identities is None else self._identities.before_review(token)
         claim_read = self._start_claim_read(token) if read_claim else None
         try:
             caller = await self._review(token, review)
+            if self._identities is not None:
+                self._identities.after_review(token, caller.username, taken)  # EA-120
         except BaseException:
             if claim_read is not None:
                 claim_read.task.cancel()

@@ -13,7 +13,8 @@ Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certif
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
 on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 and EA-036
 (the not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
-timeout), EA-105 (the limits on streams, failed authentications and relay buffers).
+timeout), EA-105 (the limits on streams, failed authentications and relay buffers), EA-120 and EA-123 (calls
+per identity, streams per Holder).
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ class AgentConfig:
     - `exec_open_timeout`: how long a caller has to send its start message, and flintlockd to
       answer for the MicroVM and accept the stream (EA-021).
     - `max_message_bytes`: the largest gRPC message taken from a caller (and sent on).
-    - `max_streams`, `max_streams_per_claim`: exec streams running at once on the agent, and
-      for one claim (EA-105).
+    - `max_streams`, `max_streams_per_claim`, `max_streams_per_holder`: exec streams running at
+      once on the agent, for one claim (EA-105), and for one Holder across its claims (EA-123).
     - `relay_buffer_bytes`: output read from flintlockd but not yet sent, per stream, at most
       (plus one message): a stream's memory is bounded by it and `max_message_bytes`.
     - `failed_auth_burst`, `failed_auth_rate`: each caller address's bucket of failed
       authentications, and how many come back per second (EA-105, `limits`).
+    - `identity_call_burst`, `identity_call_rate`: each reviewed identity's bucket of calls,
+      refused ones included, and how many come back per second (EA-120, `limits`).
     - `host_paths`: where the Host checks look (EA-031..EA-033).
     - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
       is written even when it did not change (EA-034).
@@ -105,9 +108,12 @@ class AgentConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_streams: int = 256
     max_streams_per_claim: int = 16
+    max_streams_per_holder: int = 64
     relay_buffer_bytes: int = 1024 * 1024
     failed_auth_burst: int = 32
     failed_auth_rate: float = 2.0
+    identity_call_burst: int = 200
+    identity_call_rate: float = 100.0
     kubeconfig: Path | None = None
     health_probe_bind_address: str = "0"
     log_level: str = "info"
@@ -197,14 +203,20 @@ class AgentConfig:
         for flag, count in (
             ("--max-streams", self.max_streams),
             ("--max-streams-per-claim", self.max_streams_per_claim),
+            ("--max-streams-per-holder", self.max_streams_per_holder),
             ("--failed-auth-burst", self.failed_auth_burst),
+            ("--identity-call-burst", self.identity_call_burst),
         ):
             if count < 1:
                 found.append(f"{flag}: must be at least 1")
         if self.relay_buffer_bytes < MIN_MESSAGE_BYTES:
             found.append(f"--relay-buffer-bytes: must be at least {MIN_MESSAGE_BYTES}")
-        if not 0 < self.failed_auth_rate < float("inf"):
-            found.append("--failed-auth-rate: must be greater than zero")
+        for flag, rate in (
+            ("--failed-auth-rate", self.failed_auth_rate),
+            ("--identity-call-rate", self.identity_call_rate),
+        ):
+            if not 0 < rate < float("inf"):
+                found.append(f"{flag}: must be greater than zero")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             found.append("--log-level: must be debug, info, warning or error")
         if self.log_format not in ("json", "text"):
@@ -353,9 +365,12 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--max-message-bytes", DEFAULT_MAX_MESSAGE_BYTES, "largest gRPC message accepted")
     add("--max-streams", 256, "exec streams running at once on this agent")
     add("--max-streams-per-claim", 16, "exec streams running at once for one claim")
+    add("--max-streams-per-holder", 64, "exec streams running at once for one Holder, all claims")
     add("--relay-buffer-bytes", 1024 * 1024, "output waiting for a slow caller, per stream")
     add("--failed-auth-burst", 32, "failed authentications an address may make at once")
     add("--failed-auth-rate", 2.0, "failed authentications per second an address gets back")
+    add("--identity-call-burst", 200, "calls one reviewed identity may make at once")
+    add("--identity-call-rate", 100.0, "calls per second one reviewed identity gets back")
     add("--kubeconfig", "", "kubeconfig file; default: in-cluster, else $KUBECONFIG")
     add("--health-probe-bind-address", "0", "/healthz and /readyz; 0 = off")
     add("--shutdown-grace", "5s", "how long running execs may finish at shutdown")
@@ -438,9 +453,12 @@ def parse(
         "max_message_bytes": integer("--max-message-bytes", a.max_message_bytes),
         "max_streams": integer("--max-streams", a.max_streams),
         "max_streams_per_claim": integer("--max-streams-per-claim", a.max_streams_per_claim),
+        "max_streams_per_holder": integer("--max-streams-per-holder", a.max_streams_per_holder),
         "relay_buffer_bytes": integer("--relay-buffer-bytes", a.relay_buffer_bytes),
         "failed_auth_burst": integer("--failed-auth-burst", a.failed_auth_burst),
         "failed_auth_rate": number("--failed-auth-rate", a.failed_auth_rate),
+        "identity_call_burst": integer("--identity-call-burst", a.identity_call_burst),
+        "identity_call_rate": number("--identity-call-rate", a.identity_call_rate),
         "kubeconfig": Path(str(a.kubeconfig)) if a.kubeconfig else None,
         "health_probe_bind_address": str(a.health_probe_bind_address),
         "shutdown_grace": duration("--shutdown-grace", a.shutdown_grace),

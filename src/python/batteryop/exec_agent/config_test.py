@@ -138,3 +138,22 @@ def test_the_host_checks_look_where_the_flags_say() -> None:
     assert moved.host_paths.not_ready_dir == Path("/host/run/nr")
     assert moved.host_paths.kvm_device == Path("/host/dev/kvm")
     assert moved.host_paths.thin_pool == ""
+
+
+def test_the_limits_per_identity_and_holder_have_defaults_flags_and_checks() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    config = parse(FILES, env, check_host=False)
+    assert (config.identity_call_burst, config.identity_call_rate) == (200, 100.0)
+    assert config.max_streams_per_holder == 64
+    flags = ["--identity-call-burst=5", "--identity-call-rate=0.5", "--max-streams-per-holder=2"]
+    config = parse([*FILES, *flags], env, check_host=False)
+    assert (config.identity_call_burst, config.identity_call_rate) == (5, 0.5)
+    assert config.max_streams_per_holder == 2
+    bad = ["--identity-call-burst=0", "--identity-call-rate=0", "--max-streams-per-holder=0"]
+    with pytest.raises(ConfigError) as caught:
+        parse([*FILES, *bad], env, check_host=False)
+    assert caught.value.problems == (
+        "--identity-call-burst: must be at least 1",
+        "--identity-call-rate: must be greater than zero",
+        "--max-streams-per-holder: must be at least 1",
+    )

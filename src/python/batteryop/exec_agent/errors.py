@@ -22,7 +22,8 @@ class Check(enum.StrEnum):
     """The checks a call passes, in the order they run; the prefix of every refusal."""
 
     LIMIT = "limit"
-    """The caller's address has not failed too often, and a stream slot is free (EA-105)."""
+    """The caller's address has not failed too often (EA-105), its identity has calls left
+    (EA-120, EA-121), and a stream slot is free, also for its Holder (EA-105, EA-123)."""
     BEARER_TOKEN = "bearer token"
     """Exactly one `authorization: Bearer <token>` metadata entry, whose unverified claims name
     the agent's audience and are not expired (EA-010, EA-107)."""

@@ -1,6 +1,7 @@
-"""What a caller can cost the agent (EA-105, EA-107): the per-address bucket of failed
-authentications, the first look at a token, the byte-bounded relay buffer, and a flood of bad
-calls against the real agent while a Holder's execs keep their latency."""
+"""What a caller can cost the agent (EA-105, EA-107, EA-120..EA-123): the per-address bucket of
+failed authentications (IPv6 by /64), the per-identity bucket of calls and its look before the
+review, the streams per Holder, the first look at a token, the byte-bounded relay buffer, and a
+flood of bad calls against the real agent while a Holder's execs keep their latency."""
 
 from __future__ import annotations
 
@@ -8,17 +9,28 @@ import asyncio
 import base64
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
-from batteryop.api import names
+from batteryop.api import names, samples
+from batteryop.api.claim import MicroVMClaim
+from batteryop.exec_agent.auth import Authorizer, Caller
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.frames import read_frame
-from batteryop.exec_agent.limits import FailedAuthLimiter, peer_address, token_precheck
+from batteryop.exec_agent.limits import (
+    FailedAuthLimiter,
+    IdentityLimiter,
+    address_key,
+    peer_address,
+    peer_key,
+    token_precheck,
+)
 from batteryop.exec_agent.relay import Outbox
+from batteryop.exec_agent.streams import ClaimStreams
+from batteryop.kube.client import KubeClient
 from batteryop.testing.exec_agent import Agent, Holders, flood_while_holding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -72,6 +84,93 @@ def test_the_peer_address_is_the_ip_without_the_port() -> None:
     assert peer_address("ipv6:[::1]:5000") == "::1"
     assert peer_address("unix:/run/x.sock") == "/run/x.sock"
     assert peer_address(None) == ""
+
+
+@pytest.mark.req("EA-122")
+def test_an_ipv6_caller_is_counted_by_its_64() -> None:
+    """A caller picks any address of its /64 at will: all of them share one bucket."""
+    one = peer_key("ipv6:[2001:db8:1:2::5]:5000")
+    assert one == "2001:db8:1:2::/64"
+    assert peer_key("ipv6:[2001:db8:1:2:ffff:ffff:ffff:ffff]:1") == one
+    assert peer_key("ipv6:[2001:db8:1:3::5]:5000") != one
+    assert peer_key("ipv6:[::ffff:10.0.0.1]:5000") == "10.0.0.1"  # IPv4, mapped
+    assert peer_key("ipv4:10.0.0.1:5000") == "10.0.0.1"
+    assert address_key("/run/x.sock") == "/run/x.sock"
+    limiter = FailedAuthLimiter(burst=1, rate=0.5, clock=Clock())
+    limiter.admit(peer_key("ipv6:[2001:db8:1:2::5]:5000"))
+    with pytest.raises(RefusedError):
+        limiter.admit(peer_key("ipv6:[2001:db8:1:2::6]:5000"))  # the next address: same bucket
+
+
+@pytest.mark.req("EA-120")
+def test_an_identity_that_keeps_calling_is_refused_naming_the_limit() -> None:
+    clock = Clock()
+    limiter = IdentityLimiter(burst=3, rate=0.5, clock=clock)
+    mallory, alice = "system:serviceaccount:ns:mallory", "system:serviceaccount:ns:alice"
+    for i in range(3):
+        limiter.after_review(f"token-{i}", mallory, None)  # its tokens spend the one bucket
+    with pytest.raises(RefusedError) as caught:
+        limiter.after_review("token-3", mallory, None)
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.message == (
+        f"limit: calls per identity: too many calls by {mallory}; try again in 2.0s"
+    )
+    limiter.after_review("alice-token", alice, None)  # another identity has its own bucket
+    clock.t = 2.0
+    assert limiter.before_review("token-0") == mallory  # known: taken before the review
+    limiter.after_review("token-0", mallory, mallory)  # and not taken twice
+    with pytest.raises(RefusedError):
+        limiter.before_review("token-1")
+
+
+@pytest.mark.req("EA-121")
+async def test_before_the_review_only_the_very_token_a_review_named_is_turned_away() -> None:
+    """The pre-limit is keyed by the token itself: a token whose unverified subject names an
+    identity with an empty bucket is not refused for it (anyone can write such a token), and
+    nothing but a reviewed call spends an identity's bucket."""
+    clock = Clock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    limiter = IdentityLimiter(burst=1, rate=0.5, clock=clock, sleep=sleep)
+    victim = "system:serviceaccount:ns:sandbox"
+    assert await limiter.turn_away("victims-token") is None  # never reviewed: the review decides
+    assert limiter.before_review("victims-token") is None
+    limiter.after_review("victims-token", victim, None)
+    refused = await limiter.turn_away("victims-token")
+    assert refused is not None and refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert slept == [1.0]  # held until a token would be back (at most 1 s)
+    forged = "a-token-anyone-wrote-with-sub-" + victim
+    assert await limiter.turn_away(forged) is None
+    assert limiter.before_review(forged) is None  # takes nothing of the victim's
+    assert limiter.identity_of(forged) is None
+
+
+@pytest.mark.req("EA-123")
+async def test_one_holder_gets_at_most_its_streams_across_all_its_claims() -> None:
+    authorizer = Authorizer(cast(KubeClient, None), node_name="host-a")
+    streams = ClaimStreams(authorizer, max_streams=10, max_per_claim=5, max_per_holder=2)
+    greedy = Caller(username="system:serviceaccount:ns:greedy")
+    other = Caller(username="system:serviceaccount:ns:other")
+
+    def claim(name: str, holder: str) -> MicroVMClaim:
+        return MicroVMClaim.from_dict(samples.sample_claim(name, "pool", holder, "ns"))
+
+    first = streams.admit(greedy, claim("c1", "greedy"), "uid-1", end=lambda _: None)
+    streams.admit(greedy, claim("c2", "greedy"), "uid-2", end=lambda _: None)
+    with pytest.raises(RefusedError) as caught:
+        streams.admit(greedy, claim("c3", "greedy"), "uid-3", end=lambda _: None)
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.message == (
+        "limit: streams per Holder: system:serviceaccount:ns:greedy runs 2 streams already"
+    )
+    streams.admit(other, claim("c4", "other"), "uid-4", end=lambda _: None)
+    assert streams.running_for(greedy.username) == 2
+    streams.release(first)
+    streams.admit(greedy, claim("c3", "greedy"), "uid-3", end=lambda _: None)
+    assert streams.running == 3
 
 
 @pytest.mark.req("EA-107")

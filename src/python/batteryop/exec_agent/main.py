@@ -43,7 +43,12 @@ from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.identity import IdentityError, check_identity
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.exec_agent.node_report import NodeReporter
-from batteryop.exec_agent.server import AgentServer, AgentServerError, failed_auth_limiter
+from batteryop.exec_agent.server import (
+    AgentServer,
+    AgentServerError,
+    failed_auth_limiter,
+    identity_limiter,
+)
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError
@@ -135,6 +140,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             audience=config.token_audience,
             observer=metrics,
             limiter=failed_auth_limiter(config),  # EA-105
+            identities=identity_limiter(config),  # EA-120, EA-121
         )
         server = AgentServer(
             config,

@@ -235,9 +235,12 @@ class ExecRelay:
         finally:
             self._streams.release(stream)
 
-    async def turn_away(self, peer: str | None) -> RefusedError | None:
-        """The refusal a call from `peer` gets before its start is read (EA-105), if any."""
-        return await self._authorizer.turn_away(peer)
+    async def turn_away(
+        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
+    ) -> RefusedError | None:
+        """The refusal a call from `peer` with `metadata` gets before its start is read
+        (EA-105, EA-121), if any."""
+        return await self._authorizer.turn_away(peer, metadata)
 
     async def _first_message(
         self, requests: AsyncIterator[Request | None]

@@ -15,12 +15,22 @@ before any handler sees it.
     ...
     await server.stop()         # running execs get config.shutdown_grace to finish
 
-The server owns what keeps running streams honest and callers bounded (EA-105, EA-106): the
-`streams.ClaimStreams` every exec stream is admitted to, whose watch of the claims
+The server owns what keeps running streams honest and callers bounded (EA-105, EA-106,
+EA-123): the `streams.ClaimStreams` every exec stream is admitted to (at most `--max-streams`,
+`--max-streams-per-claim` and `--max-streams-per-holder`), whose watch of the claims
 (`CLAIMS_WATCH_TASK`) runs under `server.tasks` from `start` to `stop`. The authorizer it is
-given counts failed authentications with `failed_auth_limiter(config)`.
+given counts failed authentications with `failed_auth_limiter(config)` and calls per identity
+with `identity_limiter(config)` (EA-120, EA-121).
 
-Requirements: EA-002, EA-003, EA-105, EA-106.
+Below the handlers, gRPC's own bounds (EA-124, `server_options` and `MAX_CONCURRENT_RPCS`; each
+constant says what it bounds and why): calls in progress on the server, streams per
+connection, idle connections, unfinished TLS handshakes, keepalive pings to callers, and the
+enforcement of callers' pings (a connection pinging more than every 30 s without data is
+closed; the client library's keepalive is within it). There is no cap on connections in gRPC
+Python; `grpc.max_connection_age_ms` is not set: it would only stop new calls on old
+connections (an exec stream may rightly last hours), bounding nothing a flood keeps.
+
+Requirements: EA-002, EA-003, EA-105, EA-106, EA-120, EA-121, EA-123, EA-124.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
 from batteryop.exec_agent.errors import RefusalObserver
 from batteryop.exec_agent.flintlockd import Flintlockd
-from batteryop.exec_agent.limits import FailedAuthLimiter
+from batteryop.exec_agent.limits import FailedAuthLimiter, IdentityLimiter
 from batteryop.exec_agent.relay import ExecRelay
 from batteryop.exec_agent.servicer import ExecServicer, MicroVMServicer
 from batteryop.exec_agent.streams import ClaimStreams
@@ -74,6 +84,75 @@ def failed_auth_limiter(config: AgentConfig) -> FailedAuthLimiter:
     return FailedAuthLimiter(burst=config.failed_auth_burst, rate=config.failed_auth_rate)
 
 
+def identity_limiter(config: AgentConfig) -> IdentityLimiter:
+    """The per-identity bucket of calls the config asks for (EA-120, EA-121)."""
+    return IdentityLimiter(burst=config.identity_call_burst, rate=config.identity_call_rate)
+
+
+MAX_CONCURRENT_RPCS: Final = 4096
+"""RPCs in progress on the server at once (`maximum_concurrent_rpcs`); gRPC itself refuses
+more with RESOURCE_EXHAUSTED before any handler runs. A backstop for memory and tasks, shared by
+everyone, not a fairness rule (the buckets and stream caps are): it sits above every limit that
+can hold calls legitimately, the default `--max-streams` plus the refused calls the two
+buckets may hold (1,024 each, `limits`)."""
+
+MAX_STREAMS_PER_CONNECTION: Final = 128
+"""`grpc.max_concurrent_streams`: HTTP/2 streams (calls) open at once on one connection. A
+client over it waits for a free stream instead of failing; it is above the default
+`--max-streams-per-holder` (a Holder's client keeps one connection per agent), so that Holder
+never waits on it, while a flood must open connections (each a TLS handshake of its own)."""
+
+MAX_CONNECTION_IDLE_MS: Final = 5 * 60 * 1000
+"""`grpc.max_connection_idle_ms`: a connection without a call for 5 minutes is closed (GOAWAY);
+a client reconnects at its next call. Bounds how long an idle connection keeps its memory and
+file descriptor. gRPC Python has no cap on the number of connections: that is the process's
+file descriptors (the Pod's RLIMIT_NOFILE); this, the handshake timeout and the per-address
+bucket bound what each one costs."""
+
+SERVER_HANDSHAKE_TIMEOUT_MS: Final = 10 * 1000
+"""`grpc.server_handshake_timeout_ms`: a connection must finish its TLS handshake within 10 s
+(gRPC's default is 120 s), so connections that never finish one are dropped soon."""
+
+KEEPALIVE_TIME_MS: Final = 60 * 1000
+KEEPALIVE_TIMEOUT_MS: Final = 20 * 1000
+"""`grpc.keepalive_time_ms`, `grpc.keepalive_timeout_ms`: the server pings each connection after
+a minute without traffic and closes it when the ping is not answered within 20 s, so a caller
+whose machine or network went away frees its exec streams (and their slots) within 80 s, not
+after TCP's own timeouts (hours)."""
+
+MIN_PING_INTERVAL_MS: Final = 30 * 1000
+"""`grpc.http2.min_ping_interval_without_data_ms`: a client's pings must be at least 30 s apart
+while the server sends no data; a ping sooner is a strike. The client library pings every
+`KEEPALIVE_TIME_MS` of `batteryop.client._transport` (5 minutes, gRPC's default for this), ten
+times this; other clients may ping as often as every 30 s."""
+
+MAX_PING_STRIKES: Final = 2
+"""`grpc.http2.max_ping_strikes`: after this many strikes the connection is closed (GOAWAY
+`too_many_pings`): pings are answered by the server's transport for free otherwise, a flood
+the buckets never see."""
+
+KEEPALIVE_PERMIT_WITHOUT_CALLS: Final = 0
+"""`grpc.keepalive_permit_without_calls`: a ping on a connection with no call is a strike; an
+idle connection needs no keepalive (it is closed after `MAX_CONNECTION_IDLE_MS` anyway)."""
+
+
+def server_options(config: AgentConfig) -> list[tuple[str, Any]]:
+    """The gRPC server's channel arguments (each constant above says what it bounds and why)."""
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+        ("grpc.server_handshake_timeout_ms", SERVER_HANDSHAKE_TIMEOUT_MS),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.keepalive_permit_without_calls", KEEPALIVE_PERMIT_WITHOUT_CALLS),
+    ]
+
+
 def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
     """TLS with the serving certificate, no client certificates (EA-002)."""
     try:
@@ -105,16 +184,14 @@ class AgentServer:
             authorizer,
             max_streams=config.max_streams,
             max_per_claim=config.max_streams_per_claim,
+            max_per_holder=config.max_streams_per_holder,  # EA-123
         )
         self.tasks = Supervisor()
         """Runs the claims watch (`CLAIMS_WATCH_TASK`) while the server runs."""
         self.tasks.add(CLAIMS_WATCH_TASK)
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.max_send_message_length", config.max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
-        self._server = grpc.aio.server(options=options)
+        self._server = grpc.aio.server(  # EA-124
+            options=server_options(config), maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS
+        )
         relay = ExecRelay(
             authorizer,
             flintlockd,

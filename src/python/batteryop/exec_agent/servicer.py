@@ -15,7 +15,12 @@ the check, the code and the caller's user where known (never the token), and is 
 check and code (`RefusalObserver`, the metric `exec_agent_refusals_total`). Logs of refusals
 by `limit` and `bearer token` are at debug level: a flood of bad calls must not flood the log.
 
-Requirements: EA-003; EA-010..EA-014 (through `auth`); EA-020, EA-021 (through `relay`).
+Every authenticated call, answered or refused, spends its identity's bucket of calls (`auth`,
+EA-120); `ExecCommand` is turned away by address and by a known token's identity before its
+start is read (EA-105, EA-121).
+
+Requirements: EA-003; EA-010..EA-014, EA-120, EA-121 (through `auth`); EA-020, EA-021 (through
+`relay`).
 """
 
 from __future__ import annotations
@@ -87,8 +92,8 @@ class ExecServicer:
         request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
-        limited = await self._relay.turn_away(context.peer())
-        if limited is not None:  # EA-105: no task, no read of the start, no review
+        limited = await self._relay.turn_away(context.peer(), context.invocation_metadata())
+        if limited is not None:  # EA-105, EA-121: no task, no read of the start, no review
             await refuse(context, limited, "ExecCommand", self._refusals)
         try:
             async for response in self._relay.run(

@@ -17,11 +17,12 @@ moment its claim no longer lets it run:
   renewed meanwhile keeps the streams running, an expired one ends them. So even with the
   watch down (the API server unreachable) no stream outlives its lease.
 
-Limits: at most `max_streams` streams run at once on the agent, and `max_per_claim` per claim;
-a stream beyond either is refused with RESOURCE_EXHAUSTED (`limit: ...`) before flintlockd is
-asked anything.
+Limits: at most `max_streams` streams run at once on the agent, `max_per_claim` per claim, and
+`max_per_holder` per Holder (the reviewed user running them, across all its claims: one
+identity holding many claims cannot take every stream of the agent, EA-123); a stream beyond any
+of them is refused with RESOURCE_EXHAUSTED (`limit: ...`) before flintlockd is asked anything.
 
-    streams = ClaimStreams(authorizer, max_streams=256, max_per_claim=16)
+    streams = ClaimStreams(authorizer, max_streams=256, max_per_claim=16, max_per_holder=64)
     stream = streams.admit(caller, claim, microvm_uid, end=outbox.fail)   # after `authorize`
     ...
     streams.release(stream)
@@ -87,11 +88,15 @@ class ClaimStreams:
         *,
         max_streams: int,
         max_per_claim: int,
+        max_per_holder: int | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._max_streams = max_streams
         self._max_per_claim = max_per_claim
+        self._max_per_holder = max_streams if max_per_holder is None else max_per_holder
         self._claims: dict[Key, _Claim] = {}
+        self._holders: dict[str, int] = {}
+        """Running streams by the Holder (reviewed user) that runs them (EA-123)."""
         self._count = 0
         self.checks = 0
         """Fresh reads of a claim made for running streams (for tests and metrics)."""
@@ -99,6 +104,10 @@ class ClaimStreams:
     @property
     def running(self) -> int:
         return self._count
+
+    def running_for(self, holder: str) -> int:
+        """Streams running for the Holder (reviewed user) `holder` (EA-123)."""
+        return self._holders.get(holder, 0)
 
     # -- streams -----------------------------------------------------------------------------
 
@@ -125,11 +134,19 @@ class ClaimStreams:
                 Check.LIMIT,
                 f"claim {key[0]}/{key[1]} runs {self._max_per_claim} streams already",
             )
+        holder = caller.username
+        if self._holders.get(holder, 0) >= self._max_per_holder:  # EA-123
+            raise RefusedError(
+                RESOURCE_EXHAUSTED,
+                Check.LIMIT,
+                f"streams per Holder: {holder} runs {self._max_per_holder} streams already",
+            )
         if entry is None:
             entry = self._claims[key] = _Claim()
         stream = Stream(key, claim.metadata.uid, caller, microvm_uid, end)
         entry.streams.add(stream)
         self._count += 1
+        self._holders[holder] = self._holders.get(holder, 0) + 1
         self._expire_at(key, entry, claim)
         return stream
 
@@ -140,6 +157,12 @@ class ClaimStreams:
             return
         entry.streams.discard(stream)
         self._count -= 1
+        holder = stream.caller.username
+        left = self._holders.get(holder, 0) - 1
+        if left > 0:
+            self._holders[holder] = left
+        else:
+            self._holders.pop(holder, None)
         if not entry.streams:
             if entry.timer is not None:
                 entry.timer.cancel()

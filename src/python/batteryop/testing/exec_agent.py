@@ -48,7 +48,7 @@ from batteryop.exec_agent.config import AgentConfig
 from batteryop.exec_agent.errors import Check
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.host_checks import HostPaths
-from batteryop.exec_agent.server import AgentServer, failed_auth_limiter
+from batteryop.exec_agent.server import AgentServer, failed_auth_limiter, identity_limiter
 from batteryop.exec_agent.timing import Phase
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -253,6 +253,7 @@ async def running_agent(
             audience=config.token_audience,
             observer=log,
             limiter=failed_auth_limiter(config),
+            identities=identity_limiter(config),
         )
         server = AgentServer(
             config, authorizer=authorizer, flintlockd=upstream, observer=log, refusals=log
@@ -470,6 +471,10 @@ class FloodRun:
     rss_before: int
     rss_peak: int
     """This process's resident memory (the agent runs in it) before and at most meanwhile."""
+    unloaded: list[float] = field(default_factory=list)
+    """The Holder's round trips just before the flood (`baseline` of them), seconds."""
+    phases_from: int = 0
+    """Where the flood's part of `Agent.phases` starts (the Holder's calls are in it too)."""
 
 
 def _rss_bytes() -> int:
@@ -480,10 +485,20 @@ def _rss_bytes() -> int:
 
 
 async def flood_while_holding(
-    agent: Agent, holding: Holding, *, calls: int, connections: int, at_least: int = 100
+    agent: Agent,
+    holding: Holding,
+    *,
+    calls: int,
+    connections: int,
+    at_least: int = 100,
+    token: str | None = None,
+    baseline: int = 0,
 ) -> FloodRun:
     """`calls` bad-token calls over `connections` connections from FLOOD_SOURCE (a process of
     its own) while `holding`'s Holder runs `true` through the agent, at least `at_least` times.
+    With `token`, the flood is one identity's instead: every call carries that valid token
+    (`exec_agent_flood --token-file`). With `baseline`, that many of the Holder's round trips
+    are timed before the flood starts (`FloodRun.unloaded`).
 
     limits_test checks what it must not cost (EA-105, EA-107); exec_agent_bench prints the
     Holder's latency meanwhile, a machine's figure rather than a test's."""
@@ -496,10 +511,20 @@ async def flood_while_holding(
     async with agent.channel() as channel:
         for _ in range(20):  # warm: connection, flintlockd channel, the agent's code paths
             await run_exec(channel, holding.metadata, start)
+        unloaded: list[float] = []
+        for _ in range(baseline):
+            t0 = time.perf_counter()
+            await run_exec(channel, holding.metadata, start)
+            unloaded.append(time.perf_counter() - t0)
         rss_before = rss_peak = _rss_bytes()
+        phases_from = len(agent.phases)
         reviews_before, reads_before = count(Phase.TOKEN_REVIEW), count(Phase.CLAIM_READ)
         argv, env = module_command("batteryop.testing.exec_agent_flood")
         ca = Path(agent.config.tls_cert_file).parent / "serving-ca.crt"
+        if token is not None:
+            token_file = ca.parent / "flood-token"
+            token_file.write_text(token)
+            argv = [*argv, f"--token-file={token_file}"]
         began = time.monotonic()
         flood = await asyncio.create_subprocess_exec(
             *argv,
@@ -536,6 +561,8 @@ async def flood_while_holding(
         reads=count(Phase.CLAIM_READ) - reads_before - holder,
         rss_before=rss_before,
         rss_peak=rss_peak,
+        unloaded=unloaded,
+        phases_from=phases_from,
     )
 
 

@@ -9,8 +9,11 @@ come from that address, as it would from another machine, and not from the test'
 127.0.0.1. Sends `--calls` `ExecCommand` calls round robin over them, one at a time per
 connection, each with a start message and a bad bearer token, in turn: a string that is no
 JWT, a JWT for another audience, and a JWT for the agent's audience that nobody signed
-(naming a claim's Secret, so that it could cost a claim read too). Prints one JSON line:
-`{"calls": n, "seconds": s, "codes": {"UNAUTHENTICATED": n, ...}}`.
+(naming a claim's Secret, so that it could cost a claim read too). With `--token-file`, every
+call carries that token instead (one identity's own, valid token: the flood of issue 43's finding
+5), and the calls rotate over `ServerInfo` (answered), `GetMicroVM` and `ExecCommand` for a
+MicroVM the token's claim does not hold (refused after the review and the claim read). Prints
+one JSON line: `{"calls": n, "seconds": s, "codes": {"UNAUTHENTICATED": n, ...}}`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+from google.protobuf import empty_pb2
 
+from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2,
     microvmexec_pb2_grpc,
@@ -87,10 +92,29 @@ async def relay(target: str, source: str) -> asyncio.Server:
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
 
+FLOOD_UID = "01FLOOD"
+"""The MicroVM every flood call names: no claim holds it."""
+
+
+async def unary_once(channel: grpc.aio.Channel, token: str, i: int) -> grpc.StatusCode:
+    """`ServerInfo` (even i) or `GetMicroVM` for `FLOOD_UID` (odd i) with `token`."""
+    stub = microvms_pb2_grpc.MicroVMStub(channel)
+    metadata = (("authorization", f"Bearer {token}"),)
+    try:
+        if i % 2 == 0:
+            await stub.ServerInfo(empty_pb2.Empty(), metadata=metadata, timeout=30)
+        else:
+            request = microvms_pb2.GetMicroVMRequest(uid=FLOOD_UID)
+            await stub.GetMicroVM(request, metadata=metadata, timeout=30)
+    except grpc.aio.AioRpcError as e:
+        return e.code()
+    return grpc.StatusCode.OK
+
+
 async def call_once(stub: microvmexec_pb2_grpc.MicroVMExecStub, token: str) -> grpc.StatusCode:
     call = stub.ExecCommand(metadata=(("authorization", f"Bearer {token}"),), timeout=30)
     with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        start = microvmexec_pb2.ExecStart(uid="01FLOOD", cmd="true")
+        start = microvmexec_pb2.ExecStart(uid=FLOOD_UID, cmd="true")
         await call.write(microvmexec_pb2.ExecCommandRequest(start=start))
         await call.done_writing()
     try:
@@ -119,7 +143,13 @@ async def flood(args: argparse.Namespace) -> dict[str, object]:
     async def worker(channel: grpc.aio.Channel) -> None:
         stub = microvmexec_pb2_grpc.MicroVMExecStub(channel)
         for i in counter:
-            codes[(await call_once(stub, bad_token(i))).name] += 1
+            if args.token is None:
+                code = await call_once(stub, bad_token(i))
+            elif i % 3 == 2:
+                code = await call_once(stub, args.token)
+            else:
+                code = await unary_once(channel, args.token, i)
+            codes[code.name] += 1
 
     started = time.monotonic()
     try:
@@ -138,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--source", default="127.0.0.43")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--connections", type=int, default=50)
+    p.add_argument("--token-file", default="", help="one identity's token for every call")
     args = p.parse_args(argv)
     args.ca_pem = Path(args.ca).read_bytes()
+    args.token = Path(args.token_file).read_text().strip() if args.token_file else None
     result = asyncio.run(flood(args))
     print(json.dumps(result), flush=True)
     return 0
