@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import (
     ConfigError,
     env_name,
@@ -138,3 +139,25 @@ def test_the_host_checks_look_where_the_flags_say() -> None:
     assert moved.host_paths.not_ready_dir == Path("/host/run/nr")
     assert moved.host_paths.kvm_device == Path("/host/dev/kvm")
     assert moved.host_paths.thin_pool == ""
+
+
+@pytest.mark.req("EA-116")
+def test_limits_whose_worst_case_exceeds_the_stream_memory_are_refused() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    defaults = parse(FILES, env)
+    one = memory.stream_bytes(
+        max_message_bytes=defaults.max_message_bytes,
+        relay_buffer_bytes=defaults.relay_buffer_bytes,
+    )
+    assert defaults.max_streams * one <= defaults.stream_memory_bytes
+    assert defaults.stream_memory_bytes + memory.BASELINE_BYTES < memory.CONTAINER_MEMORY_BYTES
+    with pytest.raises(ConfigError) as caught:
+        parse([*FILES, "--relay-buffer-bytes=4194304"], env)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"--max-streams: {defaults.max_streams} streams of up to ")
+    assert problem.endswith(
+        f"need more than --stream-memory-bytes {memory.STREAM_MEMORY_BYTES}; "
+        f"at most {memory.STREAM_MEMORY_BYTES // (one - 262144 + 4194304)} fit"
+    )
+    fewer = parse([*FILES, "--relay-buffer-bytes=4194304", "--max-streams=24"], env)
+    assert fewer.max_streams == 24

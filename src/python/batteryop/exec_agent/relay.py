@@ -1,4 +1,4 @@
-"""One exec stream, caller to flintlockd and back (EA-020, EA-021).
+"""One exec stream, caller to flintlockd and back (EA-020, EA-021, EA-106, EA-115, EA-116).
 
 `ExecRelay.run` takes the caller's request stream and metadata and yields the responses to send
 back; it ends either by returning after the exit-status frame or by raising `RefusedError`, whose
@@ -16,7 +16,8 @@ code and message become the call's status. In order:
 3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
    before this passes; then take a stream slot for the claim (`streams.ClaimStreams.admit`,
    RESOURCE_EXHAUSTED when none is free, EA-105), which from now on ends the stream with a
-   refusal as soon as the claim no longer allows it, or its lease expires (EA-106);
+   refusal as soon as the claim no longer allows it, or its lease expires (EA-106): at once,
+   from outside the handler, whether or not the caller reads (`_Ending`, EA-115);
 4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
    MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
    refusal keeps its code;
@@ -36,9 +37,15 @@ code and message become the call's status. In order:
 
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
-who is gone (flintlockd ends the guest session when its RPC ends; EA-102). Backpressure holds end to
-end: at most `buffer_bytes` of responses (plus the one being added) wait between flintlockd and
-a slow caller (`Outbox`); flintlockd is not read while they do.
+who is gone (flintlockd ends the guest session when its RPC ends; EA-102). The end of the claim
+does not wait for the way out, which a caller that stopped reading holds up (gRPC resumes the
+handler only once the caller took the message it sends): `_Ending` cancels the upstream call
+and the tasks relaying stdin and output at once, and the handler itself `END_GRACE_SECONDS`
+later if it has not ended (EA-115). Backpressure holds end to end: at most `buffer_bytes` of
+responses (plus the one being added) wait between flintlockd and a slow caller (`Outbox`);
+flintlockd is not read while they do, nor at all once the stream failed; gRPC's own receive
+windows have a fixed size on both sides (`memory.transport_options`), so what a caller or
+flintlockd sends beyond them waits on their side, not in the agent (EA-116).
 
 Requests arrive already decoded; a message that failed to decode arrives as None (see
 `servicer.decode_request`). Messages above the server's size limit never arrive: gRPC fails the
@@ -58,6 +65,7 @@ import grpc
 import grpc.aio
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
@@ -67,12 +75,12 @@ from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 
 Request = microvmexec_pb2.ExecCommandRequest
 
-DEFAULT_BUFFER_BYTES: Final = 1024 * 1024
+DEFAULT_BUFFER_BYTES: Final = memory.DEFAULT_RELAY_BUFFER_BYTES
 """Output bytes read from flintlockd but not yet sent to the caller, per stream, by default."""
 
-COALESCE_BYTES: Final = 1024 * 1024
-"""The most output bytes joined into one message to the caller (a quarter of gRPC's default
-receive limit, so any client takes it)."""
+COALESCE_BYTES: Final = memory.JOINED_BYTES
+"""The most output bytes joined into one message to the caller: with its framing it fits the
+smallest `--max-message-bytes` the agent sends with, and any client takes it (EA-116)."""
 
 LINGER_SECONDS: Final = 0.005
 """While output streams (a message comes within this long of the last one sent, and the caller

@@ -7,7 +7,8 @@ the serving address is refused at start), or with the credentials it is given: w
 handshake with the newest certificate obtained by CSR (EA-068). Callers are not asked for a certificate: they prove who they are with a bearer token
 (`auth`). gRPC's TLS offers HTTP/2 by ALPN and TLS 1.2 or newer. The largest message accepted,
 either way, is `config.max_message_bytes`: a bigger one fails its call with RESOURCE_EXHAUSTED
-before any handler sees it.
+before any handler sees it. Each stream's receive window has a fixed size, without BDP probing
+(`memory.transport_options`, EA-116): a caller's unread stdin waits on its side.
 
     server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd)
     await server.start()        # server.port is the bound port (config.port 0: a free one)
@@ -34,6 +35,7 @@ import grpc.aio
 from cryptography import x509
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
 from batteryop.exec_agent.errors import RefusalObserver
@@ -113,6 +115,7 @@ class AgentServer:
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *memory.transport_options(),  # a caller's unread stdin: a fixed window (EA-116)
         ]
         self._server = grpc.aio.server(options=options)
         relay = ExecRelay(
