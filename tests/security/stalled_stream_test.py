@@ -12,8 +12,6 @@ ended, and the stdin it took).
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -34,7 +32,6 @@ from batteryop.testing.exec_agent import (
     FLINTLOCKD_ADDRESS,
     Agent,
     Holders,
-    Holding,
     Pki,
     agent_kube_config,
     make_pki,
@@ -43,18 +40,13 @@ from batteryop.testing.exec_agent import (
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.polling import wait_until
+from batteryop.testing.stalled_exec import stall_then_delete
 
 pytestmark = pytest.mark.controlplane
-
-Start = microvmexec_pb2.ExecStart
-Request = microvmexec_pb2.ExecCommandRequest
 
 ENDED_WITHIN = 3.0
 """Seconds from the deletion to the command's RPC ending on flintlockd, at most (EA-106 says 2;
 the test allows for the shared machine)."""
-
-OUTPUT_HEAVY = "yes stalled-stream-output-line"
-"""Writes output as fast as it can, forever; never reads its stdin (flintlockd takes it)."""
 
 
 @pytest.fixture
@@ -97,70 +89,20 @@ def holders(
         api.close()
 
 
-async def write_within(call: grpc.aio.StreamStreamCall, request: Request, seconds: float) -> bool:
-    """Whether gRPC took `request` within `seconds` (False: flow control holds it)."""
-    try:
-        async with asyncio.timeout(seconds):
-            await call.write(request)
-        return True
-    except TimeoutError:
-        return False
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        return False  # the call is over: nothing more goes anywhere
-
-
-async def stall_then_delete(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd, holding: Holding
-) -> tuple[float, bytes, bytes]:
-    """Run `OUTPUT_HEAVY` with stdin on a stream nobody reads, delete the claim, then send
-    more stdin. (seconds from the deletion to the RPC's end on flintlockd, the stdin sent
-    before, the stdin sent after); fails the test if the RPC does not end in time."""
-    before = f"before-{uuid.uuid4().hex}\n".encode()
-    after = f"after-{uuid.uuid4().hex}\n".encode()
-    start = Start(uid=holding.microvm_uid, cmd=OUTPUT_HEAVY, shell=True, has_stdin=True)
-    # No BDP probing: the Holder's own process does not buffer megabytes of unread output.
-    async with agent.channel(**{"grpc.http2.bdp_probe": 0}) as channel:
-        call = MicroVMExecStub(channel).ExecCommand(metadata=holding.metadata)
-        try:
-            await call.write(Request(start=start))
-            assert await write_within(call, Request(stdin=before), 10), "stdin was not taken"
-            # The stdin reached the command's side, and output is pending, unread: stalled.
-            await wait_until(
-                flintlockd.exec_history, len, what="the exec started on flintlockd", within=10
-            )
-            await wait_until(
-                lambda: flintlockd.exec_session(0),
-                lambda s: before in s.stdin,
-                what="the stdin sent before the deletion reached the command",
-                within=10,
-            )
-            deleted = time.monotonic()
-            k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
-            )
-            session = await flintlockd.exec_session(0, wait_ended=ENDED_WITHIN + 7)
-            took = time.monotonic() - deleted
-            assert session.ended, (
-                f"the command's RPC on flintlockd still runs {ENDED_WITHIN + 7:g}s after its "
-                "claim was deleted, its stream unread"
-            )
-            # Stdin after the deletion: wherever gRPC takes it, it must not reach the command.
-            await write_within(call, Request(stdin=after), 2)
-            final = await flintlockd.exec_session(0)
-            return took, final.stdin, after
-        finally:
-            call.cancel()
-
-
 @pytest.mark.req("EA-106", "EA-115")
 async def test_an_unread_stream_ends_on_flintlockd_when_its_claim_is_deleted(
     agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
 ) -> None:
     holding = await holders.hold()
-    took, stdin, after = await stall_then_delete(agent, holders, flintlockd, holding)
+    end = await stall_then_delete(agent, holders, flintlockd, holding)
+    took = end.seconds
+    assert end.ended, (
+        f"the command's RPC on flintlockd still runs {took:.1f}s after its claim was deleted, "
+        "its stream unread"
+    )
     print(f"claim deleted -> unread stream's command ended on flintlockd in {took * 1000:.0f} ms")
     assert took <= ENDED_WITHIN, f"the command ended {took:.2f}s after its claim was deleted"
-    assert after not in stdin, "stdin sent after the claim's deletion reached the command"
+    assert end.after not in end.stdin, "stdin sent after the claim's deletion reached the command"
     # The slot is free again once the handler is gone (at most END_GRACE_SECONDS later).
     await wait_until(
         lambda: _now(agent.server.streams.running),
@@ -172,3 +114,28 @@ async def test_an_unread_stream_ends_on_flintlockd_when_its_claim_is_deleted(
 
 async def _now(value: int) -> int:
     return value
+
+
+@pytest.mark.req("EA-106", "EA-115")
+async def test_a_reading_caller_with_stdin_open_still_gets_the_claims_refusal(
+    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
+) -> None:
+    """Ending the stream from outside its handler keeps the status a reading caller gets."""
+    holding = await holders.hold()
+    start = microvmexec_pb2.ExecStart(
+        uid=holding.microvm_uid, cmd="echo up; cat >/dev/null", shell=True, has_stdin=True
+    )
+    async with agent.channel() as channel:
+        call = MicroVMExecStub(channel).ExecCommand(metadata=holding.metadata)
+        await call.write(microvmexec_pb2.ExecCommandRequest(start=start))
+        first = await asyncio.wait_for(call.read(), 10)
+        assert first.stdout == b"up\n"
+        k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
+            names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async with asyncio.timeout(ENDED_WITHIN):
+                await call.read()
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value
+    assert caught.value.details().endswith("; the running command was ended")
+    assert (await flintlockd.exec_session(0, wait_ended=ENDED_WITHIN)).ended
