@@ -18,6 +18,7 @@ passes the whole authorization. Prints one JSON line per figure:
      "send_1m": ..., "read_1m": ...}, "cores": ..., "ceiling_mib_per_s": ...,
      "linger_on_off": {"on": {...}, "off": {...}}}
     {"bench": "exec_roundtrip_true_under_flood", "holder": {"p50_ms": ..., "p99_ms": ...}, ...}
+    {"bench": "stalled_stream_end", "runs": 7, "p50_ms": ..., "max_ms": ..., "slot_free_p50_ms": ...}
 
 The fake flintlockd runs every command for real and sends its output as it reads it from a
 pipe: at 100 MiB it is slower than the agent (`flintlockd_direct_baseline`), and on two cores
@@ -36,6 +37,11 @@ machine's cores times 100 MiB over their sum, the figure with every process's CP
 overlap. `linger_on_off` streams through the agent with the relay's linger (the wait for more
 output to join, relay._coalesce) on and off in turns: the medians of each, throughput and the
 agent's CPU per MiB.
+`stalled_stream_end` (`test_stalled_stream_end`) deletes the claim of a stream its Holder stopped
+reading while its command writes output and takes stdin (`batteryop.testing.stalled_exec`,
+EA-106, EA-115): the time from the deletion to the end of the command's RPC on flintlockd, and
+to the stream's slot being free again (its handler gone, at most `relay.END_GRACE_SECONDS`
+later).
 `exec_roundtrip_true_under_flood` runs `true` while 2,000 calls with bad tokens come over 50
 connections from another address (`batteryop.testing.exec_agent_flood`): the Holder's round
 trips meanwhile, and what the flood cost the API server and the agent's memory.
@@ -98,6 +104,8 @@ from batteryop.testing.exec_agent import (
     running_agent,
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.polling import wait_until
+from batteryop.testing.stalled_exec import stall_then_delete
 
 RUNS = 200 if FULL else 20
 LINGER_ROUNDS = 7 if FULL else 1
@@ -105,6 +113,7 @@ WARM = 10
 MIB = 100 if FULL else 10
 FLOOD_CALLS = 2000 if FULL else 200
 FLOOD_CONNECTIONS = 50
+STALLED_RUNS = 7 if FULL else 2
 
 
 def process_cpu(pid: int) -> tuple[float, float]:
@@ -537,3 +546,43 @@ async def print_standin(
             }
         )
     )
+
+
+async def test_stalled_stream_end(
+    controlplane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """`stalled_stream_end` (see the module docstring)."""
+    cluster = prepare_cluster(controlplane)
+    pki = make_pki(tmp_path / "pki")
+    api = admin_client(cluster)
+    ended: list[float] = []
+    freed: list[float] = []
+    try:
+        async with (
+            FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as fl,
+            running_agent(pki, agent_kube_config(cluster), fl.target) as agent,
+        ):
+            holders = Holders(api, namespace, fl, pki)
+            for _ in range(STALLED_RUNS):
+                end = await stall_then_delete(agent, holders, fl, await holders.hold())
+                assert end.ended, f"the unread stream's RPC outlived its claim {end.seconds:.1f}s"
+                assert end.after not in end.stdin
+                ended.append(end.seconds)
+
+                async def running() -> int:
+                    return agent.server.streams.running
+
+                await wait_until(
+                    running, lambda n: n == 0, what="the slot is free", within=10, interval=0.01
+                )
+                freed.append(time.monotonic() - end.deleted_at)
+    finally:
+        api.close()
+    figures = {
+        "bench": "stalled_stream_end",
+        "runs": len(ended),
+        "p50_ms": median_ms(ended),
+        "max_ms": round(max(ended) * 1000, 2),
+        "slot_free_p50_ms": median_ms(freed),
+    }
+    print(json.dumps(figures))

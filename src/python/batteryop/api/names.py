@@ -120,6 +120,10 @@ FLINTLOCKD_ADDRESS_ANNOTATION: Final = f"{GROUP}/flintlockd-address"
 DRAIN_STARTED_ANNOTATION: Final = f"{GROUP}/drain-started"
 """RFC 3339 time (nanoseconds) at which the Exec Agent saw its Node cordoned."""
 
+EXEC_AGENT_MEMORY_LIMIT_MIB: Final = 256
+"""The Exec Agent container's memory limit (MiB), which its default exec-stream limits fit in
+(`exec_agent.memory`)."""
+
 EXEC_AGENT_DRAIN_TIMEOUT_SECONDS: Final = 3600
 """How long, by default, an Exec Agent holds a drain of its Host open while claims are Bound
 there (one hour). Host pools may not drain Nodes faster than this (HP-004)."""

@@ -13,8 +13,9 @@ Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certif
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
 on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 and EA-036
 (the not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
-timeout), EA-105 (the limits on streams, failed authentications and relay buffers), EA-120 and EA-123 (calls
-per identity, streams per Holder).
+timeout), EA-105 (the limits on streams, failed authentications and relay buffers), EA-116 (the
+streams' worst-case memory fits the budget), EA-120 and EA-123 (calls per identity, streams per
+Holder).
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ from pathlib import Path
 from batteryop.api import names
 from batteryop.api.times import parse_duration
 from batteryop.exec_agent.host_checks import HostPaths
+from batteryop.exec_agent.memory import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_RELAY_BUFFER_BYTES,
+    MIN_MESSAGE_BYTES,
+    STREAM_MEMORY_BYTES,
+    stream_bytes,
+    streams_that_fit,
+)
 
-DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""gRPC's default receive limit, which flintlockd keeps: a bigger stdin chunk would not reach it."""
-
-MIN_MESSAGE_BYTES = 64 * 1024
-"""Below this even one 32 KiB output frame with its framing may not fit."""
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MIN_MESSAGE_BYTES", "AgentConfig", "ConfigError"]
 
 
 class ConfigError(ValueError):
@@ -77,6 +83,8 @@ class AgentConfig:
       once on the agent, for one claim (EA-105), and for one Holder across its claims (EA-123).
     - `relay_buffer_bytes`: output read from flintlockd but not yet sent, per stream, at most
       (plus one message): a stream's memory is bounded by it and `max_message_bytes`.
+    - `stream_memory_bytes`: what all streams may hold at worst; `max_streams` times one
+      stream's worst case (`memory.stream_bytes`) must fit in it (EA-116).
     - `failed_auth_burst`, `failed_auth_rate`: each caller address's bucket of failed
       authentications, and how many come back per second (EA-105, `limits`).
     - `identity_call_burst`, `identity_call_rate`: each reviewed identity's bucket of calls,
@@ -106,10 +114,11 @@ class AgentConfig:
     call_timeout: timedelta = timedelta(seconds=10)
     exec_open_timeout: timedelta = timedelta(seconds=10)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    max_streams: int = 256
+    max_streams: int = DEFAULT_MAX_STREAMS
     max_streams_per_claim: int = 16
     max_streams_per_holder: int = 64
-    relay_buffer_bytes: int = 1024 * 1024
+    relay_buffer_bytes: int = DEFAULT_RELAY_BUFFER_BYTES
+    stream_memory_bytes: int = STREAM_MEMORY_BYTES
     failed_auth_burst: int = 32
     failed_auth_rate: float = 2.0
     identity_call_burst: int = 200
@@ -211,6 +220,17 @@ class AgentConfig:
                 found.append(f"{flag}: must be at least 1")
         if self.relay_buffer_bytes < MIN_MESSAGE_BYTES:
             found.append(f"--relay-buffer-bytes: must be at least {MIN_MESSAGE_BYTES}")
+        sizes = {
+            "max_message_bytes": self.max_message_bytes,
+            "relay_buffer_bytes": self.relay_buffer_bytes,
+        }
+        fit = streams_that_fit(self.stream_memory_bytes, **sizes)
+        if self.max_streams > fit:  # EA-116
+            found.append(
+                f"--max-streams: {self.max_streams} streams of up to {stream_bytes(**sizes)} "
+                f"bytes each (by --max-message-bytes and --relay-buffer-bytes) need more than "
+                f"--stream-memory-bytes {self.stream_memory_bytes}; at most {fit} fit"
+            )
         for flag, rate in (
             ("--failed-auth-rate", self.failed_auth_rate),
             ("--identity-call-rate", self.identity_call_rate),
@@ -363,10 +383,19 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--call-timeout", "10s", "deadline of each API server request and flintlockd call")
     add("--exec-open-timeout", "10s", "deadline for the start message and flintlockd to accept")
     add("--max-message-bytes", DEFAULT_MAX_MESSAGE_BYTES, "largest gRPC message accepted")
-    add("--max-streams", 256, "exec streams running at once on this agent")
+    add("--max-streams", DEFAULT_MAX_STREAMS, "exec streams running at once on this agent")
     add("--max-streams-per-claim", 16, "exec streams running at once for one claim")
     add("--max-streams-per-holder", 64, "exec streams running at once for one Holder, all claims")
-    add("--relay-buffer-bytes", 1024 * 1024, "output waiting for a slow caller, per stream")
+    add(
+        "--relay-buffer-bytes",
+        DEFAULT_RELAY_BUFFER_BYTES,
+        "output waiting for a slow caller, per stream",
+    )
+    add(
+        "--stream-memory-bytes",
+        STREAM_MEMORY_BYTES,
+        "memory all exec streams may hold at worst (--max-streams must fit in it)",
+    )
     add("--failed-auth-burst", 32, "failed authentications an address may make at once")
     add("--failed-auth-rate", 2.0, "failed authentications per second an address gets back")
     add("--identity-call-burst", 200, "calls one reviewed identity may make at once")
@@ -455,6 +484,7 @@ def parse(
         "max_streams_per_claim": integer("--max-streams-per-claim", a.max_streams_per_claim),
         "max_streams_per_holder": integer("--max-streams-per-holder", a.max_streams_per_holder),
         "relay_buffer_bytes": integer("--relay-buffer-bytes", a.relay_buffer_bytes),
+        "stream_memory_bytes": integer("--stream-memory-bytes", a.stream_memory_bytes),
         "failed_auth_burst": integer("--failed-auth-burst", a.failed_auth_burst),
         "failed_auth_rate": number("--failed-auth-rate", a.failed_auth_rate),
         "identity_call_burst": integer("--identity-call-burst", a.identity_call_burst),

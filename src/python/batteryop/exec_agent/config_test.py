@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.api import names
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import (
     ConfigError,
     env_name,
@@ -157,3 +158,25 @@ def test_the_limits_per_identity_and_holder_have_defaults_flags_and_checks() -> 
         "--identity-call-rate: must be greater than zero",
         "--max-streams-per-holder: must be at least 1",
     )
+
+
+@pytest.mark.req("EA-116")
+def test_limits_whose_worst_case_exceeds_the_stream_memory_are_refused() -> None:
+    env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
+    defaults = parse(FILES, env)
+    one = memory.stream_bytes(
+        max_message_bytes=defaults.max_message_bytes,
+        relay_buffer_bytes=defaults.relay_buffer_bytes,
+    )
+    assert defaults.max_streams * one <= defaults.stream_memory_bytes
+    assert defaults.stream_memory_bytes + memory.BASELINE_BYTES < memory.CONTAINER_MEMORY_BYTES
+    with pytest.raises(ConfigError) as caught:
+        parse([*FILES, "--relay-buffer-bytes=4194304"], env)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"--max-streams: {defaults.max_streams} streams of up to ")
+    assert problem.endswith(
+        f"need more than --stream-memory-bytes {memory.STREAM_MEMORY_BYTES}; "
+        f"at most {memory.STREAM_MEMORY_BYTES // (one - 262144 + 4194304)} fit"
+    )
+    fewer = parse([*FILES, "--relay-buffer-bytes=4194304", "--max-streams=24"], env)
+    assert fewer.max_streams == 24

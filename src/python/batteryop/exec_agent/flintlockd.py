@@ -31,6 +31,7 @@ from google.protobuf import empty_pb2
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import AgentConfig, ConfigError
 from batteryop.exec_agent.frames import read_frame
 
@@ -97,7 +98,8 @@ class Flintlockd:
         `credentials`, or the config's files when None.
 
         Messages up to `config.max_message_bytes` go either way, so whatever the agent accepts
-        from a caller it can pass on.
+        from a caller it can pass on. Each stream's receive window has a fixed size
+        (`memory.transport_options`, EA-116): output the relay has not taken waits in flintlockd.
         """
         options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", config.max_message_bytes),
@@ -111,6 +113,8 @@ class Flintlockd:
             # min_reconnect_backoff_ms: gRPC also takes it as the connect timeout.)
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # flintlockd's output for a stream waits in a window of fixed size (EA-116).
+            *memory.transport_options(),
         ]
         creds = credentials if credentials is not None else channel_credentials(config)
         channel = grpc.aio.secure_channel(config.flintlockd, creds, options=options)

@@ -1,4 +1,4 @@
-"""One exec stream, caller to flintlockd and back (EA-020, EA-021).
+"""One exec stream, caller to flintlockd and back (EA-020, EA-021, EA-106, EA-115, EA-116).
 
 `ExecRelay.run` takes the caller's request stream and metadata and yields the responses to send
 back; it ends either by returning after the exit-status frame or by raising `RefusedError`, whose
@@ -16,7 +16,8 @@ code and message become the call's status. In order:
 3. authorize the caller for that uid (`auth.Authorizer.authorize`): nothing reaches flintlockd
    before this passes; then take a stream slot for the claim (`streams.ClaimStreams.admit`,
    RESOURCE_EXHAUSTED when none is free, EA-105), which from now on ends the stream with a
-   refusal as soon as the claim no longer allows it, or its lease expires (EA-106);
+   refusal as soon as the claim no longer allows it, or its lease expires (EA-106): at once,
+   from outside the handler, whether or not the caller reads (`_Ending`, EA-115);
 4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
    MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
    refusal keeps its code;
@@ -36,9 +37,15 @@ code and message become the call's status. In order:
 
 Whatever ends the exchange (exit status, failure, the caller cancelling or its deadline), the
 upstream stream is cancelled on the way out, so a command is never left running for a caller
-who is gone (flintlockd ends the guest session when its RPC ends; EA-102). Backpressure holds end to
-end: at most `buffer_bytes` of responses (plus the one being added) wait between flintlockd and
-a slow caller (`Outbox`); flintlockd is not read while they do.
+who is gone (flintlockd ends the guest session when its RPC ends; EA-102). The end of the claim
+does not wait for the way out, which a caller that stopped reading holds up (gRPC resumes the
+handler only once the caller took the message it sends): `_Ending` cancels the upstream call
+and the tasks relaying stdin and output at once, and the handler itself `END_GRACE_SECONDS`
+later if it has not ended (EA-115). Backpressure holds end to end: at most `buffer_bytes` of
+responses (plus the one being added) wait between flintlockd and a slow caller (`Outbox`);
+flintlockd is not read while they do, nor at all once the stream failed; gRPC's own receive
+windows have a fixed size on both sides (`memory.transport_options`), so what a caller or
+flintlockd sends beyond them waits on their side, not in the agent (EA-116).
 
 Requests arrive already decoded; a message that failed to decode arrives as None (see
 `servicer.decode_request`). Messages above the server's size limit never arrive: gRPC fails the
@@ -51,13 +58,14 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Final
 
 import grpc
 import grpc.aio
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
@@ -67,18 +75,23 @@ from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 
 Request = microvmexec_pb2.ExecCommandRequest
 
-DEFAULT_BUFFER_BYTES: Final = 1024 * 1024
+DEFAULT_BUFFER_BYTES: Final = memory.DEFAULT_RELAY_BUFFER_BYTES
 """Output bytes read from flintlockd but not yet sent to the caller, per stream, by default."""
 
-COALESCE_BYTES: Final = 1024 * 1024
-"""The most output bytes joined into one message to the caller (a quarter of gRPC's default
-receive limit, so any client takes it)."""
+COALESCE_BYTES: Final = memory.JOINED_BYTES
+"""The most output bytes joined into one message to the caller: with its framing it fits the
+smallest `--max-message-bytes` the agent sends with, and any client takes it (EA-116)."""
 
 LINGER_SECONDS: Final = 0.005
 """While output streams (a message comes within this long of the last one sent, and the caller
 sent no stdin since), how long the next message may wait for more to join it: the most the
 agent delays output. Output after a quiet spell (a prompt, a line) or after stdin (an answer to
 it, as a REPL driven line by line gives) is never held."""
+
+END_GRACE_SECONDS: Final = 1.0
+"""Once a stream's claim ended it (EA-106), how long its handler has to send the refusal to
+the caller before the handler is cancelled. A caller that reads gets the refusal at once; one
+that does not read cannot get it at all (the status waits behind the message gRPC holds for it)."""
 
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -123,15 +136,18 @@ class Outbox:
     def empty(self) -> bool:
         return self._failed is None and not self._items
 
-    async def put(self, item: Frame | RefusedError) -> None:
+    async def put(self, item: Frame | RefusedError) -> bool:
+        """Add `item` once fewer than `limit` bytes wait; False (and nothing added) if the
+        stream failed: the writer stops (nothing is read from flintlockd for nobody)."""
         await self._writable.wait()
         if self._failed is not None:
-            return
+            return False
         self._items.append(item)
         self._bytes += _size(item)
         self._readable.set()
         if self._bytes >= self._limit:
             self._writable.clear()
+        return True
 
     def get_nowait(self) -> Frame | RefusedError:
         if self._failed is not None:
@@ -184,6 +200,7 @@ class ExecRelay:
         open_timeout: float,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         observer: PhaseObserver | None = None,
+        end_grace: float = END_GRACE_SECONDS,
     ) -> None:
         self._authorizer = authorizer
         self._flintlockd = flintlockd
@@ -191,6 +208,7 @@ class ExecRelay:
         self._open_timeout = open_timeout
         self._buffer_bytes = buffer_bytes
         self._observer = observer
+        self._end_grace = end_grace
 
     async def run(
         self,
@@ -220,20 +238,22 @@ class ExecRelay:
             raise
         claim = await self._authorizer.authorize(caller, start.uid)
         outbox = Outbox(self._buffer_bytes)
-        stream = self._streams.admit(caller, claim, start.uid, end=outbox.fail)  # EA-105, EA-106
+        ending = _Ending(outbox, self._end_grace)
+        stream = self._streams.admit(caller, claim, start.uid, end=ending.end)  # EA-105, EA-106
+        ending.release = lambda: self._streams.release(stream)
         try:
-            call = await self._open(start)
+            call = await self._open(start, ending)
             started = time.perf_counter()
             try:
                 async for response in self._relay(
-                    requests, call, outbox, has_stdin=start.has_stdin
+                    requests, call, outbox, ending, has_stdin=start.has_stdin
                 ):
                     yield response
             finally:
                 call.cancel()  # a no-op once flintlockd sent the exit status
                 observe(self._observer, Phase.EXEC, started)
         finally:
-            self._streams.release(stream)
+            ending.finish()
 
     async def turn_away(
         self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
@@ -253,7 +273,7 @@ class ExecRelay:
         except TimeoutError:
             return _TIMEOUT
 
-    async def _open(self, start: microvmexec_pb2.ExecStart) -> ExecCall:
+    async def _open(self, start: microvmexec_pb2.ExecStart, ending: _Ending) -> ExecCall:
         """EA-021: flintlockd answers for the MicroVM and takes the start, in time.
 
         The `GetMicroVM` probe and the stream with its start go out together (the command may
@@ -261,6 +281,7 @@ class ExecRelay:
         """
         started = time.perf_counter()
         call = self._flintlockd.exec_command()
+        ending.call = call
         probe = asyncio.ensure_future(self._flintlockd.get_microvm(start.uid))
         sending = asyncio.ensure_future(call.write(Request(start=start)))
         try:
@@ -279,6 +300,7 @@ class ExecRelay:
                     raise flintlockd_failure(code, details, "ExecCommand") from None
         except TimeoutError:
             call.cancel()
+            ending.raise_if_ended()
             raise RefusedError(
                 UNAVAILABLE,
                 Check.FLINTLOCKD,
@@ -286,6 +308,7 @@ class ExecRelay:
             ) from None
         except BaseException:
             call.cancel()
+            ending.raise_if_ended()  # the claim's refusal, not the cancelled call's
             raise
         finally:
             for future in (probe, sending):
@@ -293,6 +316,7 @@ class ExecRelay:
                 if future.done() and not future.cancelled():
                     future.exception()  # retrieved: a failure was reported above, or moot
             observe(self._observer, Phase.FLINTLOCKD_OPEN, started)
+        ending.raise_if_ended()
         return call
 
     async def _relay(
@@ -300,6 +324,7 @@ class ExecRelay:
         requests: AsyncIterator[Request | None],
         call: ExecCall,
         outbox: Outbox,
+        ending: _Ending,
         *,
         has_stdin: bool,
     ) -> AsyncIterator[bytes]:
@@ -308,6 +333,7 @@ class ExecRelay:
             asyncio.create_task(_from_flintlockd(call, outbox)),
             asyncio.create_task(_to_flintlockd(requests, call, outbox, turns, has_stdin=has_stdin)),
         ]
+        ending.tasks = tasks
         held: Frame | RefusedError | None = None
         loop = asyncio.get_running_loop()
         sent = -LINGER_SECONDS  # when output last went to the caller (loop time)
@@ -374,6 +400,65 @@ async def _coalesce(
     if len(chunks) == 1:
         return first, held  # passed on as the bytes that came
     return joined_output(first.kind, chunks, size), held
+
+
+class _Ending:
+    """Ends one stream from outside its handler, whatever the handler is doing (EA-106).
+
+    The handler relays in an async generator that gRPC resumes only once the caller took the
+    last message it yielded: a caller that stops reading holds it at its `yield` for as long
+    as it likes. So `end` (what `ClaimStreams` calls when the claim no longer allows the
+    stream) does not wait for the handler: at once it fails the outbox (the refusal a reading
+    caller gets as its status), cancels the `ExecCommand` call on flintlockd (which ends the
+    command, EA-102) and the tasks relaying stdin and output; after `grace` it frees the
+    stream's slot and cancels the handler's task, unless the handler ended first (`finish`).
+    """
+
+    def __init__(self, outbox: Outbox, grace: float) -> None:
+        self._outbox = outbox
+        self._grace = grace
+        self._handler = asyncio.current_task()
+        self._ended: RefusedError | None = None
+        self._finished = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.call: ExecCall | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.release: Callable[[], None] = _nothing
+        """Frees the stream's slot (`ClaimStreams.release`)."""
+
+    def end(self, error: RefusedError) -> None:
+        if self._ended is not None or self._finished:
+            return
+        self._ended = error
+        self._outbox.fail(error)
+        if self.call is not None:
+            self.call.cancel()
+        for task in self.tasks:
+            task.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self._grace, self._stop_handler)
+
+    def raise_if_ended(self) -> None:
+        """Raise the refusal that ended the stream, if one did."""
+        if self._ended is not None:
+            raise self._ended
+
+    def _stop_handler(self) -> None:
+        if not self._finished:
+            self.finish()
+            if self._handler is not None:
+                self._handler.cancel()
+
+    def finish(self) -> None:
+        """The stream is over (its handler ended, or was cancelled): free its slot once."""
+        if not self._finished:
+            self._finished = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self.release()
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Turns:
@@ -445,9 +530,8 @@ async def _from_flintlockd(call: ExecCall, outbox: Outbox) -> None:
                     )
                 )
                 return
-            await outbox.put(response)
-            if is_exit(response):
-                return
+            if not await outbox.put(response) or is_exit(response):
+                return  # the stream failed, or flintlockd is done
     except grpc.aio.AioRpcError as e:
         await outbox.put(flintlockd_failure(e.code(), e.details(), "the exec stream failed"))
 

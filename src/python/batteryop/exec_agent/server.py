@@ -7,7 +7,8 @@ the serving address is refused at start), or with the credentials it is given: w
 handshake with the newest certificate obtained by CSR (EA-068). Callers are not asked for a certificate: they prove who they are with a bearer token
 (`auth`). gRPC's TLS offers HTTP/2 by ALPN and TLS 1.2 or newer. The largest message accepted,
 either way, is `config.max_message_bytes`: a bigger one fails its call with RESOURCE_EXHAUSTED
-before any handler sees it.
+before any handler sees it. Each stream's receive window has a fixed size, without BDP probing
+(`memory.transport_options`, EA-116): a caller's unread stdin waits on its side.
 
     server = AgentServer(config, authorizer=authorizer, flintlockd=flintlockd)
     await server.start()        # server.port is the bound port (config.port 0: a free one)
@@ -44,6 +45,7 @@ import grpc.aio
 from cryptography import x509
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
+from batteryop.exec_agent import memory
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
 from batteryop.exec_agent.errors import RefusalObserver
@@ -150,6 +152,7 @@ def server_options(config: AgentConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
         ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
         ("grpc.keepalive_permit_without_calls", KEEPALIVE_PERMIT_WITHOUT_CALLS),
+        *memory.transport_options(),  # a caller's unread stdin: a fixed window (EA-116)
     ]
 
 

@@ -11,7 +11,8 @@ moment its claim no longer lets it run:
   (`Authorizer.judge`); the event alone decides nothing, since a watch may lag a fresh read.
   If the checks fail, or the claim cannot be read, every stream of the claim ends with that
   refusal (PERMISSION_DENIED `claim: ...` or UNAVAILABLE `claim lookup: ...`), its command
-  cancelled on flintlockd.
+  cancelled on flintlockd at once, whether or not its caller reads (the stream's `end`,
+  `relay._Ending`, EA-115).
 - A timer per claim at its `status.leaseExpiresAt`, moved by every event that carries a new
   expiry (a renewal). When it fires the claim is read and checked in the same way: a lease
   renewed meanwhile keeps the streams running, an expired one ends them. So even with the
@@ -21,8 +22,9 @@ Limits: at most `max_streams` streams run at once on the agent, `max_per_claim` 
 `max_per_holder` per Holder (the reviewed user running them, across all its claims: one
 identity holding many claims cannot take every stream of the agent, EA-123); a stream beyond any
 of them is refused with RESOURCE_EXHAUSTED (`limit: ...`) before flintlockd is asked anything.
+`max_streams` streams' worst-case memory fits the agent's budget (`memory`, EA-116).
 
-    streams = ClaimStreams(authorizer, max_streams=256, max_per_claim=16, max_per_holder=64)
+    streams = ClaimStreams(authorizer, max_streams=93, max_per_claim=16, max_per_holder=64)
     stream = streams.admit(caller, claim, microvm_uid, end=outbox.fail)   # after `authorize`
     ...
     streams.release(stream)

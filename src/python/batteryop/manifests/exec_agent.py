@@ -380,7 +380,7 @@ def container(image: str) -> Obj:
         },
         "resources": {
             "requests": {"cpu": "20m", "memory": "64Mi"},
-            "limits": {"cpu": "1", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": f"{names.EXEC_AGENT_MEMORY_LIMIT_MIB}Mi"},
         },
         "securityContext": {
             "allowPrivilegeEscalation": False,

@@ -37,7 +37,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2,
     microvmexec_pb2_grpc,
 )
-from batteryop.testing.fake_flintlock.faults import ExecTiming, Faults, StreamCut
+from batteryop.testing.fake_flintlock.faults import ExecSession, ExecTiming, Faults, StreamCut
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmRecord, VmStore
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
         self._guests = guests
         self._faults = faults
         self._agent_delay = agent_delay
+        self._finishers: set[asyncio.Future[None]] = set()
 
     async def ExecCommand(
         self,
@@ -136,15 +137,46 @@ class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
         if self._store.agent_up_for(record) < self._agent_delay:
             await fail(grpc.StatusCode.UNKNOWN, f"{MSG_AGENT_UNREACHABLE}: connection refused")
         self._faults.exec_history.append(start)
+        session = ExecSession(start)
+        self._faults.exec_sessions.append(session)
         cut = self._faults.take_stream_cut()
-        responses = self._guests.exec(record, start, requests)
+        responses = self._guests.exec(record, start, recorded(requests, session))
+        # A cancelled RPC ends the command at once, as flintlockd's cancelled context does:
+        # gRPC may leave this generator suspended at its `yield` (a send the peer stopped
+        # taking) until it is collected, so its `finally` is not relied on for that.
+        context.add_done_callback(lambda _: self._finishing(responses, session))
         try:
             async for response in with_cut(responses, cut, fail):
                 yield response
         except ConnectionError as err:  # guests.GuestUnreachableError, a lost agent
             await fail(grpc.StatusCode.UNKNOWN, str(err))
         finally:
+            await _finish(responses, session)
+
+    def _finishing(self, responses: AsyncIterator[Response], session: ExecSession) -> None:
+        if not session.ended.is_set():
+            task = asyncio.ensure_future(_finish(responses, session))
+            self._finishers.add(task)
+            task.add_done_callback(self._finishers.discard)
+
+
+async def _finish(responses: AsyncIterator[Response], session: ExecSession) -> None:
+    """Close the command's responses (which ends the command) and note the session ended."""
+    try:
+        with contextlib.suppress(RuntimeError):  # already being closed by the other path
             await aclose(responses)
+    finally:
+        session.ended.set()
+
+
+async def recorded(
+    requests: AsyncIterator[microvmexec_pb2.ExecCommandRequest], session: ExecSession
+) -> AsyncIterator[microvmexec_pb2.ExecCommandRequest]:
+    """`requests`, each stdin message's bytes noted in `session` as the fake takes it."""
+    async for request in requests:
+        if request.WhichOneof("payload") == "stdin":
+            session.took(request.stdin)
+        yield request
 
 
 async def aclose(responses: AsyncIterator[Response]) -> None:

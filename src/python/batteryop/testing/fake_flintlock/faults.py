@@ -6,6 +6,7 @@ them. Everything runs on the fake's one event loop, so no locking is needed.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import grpc
@@ -48,6 +49,28 @@ class ExecTiming:
     run_seconds: float
 
 
+STDIN_RECORD_BYTES = 1024 * 1024
+"""The most stdin bytes an `ExecSession` keeps (it counts them all)."""
+
+
+@dataclass
+class ExecSession:
+    """One ExecCommand stream that passed the checks: the stdin the fake took from it (the
+    first `STDIN_RECORD_BYTES`, and how many in all), and whether its RPC has ended (the command
+    then is killed or exited)."""
+
+    start: microvmexec_pb2.ExecStart
+    stdin: bytearray = field(default_factory=bytearray)
+    stdin_bytes: int = 0
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def took(self, data: bytes) -> None:
+        self.stdin_bytes += len(data)
+        room = STDIN_RECORD_BYTES - len(self.stdin)
+        if room > 0:
+            self.stdin += data[:room]
+
+
 @dataclass
 class Faults:
     """The fake's current faults and its record of exec requests."""
@@ -58,6 +81,8 @@ class Faults:
     create_failures_left: int = 0
     cut_next_exec: StreamCut | None = None
     exec_history: list[microvmexec_pb2.ExecStart] = field(default_factory=list)
+    exec_sessions: list[ExecSession] = field(default_factory=list)
+    """One per entry of `exec_history`, in the same order."""
     exec_timings: list[ExecTiming] = field(default_factory=list)
     """One entry per command that started, in the order they exited."""
 

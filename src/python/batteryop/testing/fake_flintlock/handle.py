@@ -14,6 +14,7 @@ process dies, as its stdin closes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import shutil
 import tempfile
@@ -50,6 +51,17 @@ class _Ready:
     target: str
     control_url: str
     pid: int
+
+
+@dataclass(frozen=True)
+class ExecSessionView:
+    """One exec stream as the fake saw it (`FakeFlintlockd.exec_session`)."""
+
+    ended: bool
+    stdin_bytes: int
+    """Every stdin byte the fake took from the stream."""
+    stdin: bytes
+    """The first MiB of them."""
 
 
 class FakeFlintlockd:
@@ -208,6 +220,20 @@ class FakeFlintlockd:
         """The ExecStart of every exec that passed the checks, in order."""
         answer = await self._control("GET", "/execs")
         return [json_format.ParseDict(s, microvmexec_pb2.ExecStart()) for s in answer["execs"]]
+
+    async def exec_session(self, index: int, *, wait_ended: float = 0.0) -> ExecSessionView:
+        """The `index`-th exec (as in `exec_history`, -1 the last): whether its RPC ended and
+        the stdin the fake took from it. With `wait_ended`, once it ended or that many seconds
+        passed (then `ended` is False)."""
+        if index < 0:
+            index += len(await self.exec_history())
+        query = f"?wait_ended={wait_ended:g}" if wait_ended > 0 else ""
+        answer = await self._control("GET", f"/execs/{index}/session{query}")
+        return ExecSessionView(
+            ended=bool(answer["ended"]),
+            stdin_bytes=int(answer["stdin_bytes"]),
+            stdin=base64.b64decode(answer["stdin"]),
+        )
 
     async def exec_timings(self) -> list[tuple[float, float]]:
         """(spawn, run) seconds of every command that ran, as they exited: the fake's own

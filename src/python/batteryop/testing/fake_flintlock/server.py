@@ -19,12 +19,16 @@ Control API (JSON bodies and answers; errors are `{"error": ...}` with 400 or 40
 | `POST /vm-state` | `{"uid", "state"}` | force a MicroVM's state |
 | `GET /vms` | | `{"vms": [MicroVM as proto JSON]}` |
 | `GET /execs` | | `{"execs": [ExecStart as proto JSON]}`, in the order they started |
+| `GET /execs/{n}/session?wait_ended=s` | | `{"ended", "stdin_bytes", "stdin"}` of the n-th exec (0-based, as in `/execs`; `stdin` base64, its first MiB); with `wait_ended`, answers once the RPC ended or `s` seconds passed |
 | `GET /exec-timings` | | `{"timings": [{"spawn_ms", "run_ms"}]}`: each command's process start and run, as they exited |
 | `GET /guests` | | `{"guests": [...]}`: each running QEMU guest (uid, pid, agent port, boot seconds, RSS); empty for sandboxes |
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
@@ -239,6 +243,23 @@ def control_app(host: FakeHost) -> web.Application:
     async def get_execs(request: web.Request) -> dict[str, Any]:
         return {"execs": [json_format.MessageToDict(s) for s in host.faults.exec_history]}
 
+    async def get_exec_session(request: web.Request) -> dict[str, Any]:
+        index = int(request.match_info["index"])
+        sessions = host.faults.exec_sessions
+        if not 0 <= index < len(sessions):
+            raise KeyError(f"no exec {index}: {len(sessions)} started")
+        session = sessions[index]
+        wait = float(request.query.get("wait_ended", "0"))
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await session.ended.wait()
+        return {
+            "ended": session.ended.is_set(),
+            "stdin_bytes": session.stdin_bytes,
+            "stdin": base64.b64encode(bytes(session.stdin)).decode(),
+        }
+
     async def get_guests(request: web.Request) -> dict[str, Any]:
         return {"guests": host.guests.describe()}
 
@@ -272,6 +293,7 @@ def control_app(host: FakeHost) -> web.Application:
     app.router.add_post("/vm-state", route(post_vm_state))
     app.router.add_get("/vms", route(get_vms))
     app.router.add_get("/execs", route(get_execs))
+    app.router.add_get("/execs/{index}/session", route(get_exec_session))
     app.router.add_get("/exec-timings", route(get_exec_timings))
     app.router.add_get("/guests", route(get_guests))
     return app
