@@ -205,6 +205,10 @@ async def agent_in_cgroup(
         f"--sys-block-dir={host.sys_block_dir}",
         f"--guard-namespace={AGENT_NAMESPACE}",
         "--log-format=json",
+        # One Holder here stands for every Holder on the Host: the memory bound must hold when
+        # all `--max-streams` run, however many Holders share them, so the per-Holder cap
+        # (EA-123, a bound of its own) is lifted above the total.
+        f"--max-streams-per-holder={MOST_STREAMS}",
     ]
     cgroup = MemoryCgroup.create(limit)
     lines: list[str] = []
