@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -186,6 +186,8 @@ def invalid(
 
 
 VIRTIOFS = {"id": "share", "virtiofsSource": "/srv"}
+MAX_SIZE = 10_000
+"""PO-105: the largest Pool (docs/requirements/03-pools.md says why)."""
 
 POOL_CASES = [
     # RS-012: negative size, enum values battery does not define.
@@ -292,15 +294,68 @@ POOL_CASES = [
         "spec.lease.heartbeatInterval",
         "0s",
         "spec.lease.heartbeatInterval",
-        "must be a duration greater than 0",
-        req=pytest.mark.req("RS-010"),
+        "must be a duration of at least 1s",
+        req=pytest.mark.req("RS-010", "PO-104"),
     ),
     invalid(
         "spec.lease.expiryThreshold",
         "-5s",
         "spec.lease.expiryThreshold",
-        "must be a duration greater than 0",
-        req=pytest.mark.req("RS-010"),
+        "must be a duration of at least 2s",
+        req=pytest.mark.req("RS-010", "PO-104"),
+    ),
+    # PO-103..PO-105: lease terms a Holder can keep, a size battery can hold.
+    invalid(
+        "spec.lease",
+        {"heartbeatInterval": "30s", "expiryThreshold": "30s"},
+        "spec.lease.heartbeatInterval",
+        "must be shorter than spec.lease.expiryThreshold",
+        req=pytest.mark.req("PO-103"),
+        id="heartbeat-equals-expiry",
+    ),
+    invalid(
+        "spec.lease",
+        {"expiryThreshold": "5s"},
+        "spec.lease.heartbeatInterval",
+        "must be shorter than spec.lease.expiryThreshold",
+        req=pytest.mark.req("PO-103"),
+        id="default-heartbeat-above-expiry",
+    ),
+    invalid(
+        "spec.lease.heartbeatInterval",
+        "1ns",
+        "spec.lease.heartbeatInterval",
+        "must be a duration of at least 1s",
+        req=pytest.mark.req("PO-104"),
+    ),
+    invalid(
+        "spec.lease.heartbeatInterval",
+        "999ms",
+        "spec.lease.heartbeatInterval",
+        "must be a duration of at least 1s",
+        req=pytest.mark.req("PO-104"),
+    ),
+    invalid(
+        "spec.lease",
+        {"heartbeatInterval": "1s", "expiryThreshold": "1999ms"},
+        "spec.lease.expiryThreshold",
+        "must be a duration of at least 2s",
+        req=pytest.mark.req("PO-104"),
+        id="expiry-below-2s",
+    ),
+    invalid(
+        "spec.size",
+        MAX_SIZE + 1,
+        "spec.size",
+        f"less than or equal to {MAX_SIZE}",
+        req=pytest.mark.req("PO-105"),
+    ),
+    invalid(
+        "spec.size",
+        2**31 - 1,
+        "spec.size",
+        f"less than or equal to {MAX_SIZE}",
+        req=pytest.mark.req("PO-105"),
     ),
     invalid(
         "spec.lease.expiryThreshold",
@@ -521,6 +576,14 @@ CLAIM_CASES = [
     ),
     invalid("spec.renewTime", "soon", "spec.renewTime", "date-time", req=pytest.mark.req("RS-023")),
     invalid(
+        "spec.renewTime",
+        "2026-05-01T12:00:10." + "0" * 60 + "Z",
+        "spec.renewTime",
+        "Too long",
+        req=pytest.mark.req("PO-106"),
+        id="renewTime-too-long",
+    ),
+    invalid(
         "spec", DELETE, "spec: Required value", req=pytest.mark.req("RS-020"), id="spec-missing"
     ),
 ]
@@ -566,16 +629,21 @@ def test_the_demo_pool_is_accepted_with_the_defaults_filled_in(objects: Objects)
     assert Pool.from_dict(stored).spec.to_dict() == spec
 
 
-@pytest.mark.controlplane
-@pytest.mark.req("RS-010")
-def test_a_pool_using_every_field_is_accepted(objects: Objects) -> None:
+def every_field_pool() -> dict[str, Any]:
+    """The sample Pool with every optional field of the spec set."""
     body = samples.sample_pool()
     template = body["spec"]["template"]
     template.update(
         provider="cloudhypervisor",
         initrd={"image": "ghcr.io/example/initrd:1", "filename": "initrd.img"},
         additionalVolumes=[
-            {"id": "data", "containerSource": "ghcr.io/example/data:1", "sizeInMb": 2048},
+            {
+                "id": "data",
+                "containerSource": "ghcr.io/example/data:1",
+                "sizeInMb": 2048,
+                "mountPoint": "/data",
+                "partitionId": "5f2b0c8e-6b1c-4d8a-9a5e-3c1d2e4f6a7c",
+            },
             VIRTIOFS,
         ],
         metadata={"user-data": "I2Nsb3VkLWNvbmZpZwo="},
@@ -593,11 +661,159 @@ def test_a_pool_using_every_field_is_accepted(objects: Objects) -> None:
     body["spec"]["replenishment"] = {"type": "MinSizeThreshold", "minSize": 2}
     body["spec"]["hooks"] = {"create": ["a"], "preLease": ["b"], "failurePolicy": "Quarantine"}
     body["spec"]["lease"] = {"heartbeatInterval": "1.5s", "expiryThreshold": "1m30s"}
+    body["spec"]["template"]["kernel"]["cmdline"] = {"console": "ttyS0", "quiet": ""}
+    body["spec"]["template"]["rootVolume"].update(
+        id="root", mountPoint="/", partitionId="5f2b0c8e-6b1c-4d8a-9a5e-3c1d2e4f6a7b"
+    )
+    return body
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("RS-010")
+def test_a_pool_using_every_field_is_accepted(objects: Objects) -> None:
+    body = every_field_pool()
     stored = objects.create(names.POOL_PLURAL, body)
     assert stored["spec"] == body["spec"]
     assert Pool.from_dict(stored).spec.lease == pool_api.LeaseSettings(
         timedelta(seconds=1.5), timedelta(seconds=90)
     )
+
+
+Path = tuple[str | int, ...]
+
+
+def strings(
+    node: dict[str, Any], value: Any, path: Path = ()
+) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each string `value` holds, with its schema."""
+    kind = node.get("type")
+    if kind == "string" and isinstance(value, str):
+        yield path, node
+    elif kind == "object" and isinstance(value, dict):
+        extra = node.get("additionalProperties")
+        for key, item in value.items():
+            sub = node.get("properties", {}).get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                yield from strings(sub, item, (*path, key))
+    elif kind == "array" and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from strings(node["items"], item, (*path, i))
+
+
+def field_path(path: Path) -> str:
+    """`path` as the API server names it: spec.template.interfaces[0].deviceId."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else f"{'.' if out else ''}{step}"
+    return out
+
+
+def set_at(body: dict[str, Any], path: Path, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    node: Any = out
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return out
+
+
+def bounds(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, str]]:
+    """Every place under `node` that lacks a bound: (path, what is missing)."""
+    kind = node.get("type")
+    if kind == "string" and "maxLength" not in node and "enum" not in node:
+        yield path, "maxLength"
+    if kind == "array":
+        if "maxItems" not in node:
+            yield path, "maxItems"
+        yield from bounds(node["items"], f"{path}[]")
+    if kind == "object":
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            if "maxProperties" not in node:
+                yield path, "maxProperties"
+            rules = [r["rule"] for r in node.get("x-kubernetes-validations", [])]
+            if not any("size(k)" in r for r in rules):
+                yield path, "a rule bounding the keys"
+            yield from bounds(extra, f"{path}.*")
+        for key, sub in node.get("properties", {}).items():
+            yield from bounds(sub, f"{path}.{key}" if path else key)
+
+
+@pytest.mark.req("PO-106")
+def test_every_string_list_and_map_a_user_writes_is_bounded() -> None:
+    pool_spec = at(schema(crds.pool_crd()), "spec")
+    claim_spec = at(schema(crds.claim_crd()), "spec")
+    assert list(bounds(pool_spec, "spec")) == []
+    assert list(bounds(claim_spec, "spec")) == []
+
+
+TOO_LONG_CASES = [
+    pytest.param(path, node["maxLength"], id=field_path(path))
+    for path, node in strings(schema(crds.pool_crd()), every_field_pool())
+    if "maxLength" in node
+]
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("PO-106")
+@pytest.mark.parametrize(("path", "limit"), TOO_LONG_CASES)
+def test_a_string_one_past_its_limit_is_refused_naming_the_field(
+    objects: Objects, path: Path, limit: int
+) -> None:
+    body = set_at(every_field_pool(), path, "a" * (limit + 1))
+    message = refusal(lambda: objects.create(names.POOL_PLURAL, body))
+    assert f"{field_path(path)}: Too long" in message and str(limit) in message, message
+
+
+LONG_KEY_CASES = [
+    pytest.param(path, limit, id=".".join(path))
+    for path, limit in [
+        (("spec", "template", "kernel", "cmdline"), 256),
+        (("spec", "template", "metadata"), 253),
+        (("spec", "template", "labels"), 317),
+        (("spec", "placement", "nodeSelector"), 317),
+    ]
+]
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("PO-106")
+@pytest.mark.parametrize(("path", "limit"), LONG_KEY_CASES)
+def test_a_map_key_past_its_limit_is_refused_naming_the_map(
+    objects: Objects, path: tuple[str, ...], limit: int
+) -> None:
+    value = "I2Nsb3VkLWNvbmZpZwo=" if path[-1] == "metadata" else "v"
+    body = set_at(every_field_pool(), path, {"k" * (limit + 1): value})
+    message = refusal(lambda: objects.create(names.POOL_PLURAL, body))
+    assert f"{'.'.join(path)} keys must be" in message and f"at most {limit}" in message, message
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("PO-106")
+def test_lists_and_maps_past_their_limits_are_refused(objects: Objects) -> None:
+    body = every_field_pool()
+    body["spec"]["hooks"]["create"] = ["true"] * 33
+    message = refusal(lambda: objects.create(names.POOL_PLURAL, body))
+    assert "spec.hooks.create: Too many: 33: must have at most 32 items" in message, message
+    body = every_field_pool()
+    body["spec"]["placement"]["nodeSelector"] = {f"k{i}": "v" for i in range(65)}
+    message = refusal(lambda: objects.create(names.POOL_PLURAL, body))
+    assert "spec.placement.nodeSelector: Too many: 65: must have at most 64 items" in message
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("PO-103", "PO-104", "PO-105", "PO-106")
+def test_a_pool_at_every_limit_is_accepted(objects: Objects) -> None:
+    body = every_field_pool()
+    body["spec"]["size"] = MAX_SIZE
+    body["spec"]["lease"] = {"heartbeatInterval": "1s", "expiryThreshold": "2s"}
+    checked = ("pattern", "format", "x-kubernetes-validations", "enum")
+    for path, node in strings(schema(crds.pool_crd()), body):
+        if "maxLength" in node and not any(c in node for c in checked):
+            body = set_at(body, path, "a" * node["maxLength"])
+    body["spec"]["template"]["metadata"] = {"user-data": "I2Nsb3VkLWNvbmZpZwo="}
+    stored = objects.create(names.POOL_PLURAL, body)
+    assert stored["spec"] == body["spec"]
 
 
 @pytest.mark.controlplane

@@ -13,9 +13,9 @@ Requirements: EA-001 (only this Host's flintlockd, over TLS with a client certif
 (serve over TLS on the Host's internal address), EA-010 (the token audience), EA-014 (a deadline
 on every API call), EA-021 (the deadline for flintlockd to accept a stream), EA-033 and EA-036
 (the not-ready directory is configured), EA-040 and EA-041 (the drain guard's namespace, image and
-timeout), EA-105 (the limits on streams, failed authentications and relay buffers), EA-116 (the
-streams' worst-case memory fits the budget), EA-120 and EA-123 (calls per identity, streams per
-Holder).
+timeout), EA-105 (the limits on streams, failed authentications and relay buffers), EA-111 (only
+the guard image the admission policy admits), EA-116 (the streams' worst-case memory fits the
+budget), EA-120 and EA-123 (calls per identity, streams per Holder).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ class AgentConfig:
     - `sync_interval`: how often the Host is checked; `report_resync`: how often the Node report
       is written even when it did not change (EA-034).
     - `guard_namespace`, `guard_image`, `drain_timeout`: where the drain guard lives, what its
-      Pod runs, and how long a drain of the Node is held open at most (EA-040, EA-041).
+      Pod runs, and how long a drain of the Node is held open at most (EA-040, EA-041). The
+      image can only be `names.DRAIN_GUARD_IMAGE`, the one the admission policy admits (EA-110).
     """
 
     node_name: str
@@ -152,8 +153,12 @@ class AgentConfig:
             )
         if not self.guard_namespace or not _is_dns_label(self.guard_namespace):
             found.append(f"--guard-namespace: {self.guard_namespace!r} is not a namespace name")
-        if not self.guard_image.strip() or any(c.isspace() for c in self.guard_image):
-            found.append(f"--guard-image: {self.guard_image!r} is not an image reference")
+        if self.guard_image != names.DRAIN_GUARD_IMAGE:  # EA-111: the one image EA-110 admits
+            found.append(
+                f"--guard-image: {self.guard_image!r} is not {names.DRAIN_GUARD_IMAGE}, the one "
+                "image the admission policy admits for the drain guard (a mirror must serve it "
+                "under that name)"
+            )
         if not _is_ip(self.address):
             found.append(f"--address: {self.address!r} is not an IP address")
         if not 0 <= self.port <= 65535:

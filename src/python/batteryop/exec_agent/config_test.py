@@ -43,20 +43,29 @@ def test_the_drain_guard_lives_in_the_pods_namespace_and_holds_an_hour_by_defaul
     assert config.guard_namespace == "agents"
     assert config.guard_image == names.DRAIN_GUARD_IMAGE == "registry.k8s.io/pause:3.10"
     assert config.drain_timeout == timedelta(hours=1)
-    flags = ["--guard-namespace=other", "--guard-image=example.test/pause:1", "--drain-timeout=5m"]
-    config = parse([*FILES, *flags], env)
-    assert (config.guard_namespace, config.guard_image) == ("other", "example.test/pause:1")
+    image = f"--guard-image={names.DRAIN_GUARD_IMAGE}"
+    config = parse([*FILES, "--guard-namespace=other", image, "--drain-timeout=5m"], env)
+    assert (config.guard_namespace, config.guard_image) == ("other", names.DRAIN_GUARD_IMAGE)
     assert config.drain_timeout == timedelta(minutes=5)
 
 
+@pytest.mark.req("EA-111")
 def test_bad_drain_guard_settings_are_refused_naming_their_flags() -> None:
     env = {"HOST_IP": "127.0.0.5"}
-    bad = ["--guard-namespace=Not_A_Namespace", "--guard-image= ", "--drain-timeout=0s"]
+    bad = [
+        "--guard-namespace=Not_A_Namespace",
+        "--guard-image=example.test/pause:1",
+        "--drain-timeout=0s",
+    ]
     with pytest.raises(ConfigError) as caught:
         parse([*FILES, f"--host-node={'.'.join(['a' * 60] * 4)}", *bad], env)
     problems = "\n".join(caught.value.problems)
     assert "--guard-namespace: 'Not_A_Namespace' is not a namespace name" in problems
-    assert "--guard-image: ' ' is not an image reference" in problems
+    # EA-110: the admission policy admits the pinned image only, so the agent refuses another.
+    assert (
+        f"--guard-image: 'example.test/pause:1' is not {names.DRAIN_GUARD_IMAGE}, the one image"
+        in problems
+    )
     assert "--drain-timeout: must be greater than zero" in problems
     assert "too long to name its drain guard" in problems
 

@@ -9,9 +9,12 @@ disruption, and keeps trying. The guard is such a pair, in the agent's own names
   created first, so the Pod is never without it;
 - a Pod with that label, bound to this Node by `spec.nodeName` (no scheduler: it lands on a
   cordoned Node too), tolerating every taint, running `--guard-image` (pause), with no
-  ServiceAccount token and no volumes (the admission policy of EA-051 insists on both), owned
-  by the Node as its controller (the garbage collector removes it with the Node) and deleted
-  at once when it goes (`terminationGracePeriodSeconds: 0`: pause has nothing to finish).
+  ServiceAccount token and no volumes, owned by the Node as its controller (the garbage
+  collector removes it with the Node) and deleted at once when it goes
+  (`terminationGracePeriodSeconds: 0`: pause has nothing to finish). Nothing else: non-root,
+  `RuntimeDefault` seccomp, no escalation, no capabilities, a read-only root filesystem, the
+  requests and limits of `api.drain_guard`. The admission policy of EA-051 admits exactly this
+  Pod (EA-110), so a field added here must be one the policy allows.
 
 While at least one MicroVMClaim, in any namespace, is `Bound` with `status.host.nodeName` naming
 this Node, the agent keeps the pair; when none is left it deletes the Pod, then the budget, and
@@ -53,6 +56,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from batteryop.api import drain_guard as shape
 from batteryop.api import names
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
@@ -66,9 +70,6 @@ from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
-GUARD_CONTAINER: Final = "guard"
-GUARD_USER: Final = 65535
-"""The pause image's own non-root user."""
 MAX_BACKOFF_SECONDS: Final = 30.0
 
 CLAIMS_WATCH_TASK: Final = "drain-guard-claims"
@@ -123,20 +124,18 @@ def guard_objects(*, node: str, node_uid: str, namespace: str, image: str) -> tu
             "enableServiceLinks": False,
             "tolerations": [{"operator": "Exists"}],
             "terminationGracePeriodSeconds": 0,
+            # EA-110: nothing the policy refuses. Every field below is one it checks.
             "securityContext": {
                 "runAsNonRoot": True,
-                "runAsUser": GUARD_USER,
-                "runAsGroup": GUARD_USER,
+                "runAsUser": shape.USER,
+                "runAsGroup": shape.USER,
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "containers": [
                 {
-                    "name": GUARD_CONTAINER,
+                    "name": shape.CONTAINER,
                     "image": image,
-                    "resources": {
-                        "requests": {"cpu": "1m", "memory": "4Mi"},
-                        "limits": {"memory": "16Mi"},
-                    },
+                    "resources": {"requests": dict(shape.REQUESTS), "limits": dict(shape.LIMITS)},
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
-from kubernetes.dynamic import DynamicClient
 from prometheus_client import CollectorRegistry
 
 from batteryop.api import names, samples
@@ -40,17 +39,16 @@ from batteryop.kube.resources import (
     PODS,
     SERVICEACCOUNTS,
 )
-from batteryop.manifests import exec_agent, rbac, render
+from batteryop.manifests import rbac
 from batteryop.testing.controlplane import (
     ControlPlane,
     admin_client,
     ensure_service_account,
     pod_bound_token,
 )
+from batteryop.testing.exec_agent_policy import NS, install_exec_agent
 from batteryop.testing.fake_battery.clock import FakeClock
 
-NS = names.OPERATOR_NAMESPACE
-IMAGE = "ghcr.io/phoban01/battery-operator:v9.9.9"
 TIMEOUT = timedelta(hours=1)
 NO_CLAIMS_SA = "exec-agent-without-claims"
 """An identity with the agent's grants but reading no claims (the RBAC of a broken install)."""
@@ -107,18 +105,10 @@ def test_the_guard_is_a_budget_then_a_pod_bound_to_the_node_owned_by_it() -> Non
 
 @pytest.fixture(scope="module")
 def installed(cluster: ControlPlane) -> ControlPlane:
-    """install.yaml's namespace and Exec Agent objects (RBAC, admission policy, DaemonSet: inert
-    here), the namespace's `default` ServiceAccount (kube-controller-manager's work: Pods run as
-    it), and `NO_CLAIMS_SA`."""
+    """install.yaml's Exec Agent objects (`install_exec_agent`) and `NO_CLAIMS_SA`."""
     api = admin_client(cluster)
     try:
-        dyn = DynamicClient(api)
-        for obj in [render.namespace_object(NS), *exec_agent.objects(NS, render.labels(), IMAGE)]:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            dyn.server_side_apply(
-                resource, body=obj, field_manager="drain-guard-test", force_conflicts=True
-            )
-        ensure_service_account(api, NS, "default")
+        install_exec_agent(api)
         ensure_service_account(api, NS, NO_CLAIMS_SA)
         authz = k8s.RbacAuthorizationV1Api(api)
         without_claims = [

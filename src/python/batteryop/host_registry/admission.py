@@ -9,7 +9,17 @@ A Node is a Host (IN-001) while all of these hold:
 - the report names a valid flintlockd address (`names.FLINTLOCKD_ADDRESS_ANNOTATION`): an IP
   address (IPv6 in brackets) and a port, `host:port`. Anything else is refused with a reason
   and never reaches battery's config (IN-103: an address battery cannot dial would only make
-  it log errors, and a name would let DNS pick the Host).
+  it log errors, and a name would let DNS pick the Host);
+- that address's IP is one of the Node's own InternalIP addresses (`status.addresses`, which
+  the kubelet writes and the Exec Agent cannot: EA-051 confines it to annotations), so an
+  agent cannot point battery at another Host's flintlockd (IN-108);
+- no other Node's report names the same IP (`admit_all`, IN-109). When several do, the one
+  battery already has at that address keeps it and the others are refused; when battery has
+  none of them, all are refused until one report changes.
+
+Each refusal of an address (`ADDRESS_REFUSALS`) is the reason of a Warning Event on the Node
+(the controller posts it once per address) and of a log line, with `Admission.detail` saying
+what to fix.
 
 battery reaches the Host under the Node's name at that address (IN-003). A cordoned Node
 (`spec.unschedulable`) stays a Host battery knows but is cordoned in battery (IN-100, instead
@@ -23,9 +33,11 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from batteryop.api import names
+
+IP: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class Refusal(StrEnum):
@@ -36,10 +48,16 @@ class Refusal(StrEnum):
     NOT_READY = "ReportNotReady"
     NO_ADDRESS = "NoFlintlockdAddress"
     INVALID_ADDRESS = "InvalidFlintlockdAddress"
+    ADDRESS_NOT_ON_NODE = "FlintlockdAddressNotOnNode"
+    ADDRESS_IN_USE = "FlintlockdAddressInUse"
 
 
 INVALID_ADDRESS_EVENT_REASON: Final = str(Refusal.INVALID_ADDRESS)
 """The reason of the Warning Event recorded on a Node whose report names a bad address."""
+ADDRESS_REFUSALS: Final = frozenset(
+    {Refusal.INVALID_ADDRESS, Refusal.ADDRESS_NOT_ON_NODE, Refusal.ADDRESS_IN_USE}
+)
+"""The refusals of a report's address: each is posted as a Warning Event with its reason."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +103,26 @@ def check_address(value: str) -> str:
     return value
 
 
+def address_ip(address: str) -> IP:
+    """The IP of an address `check_address` accepted."""
+    host = address.rpartition(":")[0]
+    return ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
+
+
+def internal_ips(node: Mapping[str, Any]) -> list[IP]:
+    """The Node's InternalIP addresses, as its kubelet reports them (unparseable ones left out)."""
+    found: list[IP] = []
+    for entry in (node.get("status") or {}).get("addresses") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == "InternalIP":
+            try:
+                found.append(ipaddress.ip_address(str(entry.get("address"))))
+            except ValueError:
+                continue
+    return found
+
+
 def admit(node: Mapping[str, Any]) -> Admission:
-    """The verdict on `node` (a Node object as the API returns it). IN-001, IN-002, IN-003."""
+    """The verdict on `node` (a Node object as the API returns it). IN-001..IN-003, IN-108."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name") or "")
     labels = meta.get("labels") or {}
@@ -105,4 +141,44 @@ def admit(node: Mapping[str, Any]) -> Admission:
         address = check_address(str(raw))
     except AddressError as e:
         return Admission(name, refusal=Refusal.INVALID_ADDRESS, detail=str(e))
+    own = internal_ips(node)
+    if address_ip(address) not in own:  # IN-108
+        listed = ", ".join(str(ip) for ip in own) or "none"
+        return Admission(
+            name,
+            refusal=Refusal.ADDRESS_NOT_ON_NODE,
+            detail=f"{address!r}, which is not one of the Node's InternalIP addresses ({listed})",
+        )
     return Admission(name, address=address, cordoned=cordoned)  # IN-003
+
+
+def admit_all(
+    nodes: Mapping[str, Mapping[str, Any]], held: Mapping[str, str] = {}
+) -> dict[str, Admission]:
+    """The verdict on every Node, by name: `admit`, then no two Hosts at one IP (IN-109).
+
+    `held` is what battery has (Host name -> address): of the Nodes whose reports name one IP,
+    the one battery already has at that address stays a Host; the others are refused."""
+    verdicts = {name: admit(node) for name, node in nodes.items()}
+    by_ip: dict[IP, list[str]] = {}
+    for name, a in verdicts.items():
+        if a.address is not None:
+            by_ip.setdefault(address_ip(a.address), []).append(name)
+    for ip, claimants in by_ip.items():
+        if len(claimants) < 2:
+            continue
+        keepers = sorted(n for n in claimants if held.get(n) == verdicts[n].address)
+        keeper = keepers[0] if keepers else None
+        for name in claimants:
+            if name == keeper:
+                continue
+            others = ", ".join(sorted(n for n in claimants if n != name))
+            verdicts[name] = Admission(
+                name,
+                refusal=Refusal.ADDRESS_IN_USE,
+                detail=(
+                    f"{verdicts[name].address!r}, whose IP {ip} the report of Node {others} "
+                    f"also names{' (battery has it there)' if keeper else ''}"
+                ),
+            )
+    return verdicts

@@ -7,8 +7,10 @@ key of a one-worker `WorkQueue`, so one reconcile runs at a time over the whole 
 
 1. Resume (once): read what battery has (`ListHosts`) and what the ConfigMap holds; finish a
    restart left pending (`restart-pending`); learn whether battery answers the host RPCs.
-2. Admit every Node (`admission.admit`); a report with an invalid address gets a Warning Event
-   on its Node, once per address, and never reaches battery (IN-103).
+2. Admit every Node (`admission.admit_all`); a report with an invalid address, an address not
+   among its Node's InternalIPs or one another Host's report names too gets a Warning Event on
+   its Node (the refusal as its reason), once per address, and never reaches battery (IN-103,
+   IN-108, IN-109).
 3. Check battery's own Host list (IN-105), when due: at start, each time the connection to
    battery is made again (`_follow_connection`: battery restarted, or the channel dropped), and
    every `--host-resync-interval`. With the host RPCs, `written` is the record of the Hosts the
@@ -63,12 +65,7 @@ from batteryop.battery.errors import (
 )
 from batteryop.battery.models import HostTLS, PoolRef
 from batteryop.battery.protocol import BatteryAPI
-from batteryop.host_registry.admission import (
-    INVALID_ADDRESS_EVENT_REASON,
-    Admission,
-    Refusal,
-    admit,
-)
+from batteryop.host_registry.admission import ADDRESS_REFUSALS, Admission, admit_all
 from batteryop.host_registry.config import RegistryConfig
 from batteryop.host_registry.filewatch import DirectoryWatch
 from batteryop.host_registry.metrics import RegistryMetrics
@@ -308,7 +305,7 @@ class Registry:
         if not self.resumed:
             await self._resume()
         now = self._clock()
-        admissions = {name: admit(node) for name, node in self.nodes.items()}
+        admissions = admit_all(self.nodes, held=self.applied)  # IN-108, IN-109
         self._report_invalid(admissions)
         wanted = {n: a.address for n, a in admissions.items() if a.address is not None}
         if self.next_check_at is not None and now >= self.next_check_at:
@@ -439,25 +436,34 @@ class Registry:
     # -- 2. admission events --------------------------------------------------------------
 
     def _report_invalid(self, admissions: Mapping[str, Admission]) -> None:
+        """IN-103, IN-108, IN-109: a refused address is logged and posted as a Warning Event on
+        its Node, with the refusal as the reason, once per reason and detail (which names the
+        address, and the Node's InternalIPs or the other Node)."""
         for name in list(self._reported_invalid):
             a = admissions.get(name)
-            if a is None or a.refusal is not Refusal.INVALID_ADDRESS:
+            if a is None or a.refusal not in ADDRESS_REFUSALS:
                 del self._reported_invalid[name]
         for name, a in admissions.items():
-            if a.refusal is not Refusal.INVALID_ADDRESS:
+            if a.refusal not in ADDRESS_REFUSALS:
                 continue
             raw = (self.nodes[name]["metadata"].get("annotations") or {}).get(
                 names.FLINTLOCKD_ADDRESS_ANNOTATION, ""
             )
-            if self._reported_invalid.get(name) == raw:
+            seen = f"{a.refusal}:{a.detail}"  # the detail names the address
+            if self._reported_invalid.get(name) == seen:
                 continue
-            self._reported_invalid[name] = raw
-            self._metrics.refused.inc()  # IN-103: ignored, an Event, never in battery's config
-            log.warning("Refused Node report: %s", a.detail, extra={"node": name, "address": raw})
+            self._reported_invalid[name] = seen
+            self._metrics.refused.inc()  # ignored, an Event, never in battery's config
+            log.warning(
+                "Refused Node report (%s): %s",
+                a.refusal,
+                a.detail,
+                extra={"node": name, "address": raw, "reason": str(a.refusal)},
+            )
             self._events.post(
                 self.nodes[name],
                 WARNING,
-                INVALID_ADDRESS_EVENT_REASON,
+                str(a.refusal),
                 f"Not a Host: the Exec Agent's report names flintlockd at {a.detail}",
                 action="AdmitHost",
             )

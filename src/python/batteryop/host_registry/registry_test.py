@@ -28,7 +28,7 @@ from batteryop.battery.models import (
     ReplenishmentType,
     Volume,
 )
-from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON
+from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON, Refusal
 from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.resources import CONFIGMAPS, EVENTS
@@ -352,6 +352,38 @@ async def test_an_invalid_address_is_refused_with_an_event_and_never_reaches_bat
         assert "flintlock.example" not in pod.config_file.read_text()
         await set_report(kube, bad, "127.0.0.60:9090")  # put right: it joins
         await until_configmap(kube, namespace, has(good, bad))
+
+
+@pytest.mark.req("IN-108", "IN-109")
+async def test_an_address_not_the_nodes_own_or_taken_is_refused_with_an_event(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+) -> None:
+    victim, impostor = unique("victim", namespace), unique("impostor", namespace)
+    twin, marker = unique("twin", namespace), unique("marker", namespace)
+    async with (
+        BatteryPod.start(kube, namespace) as pod,
+        RegistryProcess.start(pod, kubeconfig=registry_kubeconfig),
+    ):
+        await create_host_node(kube, victim, address="127.0.0.63:9090")
+        await until_configmap(kube, namespace, has(victim))
+        # IN-108: a report naming another Host's flintlockd, from a Node at 127.0.0.64.
+        await create_host_node(kube, impostor, address="127.0.0.63:9090", internal_ip="127.0.0.64")
+        event = await until_event(kube, impostor, str(Refusal.ADDRESS_NOT_ON_NODE))
+        assert event["type"] == "Warning", event
+        assert "'127.0.0.63:9090', which is not one of the Node's InternalIP addresses" in (
+            event["note"]
+        )
+        assert "(127.0.0.64)" in event["note"]
+        # IN-109: a Node whose own InternalIP is the victim's (its status says so) is refused;
+        # battery keeps the Host it has there.
+        await create_host_node(kube, twin, address="127.0.0.63:9191")
+        event = await until_event(kube, twin, str(Refusal.ADDRESS_IN_USE))
+        assert f"the report of Node {victim} also names (battery has it there)" in event["note"]
+        await create_host_node(kube, marker, address="127.0.0.65:9090")
+        await until_configmap(kube, namespace, has(victim, marker))  # a pass after both
+        config = pod.config_file.read_text()
+        assert impostor not in config and twin not in config and "9191" not in config
+        assert config.count("127.0.0.63") == 1
 
 
 @pytest.mark.req("IN-014")

@@ -19,7 +19,12 @@ In apply order:
   PodDisruptionBudgets: the agent may only create and delete (never update, nor write a
   subresource) the drain guard of its own Node, `names.drain_guard_name(node)` in the install
   namespace; the guard Pod must be bound to that Node (`spec.nodeName`), set
-  `automountServiceAccountToken: false` and have no volumes (EA-041).
+  `automountServiceAccountToken: false` and have no volumes (EA-041), and be the guard exactly
+  as the agent makes it (`guard_pod_validations`, EA-110): the pinned image
+  (`api.drain_guard.IMAGE`) with no command or args, one container, no Host namespaces, no
+  privilege or capabilities, non-root, read-only, `RuntimeDefault` seccomp, no overrides,
+  nothing mounted, exposed or run besides, resources at most `api.drain_guard`'s. Each refusal
+  names the field and the rule (`<field>: the drain guard <rule>`).
 - DaemonSet `names.EXEC_AGENT_NAME` (EA-004): only on Nodes labelled `names.HOST_LABEL=true`,
   tolerating the Host taint; `hostNetwork`, so the exec API listens on the Host's internal
   address (`HOST_IP` from the downward API) and reaches flintlockd there (EA-001, EA-002).
@@ -31,7 +36,7 @@ EA-060..EA-068). flintlockd's serving certificate, key and client CA go to the H
 `names.FLINTLOCKD_CERT_DIR` (a read-write host mount, the only one; the Host Image creates it
 owned by the agent's user, HI-072); the agent's own keys stay in its memory.
 
-Requirements: EA-004, EA-041 (the drain guard's grants and confinement), EA-051.
+Requirements: EA-004, EA-041 (the drain guard's grants and confinement), EA-051, EA-110.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final
 
+from batteryop.api import drain_guard as guard_shape
 from batteryop.api import names
 from batteryop.api.times import format_duration
 from batteryop.manifests import admission, rbac
@@ -133,6 +139,7 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
                 f"'{guard}' + (size(variables.nodeNames) == 1 ? variables.nodeNames[0] : '')"
             ),
         },
+        {"name": "guardCreate", "expression": "variables.isPod && variables.isCreate"},
         {"name": "newAnnotations", "expression": _NEW_OR_EMPTY.format(f="annotations", empty="{}")},
         {"name": "oldAnnotations", "expression": _OLD_OR_EMPTY.format(f="annotations", empty="{}")},
     ]
@@ -218,6 +225,7 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
             "message": "the Exec Agent's drain guard Pod must have no volumes",
         },
     ]
+    validations += guard_pod_validations()
     operations = ["CREATE", "UPDATE", "DELETE"]
     metadata = {"name": names.EXEC_AGENT_ADMISSION_POLICY, "labels": dict(labels)}
     policy: Obj = {
@@ -262,6 +270,237 @@ def admission_policy_objects(namespace: str, labels: Mapping[str, str]) -> list[
         },
     }
     return [policy, binding]
+
+
+# --- EA-110: the drain guard Pod, exactly as the agent makes it ------------------------------------
+
+_GUARD_CREATE = "!variables.guardCreate || "
+POD: Final = "object.spec"
+CONTAINERS: Final = "spec.containers[*]"
+"""How a message names a field of the guard's containers (each is checked)."""
+
+
+def _has_chain(root: str, path: str) -> list[str]:
+    """`has()` of each step of `path` under `root`: CEL's has() needs the step above it."""
+    parts = path.split(".")
+    return [f"has({root}.{'.'.join(parts[: i + 1])})" for i in range(len(parts))]
+
+
+def _absent_or(root: str, path: str, ok: str = "false") -> str:
+    """`root.path` is missing (any step of it) or `ok` holds of it (`{v}` is the value)."""
+    missing = " || ".join(f"!{h}" for h in _has_chain(root, path))
+    return f"{missing} || ({ok.format(v=f'{root}.{path}')})"
+
+
+def _present_and(root: str, path: str, ok: str) -> str:
+    """`root.path` is set and `ok` holds of it (`{v}` is the value)."""
+    return " && ".join([*_has_chain(root, path), ok.format(v=f"{root}.{path}")])
+
+
+def _none(root: str, path: str) -> str:
+    """A list field missing or empty."""
+    return _absent_or(root, path, "size({v}) == 0")
+
+
+def _bounded(field: str, bounds: Mapping[str, str]) -> str:
+    """Every key of the resource map `field` is one of `bounds` and at most its bound."""
+    keys = ", ".join(f"'{k}'" for k in bounds)
+    each = " && ".join(
+        f"(!('{k}' in {field}) || quantity({field}['{k}']).compareTo(quantity('{v}')) <= 0)"
+        for k, v in bounds.items()
+    )
+    return f"{field}.all(k, k in [{keys}]) && {each}"
+
+
+def guard_pod_validations() -> list[Obj]:
+    """EA-110: a Pod the agent creates is admitted only if it is the drain guard as
+    `exec_agent/drain_guard.py` builds it; each rule's message names the field and the rule.
+
+    Objects are typed in the policy's CEL, so every field is checked by name with `has()`
+    (struct keys cannot be iterated): a field not named here is not refused. What is named
+    covers every way the Pod Security Standards' restricted profile knows to reach the Host,
+    and what runs (image, command, args, env, probes, hooks) and how much of the Host it takes
+    (resources)."""
+    sc = "securityContext"
+    limits = dict(guard_shape.LIMITS)
+    requests = dict(guard_shape.REQUESTS)
+    bounds = ", ".join(f"{k} {v}" for k, v in limits.items())
+    pod: list[tuple[str, str, str]] = [
+        # (field, rule, message after "<field>: the drain guard ")
+        (
+            "spec.hostPID",
+            _absent_or(POD, "hostPID", "!{v}"),
+            "may not share the Host's PID namespace",
+        ),
+        (
+            "spec.hostNetwork",
+            _absent_or(POD, "hostNetwork", "!{v}"),
+            "may not use the Host's network namespace",
+        ),
+        (
+            "spec.hostIPC",
+            _absent_or(POD, "hostIPC", "!{v}"),
+            "may not share the Host's IPC namespace",
+        ),
+        (
+            "spec.hostUsers",
+            _absent_or(POD, "hostUsers", "!{v}"),
+            "may not run in the Host's user namespace (hostUsers: true)",
+        ),
+        (
+            "spec.shareProcessNamespace",
+            _absent_or(POD, "shareProcessNamespace", "!{v}"),
+            "may not share a process namespace",
+        ),
+        ("spec.initContainers", _none(POD, "initContainers"), "has no init containers"),
+        (
+            "spec.ephemeralContainers",
+            _none(POD, "ephemeralContainers"),
+            "has no ephemeral containers",
+        ),
+        ("spec.containers", f"size({POD}.containers) == 1", "has exactly one container"),
+        (
+            "spec.priorityClassName",
+            _absent_or(POD, "priorityClassName", "{v} == ''"),
+            "names no priority class",
+        ),
+        (
+            "spec.runtimeClassName",
+            _absent_or(POD, "runtimeClassName", "{v} == ''"),
+            "runs in the cluster's default runtime (no runtimeClassName)",
+        ),
+        ("spec.resourceClaims", _none(POD, "resourceClaims"), "claims no resources"),
+        (
+            "metadata.annotations",
+            _absent_or(
+                "object.metadata",
+                "annotations",
+                "{v}.all(k, !k.contains('apparmor') && !k.contains('seccomp'))",
+            ),
+            "may not set AppArmor or seccomp profiles by annotation",
+        ),
+        (
+            f"spec.{sc}.runAsNonRoot",
+            _present_and(POD, f"{sc}.runAsNonRoot", "{v}"),
+            "must run as non-root (runAsNonRoot: true)",
+        ),
+        (
+            f"spec.{sc}.runAsUser",
+            _absent_or(POD, f"{sc}.runAsUser", "{v} != 0"),
+            "may not run as root (0)",
+        ),
+        (
+            f"spec.{sc}.seccompProfile",
+            _present_and(POD, f"{sc}.seccompProfile", "{v}.type == 'RuntimeDefault'"),
+            "must run under the runtime's default seccomp profile (RuntimeDefault)",
+        ),
+        (
+            f"spec.{sc}.seLinuxOptions",
+            _absent_or(POD, f"{sc}.seLinuxOptions"),
+            "may not set SELinux options",
+        ),
+        (
+            f"spec.{sc}.appArmorProfile",
+            _absent_or(POD, f"{sc}.appArmorProfile", "{v}.type == 'RuntimeDefault'"),
+            "may not override the runtime's default AppArmor profile",
+        ),
+        (
+            f"spec.{sc}.windowsOptions",
+            _absent_or(POD, f"{sc}.windowsOptions"),
+            "may not set Windows options (hostProcess, user names)",
+        ),
+        (f"spec.{sc}.sysctls", _none(POD, f"{sc}.sysctls"), "may not set sysctls"),
+    ]
+    probe = "has no probes (an exec probe runs a command, an HTTP or TCP one reaches anywhere)"
+    container: list[tuple[str, str, str]] = [
+        ("image", f"c.image == '{guard_shape.IMAGE}'", f"runs only {guard_shape.IMAGE}"),
+        ("command", _none("c", "command"), "runs its image's own entrypoint: no command"),
+        ("args", _none("c", "args"), "runs its image's own entrypoint: no args"),
+        ("env", _none("c", "env"), "has no environment"),
+        ("envFrom", _none("c", "envFrom"), "has no environment"),
+        ("ports", _none("c", "ports"), "exposes no ports (nor a hostPort)"),
+        ("volumeMounts", _none("c", "volumeMounts"), "mounts nothing"),
+        ("volumeDevices", _none("c", "volumeDevices"), "has no devices"),
+        ("lifecycle", _absent_or("c", "lifecycle"), "has no lifecycle hooks"),
+        ("livenessProbe", _absent_or("c", "livenessProbe"), probe),
+        ("readinessProbe", _absent_or("c", "readinessProbe"), probe),
+        ("startupProbe", _absent_or("c", "startupProbe"), probe),
+        (f"{sc}.privileged", _absent_or("c", f"{sc}.privileged", "!{v}"), "may not be privileged"),
+        (
+            f"{sc}.capabilities",
+            _present_and("c", f"{sc}.capabilities", "has({v}.drop) && 'ALL' in {v}.drop")
+            + f" && ({_none(f'c.{sc}.capabilities', 'add')})",
+            "must drop ALL capabilities and add none",
+        ),
+        (
+            f"{sc}.allowPrivilegeEscalation",
+            _present_and("c", f"{sc}.allowPrivilegeEscalation", "!{v}"),
+            "may not escalate privileges (allowPrivilegeEscalation: false)",
+        ),
+        (
+            f"{sc}.readOnlyRootFilesystem",
+            _present_and("c", f"{sc}.readOnlyRootFilesystem", "{v}"),
+            "must have a read-only root filesystem",
+        ),
+        (
+            f"{sc}.runAsUser",
+            _absent_or("c", f"{sc}.runAsUser", "{v} != 0"),
+            "may not run as root (0)",
+        ),
+        (
+            f"{sc}.runAsNonRoot",
+            _absent_or("c", f"{sc}.runAsNonRoot", "{v}"),
+            "must run as non-root (runAsNonRoot may not be false)",
+        ),
+        (
+            f"{sc}.seccompProfile",
+            _absent_or("c", f"{sc}.seccompProfile", "{v}.type == 'RuntimeDefault'"),
+            "must run under the runtime's default seccomp profile (RuntimeDefault)",
+        ),
+        (
+            f"{sc}.seLinuxOptions",
+            _absent_or("c", f"{sc}.seLinuxOptions"),
+            "may not set SELinux options",
+        ),
+        (
+            f"{sc}.appArmorProfile",
+            _absent_or("c", f"{sc}.appArmorProfile", "{v}.type == 'RuntimeDefault'"),
+            "may not override the runtime's default AppArmor profile",
+        ),
+        (
+            f"{sc}.procMount",
+            _absent_or("c", f"{sc}.procMount", "{v} == 'Default'"),
+            "may not unmask /proc (procMount: Default)",
+        ),
+        (
+            f"{sc}.windowsOptions",
+            _absent_or("c", f"{sc}.windowsOptions"),
+            "may not set Windows options (hostProcess, user names)",
+        ),
+        (
+            "resources.limits",
+            " && ".join(
+                [
+                    *_has_chain("c", "resources.limits"),
+                    *(f"'{k}' in c.resources.limits" for k in limits),
+                    _bounded("c.resources.limits", limits),
+                ]
+            ),
+            f"must limit, and limits only, {bounds} at most",
+        ),
+        (
+            "resources.requests",
+            _absent_or("c", "resources.requests", _bounded("{v}", requests)),
+            "requests only " + ", ".join(f"{k} {v}" for k, v in requests.items()) + " at most",
+        ),
+    ]
+    rules = [(f, r, m) for f, r, m in pod] + [
+        (f"{CONTAINERS}.{f}", f"{POD}.containers.all(c, {r})", m) for f, r, m in container
+    ]
+    return [
+        {"expression": f"{_GUARD_CREATE}({rule})", "message": f"{field}: the drain guard {message}"}
+        for field, rule, message in rules
+    ]
 
 
 # --- identity ------------------------------------------------------------------------------------

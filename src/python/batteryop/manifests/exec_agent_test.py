@@ -4,29 +4,27 @@ the real API server against a real token of the agent's ServiceAccount bound to 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names
 from batteryop.manifests import exec_agent, render
-from batteryop.testing.controlplane import (
-    ControlPlane,
-    admin_client,
-    ensure_service_account,
-    pod_bound_token,
-    request_token,
-    token_client,
+from batteryop.testing.controlplane import ControlPlane, admin_client, request_token, token_client
+from batteryop.testing.exec_agent_policy import (
+    IMAGE,
+    NS,
+    agent_on,
+    hosts,
+    install_exec_agent,
+    patch_node,
+    policy_active,
+    real_guard,
+    refusal,
 )
-
-IMAGE = "ghcr.io/phoban01/battery-operator:v9.9.9"
-NS = names.OPERATOR_NAMESPACE
 
 
 def daemon_set() -> dict[str, Any]:
@@ -159,18 +157,10 @@ what RBAC would allow."""
 
 @pytest.fixture(scope="module")
 def installed(admin: k8s.ApiClient) -> list[str]:
-    """The namespace and the Exec Agent's objects, applied as install.yaml has them; their kinds.
+    """The Exec Agent's objects as install.yaml has them (`install_exec_agent`); their kinds.
 
-    Also the namespace's `default` ServiceAccount, which kube-controller-manager would make
-    (Pods run as it; without it the API server refuses every Pod), and `EXTRA_ROLE`."""
-    dyn = DynamicClient(admin)
-    wanted = [render.namespace_object(NS), *exec_agent.objects(NS, render.labels(), IMAGE)]
-    for obj in wanted:
-        resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        dyn.server_side_apply(
-            resource, body=obj, field_manager="exec-agent-test", force_conflicts=True
-        )
-    ensure_service_account(admin, NS, "default")
+    Also `EXTRA_ROLE`."""
+    kinds = install_exec_agent(admin)
     authz = k8s.RbacAuthorizationV1Api(admin)
     extra = {
         "metadata": {"name": EXTRA_ROLE},
@@ -188,60 +178,14 @@ def installed(admin: k8s.ApiClient) -> list[str]:
         authz.create_namespaced_role(NS, extra)
     with contextlib.suppress(k8s.ApiException):
         authz.create_namespaced_role_binding(NS, binding)
-    return [obj["kind"] for obj in wanted]
+    return kinds
 
 
 @pytest.fixture
 def nodes(admin: k8s.ApiClient) -> Iterator[tuple[str, str]]:
     """Two fresh Hosts: the agent's own, and another."""
-    core = k8s.CoreV1Api(admin)
-    made = [f"host-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    for name in made:
-        core.create_node(
-            k8s.V1Node(
-                metadata=k8s.V1ObjectMeta(
-                    name=name,
-                    labels={names.HOST_LABEL: names.HOST_LABEL_VALUE},
-                    annotations={"example.com/kept": "1"},
-                )
-            )
-        )
-    yield made[0], made[1]
-    for name in made:
-        core.delete_node(name)
-
-
-def agent_on(admin: k8s.ApiClient, controlplane: ControlPlane, node: str) -> k8s.ApiClient:
-    """A client acting as the agent's ServiceAccount with a token bound to its Pod on `node`,
-    as the kubelet mints it (so the identity names the Node)."""
-    return token_client(controlplane, pod_bound_token(admin, NS, names.EXEC_AGENT_NAME, node))
-
-
-def refusal(call: Callable[[], Any]) -> str:
-    """The API server's message for a write it refused (fails the test if it was allowed)."""
-    with pytest.raises(k8s.ApiException) as caught:
-        call()
-    assert caught.value.status in (403, 422), caught.value.body
-    return str(caught.value.body)
-
-
-def patch_node(api: k8s.ApiClient, node: str, body: dict[str, Any], dry_run: bool = False) -> Any:
-    return k8s.CoreV1Api(api).patch_node(node, body, dry_run="All" if dry_run else None)
-
-
-async def policy_active(agent: k8s.ApiClient, node: str, timeout: float = 30) -> None:
-    """Wait (bounded) until the API server enforces the policy: it loads policies a moment
-    after they are written, and nothing can be watched for that."""
-    foreign = {"metadata": {"labels": {"example.com/probe": "x"}}}
-    async with asyncio.timeout(timeout):
-        while True:
-            try:
-                patch_node(agent, node, foreign, dry_run=True)
-            except k8s.ApiException as e:
-                if e.status in (403, 422) and names.EXEC_AGENT_ADMISSION_POLICY in str(e.body):
-                    return
-                raise
-            await asyncio.sleep(0.1)  # polling the API server's state, not synchronising
+    with hosts(admin, 2) as (own, other):
+        yield own, other
 
 
 @pytest.mark.controlplane
@@ -309,22 +253,11 @@ async def test_an_agent_identity_naming_no_node_may_change_no_node(
         unbound.close()
 
 
-def guard_pod(node: str, **spec: Any) -> dict[str, Any]:
-    """A Pod as the drain guard of `node` is made (no token, no volumes, deleted at once: no
-    kubelet runs here to finish a graceful deletion), `spec` overriding."""
-    return {
-        "metadata": {
-            "name": names.drain_guard_name(node),
-            "labels": {names.DRAIN_GUARD_LABEL: node},
-        },
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "guard", "image": names.DRAIN_GUARD_IMAGE}],
-            **spec,
-        },
-    }
+def guard_pod(admin: k8s.ApiClient, node: str, **spec: Any) -> dict[str, Any]:
+    """The Pod the agent makes as the drain guard of `node` (`real_guard`), `spec` overriding."""
+    _, pod = real_guard(admin, node)
+    pod["spec"].update(spec)
+    return pod
 
 
 def guard_budget(name: str, node: str) -> dict[str, Any]:
@@ -350,16 +283,18 @@ async def test_the_agent_may_only_create_and_delete_its_own_nodes_drain_guard(
         await policy_active(agent, own)
         # Its own guard: the budget, then the Pod, then both removed.
         policy.create_namespaced_pod_disruption_budget(NS, guard_budget(guard, own))
-        core.create_namespaced_pod(NS, guard_pod(own))
+        core.create_namespaced_pod(NS, guard_pod(admin, own))
 
         not_its_guard = "only create and delete the drain guard of its own Node"
-        assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, guard_pod(other)))
+        assert not_its_guard in refusal(
+            lambda: core.create_namespaced_pod(NS, guard_pod(admin, other))
+        )
         assert not_its_guard in refusal(
             lambda: policy.create_namespaced_pod_disruption_budget(
                 NS, guard_budget(names.drain_guard_name(other), other)
             )
         )
-        renamed = guard_pod(own)
+        renamed = guard_pod(admin, own)
         renamed["metadata"]["name"] = f"{guard}-2"
         assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, renamed))
         assert not_its_guard in refusal(
@@ -368,19 +303,19 @@ async def test_the_agent_may_only_create_and_delete_its_own_nodes_drain_guard(
         # Its own guard's name, but bound to another Node, or with a token, or a volume.
         core.delete_namespaced_pod(guard, NS)
         assert "must be bound to its own Node" in refusal(
-            lambda: core.create_namespaced_pod(NS, guard_pod(own, nodeName=other))
+            lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, nodeName=other))
         )
         assert "must not mount a ServiceAccount token" in refusal(
             lambda: core.create_namespaced_pod(
-                NS, guard_pod(own, automountServiceAccountToken=True)
+                NS, guard_pod(admin, own, automountServiceAccountToken=True)
             )
         )
         empty_dir = [{"name": "scratch", "emptyDir": {}}]
         assert "must have no volumes" in refusal(
-            lambda: core.create_namespaced_pod(NS, guard_pod(own, volumes=empty_dir))
+            lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, volumes=empty_dir))
         )
         # Never changed once made, even where RBAC allows it (EXTRA_ROLE).
-        core.create_namespaced_pod(NS, guard_pod(own))
+        core.create_namespaced_pod(NS, guard_pod(admin, own))
         never_changed = "only create and delete its drain guard, never change it"
         relabel = {"metadata": {"labels": {"example.com/x": "1"}}}
         assert never_changed in refusal(lambda: core.patch_namespaced_pod(guard, NS, relabel))

@@ -20,14 +20,16 @@ flags the Manifests give it, pointed at this pod's files and at battery's addres
 until `/readyz` answers 200.
 
 `HostNode` helpers create Nodes labelled as Hosts and write their Exec Agent report (the
-annotations `batteryop.exec_agent.node_report.report_annotations` writes), cordon and
-uncordon them.
+annotations `batteryop.exec_agent.node_report.report_annotations` writes) and their InternalIP
+(the report's IP, as a kubelet reports it, unless told another: IN-108), cordon and uncordon
+them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import subprocess
@@ -81,6 +83,21 @@ def report(address: str, *, ready: bool = True) -> dict[str, str]:
     }
 
 
+def _ip_of(address: str) -> str | None:
+    """The IP of `host:port` (brackets dropped), or None when it names no IP."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+async def set_internal_ip(kube: KubeClient, name: str, ip: str) -> Object:
+    """The Node's InternalIP, as its kubelet reports it (`status.addresses`)."""
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}
+    return await kube.patch(NODES, name, status, subresource="status")
+
+
 async def create_host_node(
     kube: KubeClient,
     name: str,
@@ -89,18 +106,34 @@ async def create_host_node(
     ready: bool = True,
     labelled: bool = True,
     extra_labels: Mapping[str, str] = {},
+    internal_ip: str | None = None,
 ) -> Object:
-    """A Node labelled as a Host (unless `labelled` is False), with a report when `address`."""
+    """A Node labelled as a Host (unless `labelled` is False), with a report when `address`.
+
+    Its InternalIP is `internal_ip`, else the IP of `address` (the Host's own, as the kubelet
+    and the Exec Agent report them on a real Host; IN-108); none when neither gives one."""
     labels = {**extra_labels}
     if labelled:
         labels[names.HOST_LABEL] = names.HOST_LABEL_VALUE
     meta: dict[str, Any] = {"name": name, "labels": labels}
-    if address is not None:
-        meta["annotations"] = report(address, ready=ready)
-    return await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": meta})
+    made = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": meta})
+    # The kubelet reports the address before the agent on that Node can report.
+    ip = internal_ip or (_ip_of(address) if address is not None else None)
+    if ip:
+        made = await set_internal_ip(kube, name, ip)
+    if address is None:
+        return made
+    return await kube.patch(
+        NODES, name, {"metadata": {"annotations": report(address, ready=ready)}}
+    )
 
 
 async def set_report(kube: KubeClient, name: str, address: str, *, ready: bool = True) -> Object:
+    """The agent's report naming `address`; the Node's InternalIP follows it (a real Host's
+    flintlockd listens on the Node's address)."""
+    ip = _ip_of(address)
+    if ip:
+        await set_internal_ip(kube, name, ip)
     return await kube.patch(
         NODES, name, {"metadata": {"annotations": report(address, ready=ready)}}
     )
