@@ -10,7 +10,10 @@ Three certificates, each for an ECDSA P-256 key the agent makes itself (EA-060):
 
 Only the certificate request leaves the process; the key flintlockd needs is written to the
 Host's `--flintlockd-cert-dir` (`tls.key` mode 0600, then `client-ca.crt`, then `tls.crt` last,
-each replaced atomically: EA-064), the other two never leave memory (EA-065).
+each replaced atomically: EA-064), the other two never leave memory (EA-065). That folder is
+made 0700 (narrowed if it exists, refused if it is a symlink or another user's) and each file is
+written through a temporary file of a random name created with `O_EXCL|O_NOFOLLOW` (EA-125,
+`batteryop.tls.private_dir` and `write_atomic`).
 
 One request: a CertificateSigningRequest (`generateName: exec-agent-<node>-`, subject CN the
 Node, the signer's usages exactly), then a read of that one object until the signer has
@@ -41,6 +44,11 @@ to `retry_max`, five minutes by default). `checks()` adds one readiness check pe
 failing with `CertificateExpiringError` (naming it) once less than `EXPIRY_MARGIN` of its
 validity is left, or it expired (EA-103); `seconds_left()` feeds the
 `exec_agent_certificate_expiry_seconds` metric (EA-104).
+
+The exec API's TLS follows renewals through gRPC's dynamic credentials: gRPC asks, on its own
+threads, before handshakes; the loop publishes each new configuration with a generation number
+in one store and the ask compares generations, so a renewal that lands during an ask is handed
+out at the next one (EA-129).
 
 Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
 """
@@ -74,7 +82,7 @@ from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
 from batteryop.obs.supervisor import Supervisor
-from batteryop.tls import cert_pem, key_pem, make_csr, new_key, write_atomic
+from batteryop.tls import cert_pem, key_pem, make_csr, new_key, private_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -425,7 +433,7 @@ class CertDir:
     def write(self, issued: Issued, client_ca_pem: str) -> None:
         """Key first (0600), then the client CA, then the certificate last: flintlockd starts
         (and restarts) on `tls.crt`, by which time the key and CA are in place."""
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path)  # EA-125
         write_atomic(self.key, issued.key_pem, mode=0o600)
         write_atomic(self.client_ca, client_ca_pem.encode())
         write_atomic(self.cert, issued.chain_pem)
@@ -435,7 +443,7 @@ class CertDir:
         with contextlib.suppress(OSError):
             if self.client_ca.read_bytes() == data:
                 return False
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path)  # EA-125
         write_atomic(self.client_ca, data)
         return True
 
@@ -497,8 +505,11 @@ class AgentCertificates:
         for task in TASKS:
             self.supervisor.add(task)
         self._current: dict[str, Issued] = {}
-        self._server_config: Any = None
-        self._server_news: Any = None
+        self._server_latest: tuple[Any, int] = (None, 0)
+        """The exec API's newest TLS configuration and its generation; replaced whole, on the
+        loop only (`_install`), so gRPC's threads read one consistent pair (EA-129)."""
+        self._server_served = 0
+        """The generation gRPC was last given; written on gRPC's threads only."""
         self._bundle_started = False
         self._renewing = False
         self.renewals = 0
@@ -596,9 +607,8 @@ class AgentCertificates:
         if kind == FLINTLOCKD_SERVING:  # EA-064
             self._dir.write(issued, self._bundle.data[names.CLIENT_CA_BUNDLE_KEY])
         elif kind == EXEC_SERVING:
-            self._server_config = self._server_news = grpc.ssl_server_certificate_configuration(
-                [(issued.key_pem, issued.chain_pem)]
-            )
+            config = grpc.ssl_server_certificate_configuration([(issued.key_pem, issued.chain_pem)])
+            self._server_latest = (config, self._server_latest[1] + 1)  # EA-129: one store
         elif self._on_client_renewed is not None:
             self._on_client_renewed()
 
@@ -670,15 +680,23 @@ class AgentCertificates:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """The exec API's TLS; each new handshake uses the newest serving certificate."""
+        config, self._server_served = self._server_latest
         return grpc.dynamic_ssl_server_credentials(
-            self._server_config, self._fetch_server_config, require_client_authentication=False
+            config, self._fetch_server_config, require_client_authentication=False
         )
 
     def _fetch_server_config(self) -> Any:
-        """gRPC asks before handshakes: a configuration when it changed since the last ask,
-        else None (keep the current one)."""
-        news, self._server_news = self._server_news, None
-        return news
+        """gRPC asks before handshakes, on its own threads: a configuration when it changed
+        since the last ask, else None (keep the current one).
+
+        EA-129: the loop replaces `_server_latest` in one store and this reads it in one load,
+        then compares generations; a renewal installed at any point of this call is given out
+        at the next ask at the latest, never lost (a swap to None could drop one)."""
+        config, generation = self._server_latest
+        if generation == self._server_served:
+            return None
+        self._server_served = generation
+        return config
 
     def serving_pem(self, kind: str = EXEC_SERVING) -> bytes:
         return cert_pem(self._current[kind].cert)

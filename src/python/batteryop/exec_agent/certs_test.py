@@ -9,6 +9,7 @@ import base64
 import contextlib
 import datetime
 import logging
+import os
 import socket
 import ssl
 import stat
@@ -32,6 +33,7 @@ from batteryop.exec_agent.certs import (
     EXEC_SERVING,
     FLINTLOCKD_SERVING,
     AgentCertificates,
+    CertDir,
     CertificateError,
     certificate_check,
     check_issued,
@@ -147,6 +149,65 @@ def test_renewal_point_is_between_55_and_65_percent_and_not_before_a_minute() ->
     issued = check_issued(want, key, short.cert_pem, bundle, now, 0.001)
     assert (issued.not_after - issued.not_before) * 0.001 < certs.MIN_RENEW_AFTER
     assert issued.renew_at == issued.not_before + certs.MIN_RENEW_AFTER
+
+
+@pytest.mark.req("EA-125")
+def test_an_existing_open_cert_folder_is_narrowed_to_its_owner(tmp_path: Path) -> None:
+    folder = tmp_path / "flintlockd"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    assert CertDir(folder).write_client_ca("ca pem")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.req("EA-129")
+def test_a_renewal_installed_while_grpc_fetches_the_serving_config_is_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving, made deterministic: the exec serving certificate is renewed (on the
+    loop) exactly between gRPC's thread reading the pending configuration and recording that it
+    took it. The renewal must reach gRPC at its next ask."""
+    monkeypatch.setattr(
+        certs.grpc, "ssl_server_certificate_configuration", lambda pairs: ("config", pairs[0][1])
+    )
+    ca = CertificateAuthority.create("exec-serving")
+    want = wants("host-a", TRUST_DOMAIN, ADDRESS)[EXEC_SERVING]
+
+    def issued() -> certs.Issued:
+        key = new_key()
+        pair = ca.issue("host-a", hosts=[ADDRESS, want.uri], server=True, key=key)
+        return certs.Issued(key, pair.cert_pem, pair.cert, 0.6)
+
+    renewed = issued()
+
+    class Interleaved(AgentCertificates):
+        armed = False
+
+        def __getattribute__(self, name: str) -> Any:
+            value = super().__getattribute__(name)
+            if name.startswith("_server") and type(self).armed:
+                type(self).armed = False
+                self._install(EXEC_SERVING, renewed)  # the loop, between read and write
+            return value
+
+    agent = Interleaved(
+        None,  # type: ignore[arg-type]  # no request is made here
+        node="host-a",
+        trust_domain=TRUST_DOMAIN,
+        address=ADDRESS,
+        namespace="ns",
+        cert_dir=tmp_path,
+    )
+    agent._install(EXEC_SERVING, issued())
+    assert agent._fetch_server_config() is not None  # the first one, taken
+    assert agent._fetch_server_config() is None  # nothing new
+
+    Interleaved.armed = True
+    agent._fetch_server_config()
+    assert not Interleaved.armed, "the fetch read no pending configuration"
+    assert agent.current[EXEC_SERVING] is renewed  # what /readyz and the metric report
+    given = [agent._fetch_server_config() for _ in range(2)]
+    assert ("config", renewed.chain_pem) in given, "the renewal never reached gRPC"
 
 
 # -- against the cluster ----------------------------------------------------------------------
