@@ -209,6 +209,7 @@ async def install(
     hosts: Mapping[str, str],
     serving_ca: CertificateAuthority,
     client_ca: CertificateAuthority,
+    exec_serving_ca: CertificateAuthority,
     approver: ApproverConfig,
     battery_config: str,
 ) -> None:
@@ -223,6 +224,7 @@ async def install(
         *approver_objects(approver),
         tls_secret(names.SERVING_CA_SECRET, serving_ca),
         tls_secret(names.CLIENT_CA_SECRET, client_ca),
+        tls_secret(names.EXEC_AGENT_SERVING_CA_SECRET, exec_serving_ca),  # CT-101
         # kube-controller-manager's work, and none runs here: the Exec Agents' drain guard
         # Pods run as the install namespace's `default` ServiceAccount.
         {
