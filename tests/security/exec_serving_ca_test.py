@@ -66,9 +66,7 @@ class Recorder:
             yield b""  # pragma: no cover: abort raises
 
         class Handler(grpc.GenericRpcHandler):
-            def service(
-                self, details: grpc.HandlerCallDetails
-            ) -> grpc.RpcMethodHandler | None:
+            def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
                 if details.method == EXEC_METHOD:
                     return grpc.stream_stream_rpc_method_handler(exec_call)
                 return None
@@ -131,7 +129,12 @@ async def test_flintlockds_serving_key_cannot_pass_as_the_exec_agent(
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((impostor.handler(),))
     creds = grpc.ssl_server_credentials(
-        [((cert_dir / names.TLS_KEY_FILE).read_bytes(), (cert_dir / names.TLS_CERT_FILE).read_bytes())]
+        [
+            (
+                (cert_dir / names.TLS_KEY_FILE).read_bytes(),
+                (cert_dir / names.TLS_CERT_FILE).read_bytes(),
+            )
+        ]
     )
     port = server.add_secure_port(f"{ADDRESS}:0", creds)
     await server.start()
@@ -152,8 +155,6 @@ async def test_flintlockds_serving_key_cannot_pass_as_the_exec_agent(
         # The TLS handshake succeeds and the call arrives; the recorder then refuses it.
         with pytest.raises(ExecError, match="answered UNIMPLEMENTED: a recorder"):
             await exec_through_client(exec_ca_pem, f"{ADDRESS}:{port}")
-        assert [call.get("authorization") for call in genuine.calls] == [
-            "Bearer the-holders-token"
-        ]
+        assert [call.get("authorization") for call in genuine.calls] == ["Bearer the-holders-token"]
     finally:
         await agent_server.stop(0)

@@ -169,9 +169,7 @@ async def test_the_ca_certificates_are_published_without_keys(cluster: Cluster) 
         names.CLIENT_CA_BUNDLE_KEY,
         names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY,
     }
-    assert (
-        data[names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY].encode() == cluster.exec_serving_ca.cert_pem
-    )
+    assert data[names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY].encode() == cluster.exec_serving_ca.cert_pem
     assert data[names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
     assert data[names.CLIENT_CA_BUNDLE_KEY].encode() == cluster.client_ca.cert_pem
     assert all("PRIVATE KEY" not in v for v in data.values())
@@ -509,9 +507,7 @@ async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) ->
             ),
         )
         ours = request_pem(ec_key(), ("10.35.0.1", agent_id(node)))
-        later = await cluster.create_csr(
-            agent, csr_body(cluster.name("ours"), AGENT_SERVING, ours)
-        )
+        later = await cluster.create_csr(agent, csr_body(cluster.name("ours"), AGENT_SERVING, ours))
         await until_csr(cluster.kube, later, signed, "signed")
     obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, foreign)
     assert not (obj.get("status") or {}).get("conditions")
@@ -576,9 +572,7 @@ async def test_a_task_started_while_the_approver_runs_outlives_its_stop(cluster:
     async with cluster.client_as(node) as agent:
         async with running(cluster):
             pem = request_pem(ec_key(), ("10.40.0.1", agent_id(node)))
-            name = await cluster.create_csr(
-                agent, csr_body(cluster.name("t"), AGENT_SERVING, pem)
-            )
+            name = await cluster.create_csr(agent, csr_body(cluster.name("t"), AGENT_SERVING, pem))
             await until_csr(cluster.kube, name, signed, "signed")  # kopf has started
             other = asyncio.create_task(released.wait())
         assert not other.done()
@@ -666,9 +660,7 @@ async def test_without_sign_on_the_signers_the_api_server_refuses_the_certificat
             "sign", "signers", group="certificates.k8s.io", name=AGENT_SERVING
         )
         pem = request_pem(ec_key(), ("10.38.0.1", agent_id(node)))
-        name = await cluster.create_csr(
-            agent, csr_body(cluster.name("nosign"), AGENT_SERVING, pem)
-        )
+        name = await cluster.create_csr(agent, csr_body(cluster.name("nosign"), AGENT_SERVING, pem))
         obj = await until_csr(cluster.kube, name, decided, "decided")
         # The approval went through; the certificate write is refused (403) and retried, so
         # the request stays approved and unsigned for as long as the grant is missing. The

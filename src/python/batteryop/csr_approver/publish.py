@@ -14,7 +14,6 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import NotFoundError
 from batteryop.kube.resources import CONFIGMAPS
 
-
 KEYS = (
     names.SERVING_CA_BUNDLE_KEY,
     names.CLIENT_CA_BUNDLE_KEY,

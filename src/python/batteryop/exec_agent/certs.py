@@ -717,7 +717,9 @@ class AgentCertificates:
             # EA-126: a client-ca.crt of an older agent (the cluster's client CA) is rewritten
             # here, once; one already right is left alone, so flintlockd is not restarted.
             if self._dir.write_client_ca(self._flintlockd_client_cas()):
-                log.info("Rewrote flintlockd's client CAs", extra={"path": str(self._dir.client_ca)})
+                log.info(
+                    "Rewrote flintlockd's client CAs", extra={"path": str(self._dir.client_ca)}
+                )
             log.info("Kept flintlockd's certificate on the Host", extra={"until": kept.not_after})
         missing = [kind for kind in KINDS if kind not in self._current]
         issued = await asyncio.gather(*(self._obtain(kind) for kind in missing))

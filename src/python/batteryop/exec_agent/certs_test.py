@@ -317,7 +317,10 @@ async def test_agent_obtains_its_serving_certificates_by_csr_and_signs_its_clien
     fl.verify_directly_issued_by(serving_ca)  # EA-066
     current[EXEC_SERVING].cert.verify_directly_issued_by(exec_ca)  # EA-127, CT-101
     current[CLIENT].cert.verify_directly_issued_by(host_ca)  # EA-126
-    for cert, wrong in ((current[EXEC_SERVING].cert, serving_ca), (current[CLIENT].cert, client_ca)):
+    for cert, wrong in (
+        (current[EXEC_SERVING].cert, serving_ca),
+        (current[CLIENT].cert, client_ca),
+    ):
         with pytest.raises((ValueError, InvalidSignature)):
             cert.verify_directly_issued_by(wrong)
     assert host_ca.subject.rfc4514_string() == f"CN=exec-agent host CA {node}"

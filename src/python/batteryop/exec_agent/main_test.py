@@ -273,7 +273,9 @@ async def test_the_agent_process_gets_its_certificates_by_csr_and_serves_with_th
                 holding = await Holders(api, namespace, fl, pki).hold()
             finally:
                 api.close()
-            credentials = grpc.ssl_channel_credentials(root_certificates=pki.exec_serving_ca.cert_pem)
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=pki.exec_serving_ca.cert_pem
+            )
             async with grpc.aio.secure_channel(f"{AGENT_ADDRESS}:{port}", credentials) as channel:
                 start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="echo", args=["ok"])
                 responses = await run_exec(channel, holding.metadata, start)

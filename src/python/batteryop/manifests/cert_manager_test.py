@@ -81,7 +81,11 @@ def test_every_issuer_reference_names_an_issuer_created_before_it() -> None:
 def test_the_cas_are_self_signed_ecdsa_ten_year_cas_whose_key_is_kept() -> None:
     objs = by_name(cert_manager_objects())
     assert objs["Issuer", names.SELFSIGNED_ISSUER]["spec"] == {"selfSigned": {}}
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET, names.EXEC_AGENT_SERVING_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         assert objs["Certificate", name]["spec"] == {
             "isCA": True,
             "commonName": name,

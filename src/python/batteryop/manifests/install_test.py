@@ -732,7 +732,11 @@ def test_the_approver_reads_requests_nodes_and_its_three_ca_secrets_only(
     approver: k8s.ApiClient, kube_admin: k8s.ApiClient, namespace: str
 ) -> None:
     admin_core = k8s.CoreV1Api(kube_admin)
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET, names.EXEC_AGENT_SERVING_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
     other = f"other-{uuid.uuid4().hex[:8]}"
     admin_core.create_namespaced_secret(NS, _secret(other))
@@ -746,7 +750,11 @@ def test_the_approver_reads_requests_nodes_and_its_three_ca_secrets_only(
     certs.list_certificate_signing_request()
     assert watch_opens(certs.list_certificate_signing_request) == 200
     assert core.read_node(node).metadata.name == node
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET, names.EXEC_AGENT_SERVING_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         assert core.read_namespaced_secret(name, NS).metadata.name == name
         by_name = f"metadata.name={name}"
         assert watch_opens(core.list_namespaced_secret, NS, field_selector=by_name) == 200
@@ -808,7 +816,11 @@ def test_of_the_identities_only_the_approver_reads_the_ca_secrets_and_none_batte
     """Acting as each ServiceAccount of install.yaml with a real token: the CA Secrets are
     readable by the CSR approver only; battery's client Secret by none (the kubelet mounts it)."""
     admin_core = k8s.CoreV1Api(kube_admin)
-    ca_secrets = (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET, names.EXEC_AGENT_SERVING_CA_SECRET)
+    ca_secrets = (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    )
     for name in (*ca_secrets, names.BATTERY_CLIENT_SECRET):
         _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
     api = service_account_client(controlplane, NS, account, create=False)
