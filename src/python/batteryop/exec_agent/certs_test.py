@@ -646,3 +646,59 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
                 assert renewed > life / 2
         finally:
             await agent.aclose()
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-128", "EA-064")
+async def test_an_older_agents_client_ca_file_is_rewritten_once_at_start(
+    csr_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The upgrade: an agent of before EA-126 left `client-ca.crt` as the cluster's client CA
+    alone. The new agent keeps flintlockd's certificate but rewrites that file (flintlockd
+    restarts once), to battery's client CA followed by the Host CA."""
+    c = csr_cluster
+    node = await c.node("upgrade", ADDRESS)
+    cert_dir = tmp_path / "fl"
+    path = cert_dir / names.CLIENT_CA_BUNDLE_KEY
+    async with running(c), c.client_as(node) as kube:
+        first = _agent_certs(c, kube, node, cert_dir)
+        await asyncio.wait_for(first.start(), 60)
+        await first.aclose()
+        path.write_bytes(c.client_ca.cert_pem)  # what the older agent wrote
+        again = _agent_certs(c, kube, node, cert_dir)
+        await asyncio.wait_for(again.start(), 60)
+        await again.aclose()
+    kept = first.current[FLINTLOCKD_SERVING].cert.serial_number
+    assert again.current[FLINTLOCKD_SERVING].cert.serial_number == kept
+    host_ca = (cert_dir / names.HOST_CA_CERT_FILE).read_bytes()
+    assert path.read_bytes() == c.client_ca.cert_pem + host_ca
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-127", "CT-101")
+async def test_an_exec_serving_certificate_the_published_ca_did_not_sign_is_replaced_at_once(
+    csr_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The upgrade to a CA of the agents' own (and any later change of it): once the bundle
+    publishes an exec-agent serving CA that did not sign the certificate in use, the agent asks
+    for a new one at once, not at its renewal point (the clock does not move here)."""
+    c = csr_cluster
+    node = await c.node("newexecca", ADDRESS)
+    clock = ManualClock()
+    async with running(c, clock=clock.now) as approver, c.client_as(node) as kube:
+        agent = _agent_certs(c, kube, node, tmp_path / "fl", clock=clock)
+        try:
+            await asyncio.wait_for(agent.start(), 60)
+            before = agent.current
+            new_ca = CertificateAuthority.create("exec-agent-serving-ca-2")
+            secret = tls_secret(approver.config.exec_agent_serving_ca_secret, new_ca)
+            await c.kube.replace(SECRETS, secret["metadata"]["name"], secret, c.namespace)
+            await asyncio.wait_for(agent.wait_renewals(1), 30)
+            after = agent.current
+        finally:
+            await agent.aclose()
+    after[EXEC_SERVING].cert.verify_directly_issued_by(new_ca.pair.cert)
+    assert agent.renewals == 1  # the exec serving certificate only
+    for kind in (FLINTLOCKD_SERVING, CLIENT):
+        assert after[kind].cert.serial_number == before[kind].cert.serial_number, kind
+    assert clock.now() < before[EXEC_SERVING].renew_at  # not a renewal at its point
