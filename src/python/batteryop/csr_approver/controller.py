@@ -167,7 +167,7 @@ class Approver:
 
     @property
     def ready(self) -> bool:
-        """kopf has started (it lists the requests, then watches them) and both CAs are
+        """kopf has started (it lists the requests, then watches them) and the three CAs are
         loaded. kopf does not say when its first listing is complete."""
         return self._kopf_ready.is_set() and all(ca is not None for ca in self._cas.values())
 

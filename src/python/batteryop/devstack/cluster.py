@@ -6,7 +6,7 @@
   are left out: there is no kubelet here; the stack's processes stand in for their Pods, each
   acting as the ServiceAccount its Pod would have.
 - The CSR approver's identity (its RBAC is not in install.yaml yet: the rules its tests found)
-  and the two CA Secrets it signs with.
+  and the three CA Secrets it reads.
 - battery's config in its ConfigMap as this stack's battery reads it: no Host yet (the
   placeholder), its API on the stack's loopback port, its TLS files in the stack's folder.
 - One Node per simulated Host, labelled as a Host, with its InternalIP. Nothing here publishes

@@ -503,7 +503,7 @@ class CSRRequester:
 
 
 class CABundle:
-    """The `flintlockd-ca` ConfigMap's two CA certificates, followed by a watch (`run`)."""
+    """The `flintlockd-ca` ConfigMap's CA certificates, followed by a watch (`run`)."""
 
     def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
         self._kube = kube
