@@ -278,5 +278,5 @@ async def test_csr_create_to_certificate(
             await cluster.cleanup()
     print()
     print(json.dumps(result))
-    assert result["sequential_client"]["n"] == N
+    assert result[f"sequential_{EXEC_SERVING}"]["n"] == N
     assert result["burst_serving"]["n"] == B
