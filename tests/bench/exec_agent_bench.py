@@ -310,7 +310,7 @@ async def test_exec_round_trip_under_identity_flood(
 async def print_client_library(target: str, pki: Pki, holding: Holding) -> None:
     """`true` through the client library (`batteryop.client`), as a consumer runs it: one
     kept channel per agent, the token on every call."""
-    transport = GrpcExecTransport(pki.serving_ca.cert_pem)
+    transport = GrpcExecTransport(pki.exec_serving_ca.cert_pem)
     request = ExecRequest(microvm_uid=holding.microvm_uid, argv=("true",))
 
     async def once() -> int:
@@ -470,6 +470,8 @@ async def print_standin(
     token.write_text(holding.token)
     ca = tmp_path / "serving-ca.pem"
     ca.write_bytes(pki.serving_ca.cert_pem)
+    agent_ca = tmp_path / "exec-agent-serving-ca.pem"  # CT-101: the agent's own serving CA
+    agent_ca.write_bytes(pki.exec_serving_ca.cert_pem)
     floor = await grpc_floor(pki, ca, holding.microvm_uid, size)
     cores = len(os.sched_getaffinity(0))
     async with (
@@ -494,7 +496,7 @@ async def print_standin(
             reader = read_streams(
                 agent.server.target,
                 runs,
-                f"--ca={ca}",
+                f"--ca={agent_ca}",
                 f"--token-file={token}",
                 f"--uid={holding.microvm_uid}",
             )

@@ -52,8 +52,8 @@ async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 
 
 
 def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
-    ca = tmp / "serving-ca.crt"
-    ca.write_bytes(pki.serving_ca)
+    ca = tmp / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY  # CT-101: the agents' own serving CA
+    ca.write_bytes(pki.exec_serving_ca)
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp),

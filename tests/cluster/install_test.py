@@ -123,18 +123,19 @@ def test_every_workload_of_install_yaml_runs_ready_on_the_node(
     assert any((node.state / "volumes" / install.BATTERY_VOLUME).iterdir()), "battery wrote nothing"
 
 
-@pytest.mark.req("TD-116", "CT-021", "CT-023")
+@pytest.mark.req("TD-116", "CT-021", "CT-023", "CT-106")
 def test_cert_manager_issued_every_certificate_and_the_chain_holds(
     node: KubeNode, installed: install.Installed
 ) -> None:
     pki = installed.pki
     serving = x509.load_pem_x509_certificate(pki.serving_ca)
     client = x509.load_pem_x509_certificate(pki.client_ca)
+    exec_serving = x509.load_pem_x509_certificate(pki.exec_serving_ca)
     battery = x509.load_pem_x509_certificate(pki.battery_client)
-    for ca in (serving, client):
+    for ca in (serving, client, exec_serving):
         assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         ca.verify_directly_issued_by(ca)  # the selfSigned Issuer
-    assert serving.subject != client.subject
+    assert len({serving.subject, client.subject, exec_serving.subject}) == 3
     battery.verify_directly_issued_by(client)  # the CA Issuer on the client CA's Secret
     assert pki.battery_client_ca == pki.client_ca
     san = battery.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

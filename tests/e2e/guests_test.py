@@ -52,7 +52,7 @@ async def client(qemu_stack: Stack) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(
         namespace=DEMO_NAMESPACE,
         kubeconfig=qemu_stack.kubeconfig,
-        serving_ca=qemu_stack.pki.serving_ca_file,
+        serving_ca=qemu_stack.pki.exec_serving_ca_file,
     ) as c:
         yield c
 

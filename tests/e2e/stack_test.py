@@ -295,7 +295,7 @@ async def test_another_service_account_cannot_exec_in_a_claims_microvm(stack: St
             seconds=600,
         )
     assert stack.pki is not None
-    transport = GrpcExecTransport(stack.pki.serving_ca_file.read_bytes())
+    transport = GrpcExecTransport(stack.pki.exec_serving_ca_file.read_bytes())
     ran: list[bytes] = []
     try:
         with pytest.raises(ExecPermissionError):

@@ -193,6 +193,9 @@ class CSRReason(StrEnum):
     SUBJECT_ALT_NAMES_MISMATCH = "SubjectAltNamesMismatch"
     UNKNOWN_SIGNER_NAME = "UnknownSignerName"
     ADDRESS_PINNED = "AddressPinned"
+    CLIENT_SIGNED_ON_HOST = "ClientCertificatesSignedOnHost"
+    """Denied (CT-102): a `flintlockd-client` request; each Host's Exec Agent signs its own
+    flintlockd client certificate with its Host's CA (EA-126), the cluster signs none."""
 
 
 # --- Conditions ------------------------------------------------------------------------------

@@ -9,8 +9,11 @@ the request (CT-008, CT-013).
 
 The chain, in order:
 
-1. `signer` — one of the three signers (CT-001). `UnknownSignerName`.
-2. `requester` — the Exec Agent's ServiceAccount (CT-010, CT-011, CT-014).
+1. `signer` — one of the three signers (CT-102). `UnknownSignerName`. Then `client-signer` —
+   not `flintlockd-client`: those certificates are signed on each Host by its Exec Agent's own
+   Host CA (EA-126), so a request for one, whoever makes it, is denied (CT-102).
+   `ClientCertificatesSignedOnHost`.
+2. `requester` — the Exec Agent's ServiceAccount (CT-010, CT-014).
    `RequesterNotExecAgent`.
 3. `requester-node` — exactly one `authentication.kubernetes.io/node-name` extra: the API server
    adds it for a token bound to a Pod on a Node, so it names the requester's own Node.
@@ -20,12 +23,11 @@ The chain, in order:
    ECDSA on P-256 or P-384, Ed25519, or RSA of 2048 to 8192 bits. Anything else (DSA, other
    curves, short RSA) is refused. `InvalidRequest`. The size bound keeps a request with a huge
    SAN list from costing more than a refusal.
-5. `key-usages` — exactly the signer's usages (CT-012). `KeyUsagesMismatch`.
+5. `key-usages` — exactly the serving usages (CT-104). `KeyUsagesMismatch`.
 6. `subject-alt-names` — no DNS, email, directory or other names; exactly one URI, the expected
-   SPIFFE ID for the requester's Node; exactly one IP for a serving signer and none for the
-   client signer (CT-010, CT-011, CT-014). `SubjectAltNamesMismatch`.
-7. `node` — for a serving signer, the requester's Node exists (CT-010, CT-014); the client
-   signer does not need it (CT-011). `NodeNotFound`.
+   SPIFFE ID for the requester's Node; exactly one IP (CT-010, CT-014).
+   `SubjectAltNamesMismatch`.
+7. `node` — the requester's Node exists (CT-010, CT-014). `NodeNotFound`.
 8. `node-address` — the IP is one of that Node's InternalIP addresses (CT-010, CT-014).
    `SubjectAltNamesMismatch`.
 9. `address-pin` — the IP is the one pinned to the Node or, when the Node has no pin, pinned to
@@ -60,7 +62,7 @@ MAX_RSA_BITS: Final = 8192
 SERVING_SIGNERS: Final = frozenset(
     {names.FLINTLOCKD_SERVING_SIGNER, names.EXEC_AGENT_SERVING_SIGNER}
 )
-"""Signers whose certificates name an address and are signed by the serving CA (CT-002)."""
+"""Signers whose certificates name an address; the only ones the approver signs (CT-102)."""
 
 _PEM_BEGIN: Final = b"-----BEGIN CERTIFICATE REQUEST-----"
 _PEM_END: Final = b"-----END CERTIFICATE REQUEST-----"
@@ -105,8 +107,7 @@ class NodeFacts:
 class Facts:
     """What the checks know about the cluster.
 
-    `node` is the requester's Node (None: it does not exist, or the request names none; the
-    client signer's checks never look at it, so it need not be read for them);
+    `node` is the requester's Node (None: it does not exist, or the request names none);
     `pins` the `host-address-pins` data, Node name to address.
     """
 
@@ -148,13 +149,8 @@ def service_account_username(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-def expected_usages(signer: str) -> frozenset[str]:
-    """The exact `spec.usages` of a signer (CT-012)."""
-    return frozenset(names.SERVING_USAGES if signer in SERVING_SIGNERS else names.CLIENT_USAGES)
-
-
 def expected_uri(signer: str, trust_domain: str, node: str) -> str:
-    """The one SPIFFE ID a signer's certificate names for `node` (CT-010, CT-011, CT-014)."""
+    """The one SPIFFE ID a signer's certificate names for `node` (CT-010, CT-014)."""
     if signer == names.FLINTLOCKD_SERVING_SIGNER:
         return names.spiffe_host_id(trust_domain, node)
     return names.spiffe_exec_agent_id(trust_domain, node)
@@ -164,7 +160,7 @@ def expected_uri(signer: str, trust_domain: str, node: str) -> str:
 
 
 def check_signer(request: Request) -> Failure | None:
-    """CT-001: only the three signers are ours."""
+    """CT-102: only the three signers are ours."""
     if request.signer in names.SIGNERS:
         return None
     return Failure(
@@ -172,8 +168,22 @@ def check_signer(request: Request) -> Failure | None:
     )
 
 
+def check_client_signer(request: Request) -> Failure | None:
+    """CT-102: no `flintlockd-client` request is ever signed here, whoever asks: a cluster-signed
+    client certificate would be trusted by every Host's flintlockd; each Exec Agent signs its own
+    with its Host's CA (EA-126), which only its own Host's flintlockd trusts."""
+    if request.signer != names.FLINTLOCKD_CLIENT_SIGNER:
+        return None
+    return Failure(
+        "client-signer",
+        CSRReason.CLIENT_SIGNED_ON_HOST,
+        "flintlockd client certificates are signed on each Host by its Exec Agent's own Host CA "
+        "(EA-126), which only that Host's flintlockd trusts; the CSR approver signs none (CT-102)",
+    )
+
+
 def check_requester(request: Request, facts: Facts) -> Failure | None:
-    """CT-010, CT-011, CT-014: the requester is the Exec Agent's ServiceAccount, exactly."""
+    """CT-010, CT-014: the requester is the Exec Agent's ServiceAccount, exactly."""
     if request.username == facts.exec_agent_username:
         return None
     return Failure(
@@ -184,7 +194,7 @@ def check_requester(request: Request, facts: Facts) -> Failure | None:
 
 
 def requester_node(request: Request) -> str | Failure:
-    """The requester's Node: its one node-name extra (CT-010, CT-011, CT-014)."""
+    """The requester's Node: its one node-name extra (CT-010, CT-014)."""
     values = request.extra.get(names.NODE_NAME_EXTRA, ())
     if len(values) == 1 and values[0]:
         return values[0]
@@ -245,8 +255,8 @@ def _refused_key(key: object) -> str | None:
 
 
 def check_key_usages(request: Request) -> Failure | None:
-    """CT-012: exactly the signer's usages, no more, no fewer."""
-    want = expected_usages(request.signer)
+    """CT-104: exactly the serving signers' usages, no more, no fewer."""
+    want = frozenset(names.SERVING_USAGES)
     if len(request.usages) == len(want) and frozenset(request.usages) == want:
         return None
     return Failure(
@@ -258,9 +268,9 @@ def check_key_usages(request: Request) -> Failure | None:
 
 def check_subject_alt_names(
     request: Request, csr: x509.CertificateSigningRequest, node: str, trust_domain: str
-) -> tuple[str, IPAddress | None] | Failure:
-    """CT-010, CT-011, CT-014: one SPIFFE URI for the requester's Node, one IP for a serving
-    signer and none for the client signer, nothing else. Returns (uri, ip)."""
+) -> tuple[str, IPAddress] | Failure:
+    """CT-010, CT-014: one SPIFFE URI for the requester's Node and one IP, nothing else.
+    Returns (uri, ip)."""
 
     def mismatch(detail: str) -> Failure:
         return Failure("subject-alt-names", CSRReason.SUBJECT_ALT_NAMES_MISMATCH, detail)
@@ -275,25 +285,20 @@ def check_subject_alt_names(
     uris = [g.value for g in general if isinstance(g, x509.UniformResourceIdentifier)]
     ips = [g.value for g in general if isinstance(g, x509.IPAddress)]
     others = len(general) - len(uris) - len(ips)
-    serving = request.signer in SERVING_SIGNERS
     want_uri = expected_uri(request.signer, trust_domain, node)
     if others:
         return mismatch(f"{others} names other than a URI or an IP address are not allowed")
     if uris != [want_uri]:
         shown = uris if len(uris) <= 3 else [*uris[:3], f"... {len(uris)} in all"]
         return mismatch(f"the URIs {shown} are not exactly [{want_uri!r}]")
-    if serving:
-        if len(ips) != 1 or not isinstance(ips[0], ipaddress.IPv4Address | ipaddress.IPv6Address):
-            return mismatch(f"a serving certificate names exactly one IP address, not {len(ips)}")
-        return want_uri, ips[0]
-    if ips:
-        return mismatch(f"a client certificate names no IP address, not {len(ips)}")
-    return want_uri, None
+    if len(ips) != 1 or not isinstance(ips[0], ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return mismatch(f"a serving certificate names exactly one IP address, not {len(ips)}")
+    return want_uri, ips[0]
 
 
 def check_node(request: Request, node: str, facts: Facts) -> Failure | None:
-    """CT-010, CT-014: a serving request's Node exists; CT-011: a client request's need not."""
-    if request.signer not in SERVING_SIGNERS or facts.node is not None:
+    """CT-010, CT-014: the requester's Node exists."""
+    if facts.node is not None:
         return None
     return Failure("node", CSRReason.NODE_NOT_FOUND, f"Node {node!r} does not exist")
 
@@ -339,7 +344,9 @@ def check_address_pin(ip: IPAddress, node: str, pins: Mapping[str, str]) -> bool
 
 def review(request: Request, facts: Facts) -> Approval | Failure:
     """Every check in order; the first failure, or the approval (module docstring)."""
-    failure = check_signer(request) or check_requester(request, facts)
+    failure = (
+        check_signer(request) or check_client_signer(request) or check_requester(request, facts)
+    )
     if failure:
         return failure
     node = requester_node(request)
@@ -358,9 +365,7 @@ def review(request: Request, facts: Facts) -> Approval | Failure:
     failure = check_node(request, node, facts)
     if failure:
         return failure
-    if ip is None:
-        return Approval(node=node, csr=csr, uri=uri, ip=None, pin=False)
-    assert facts.node is not None  # check_node: a serving request's Node exists
+    assert facts.node is not None  # check_node: the Node exists
     failure = check_node_address(ip, facts.node)
     if failure:
         return failure

@@ -40,6 +40,7 @@ class ApproverConfig:
     namespace: str = names.OPERATOR_NAMESPACE
     serving_ca_secret: str = names.SERVING_CA_SECRET
     client_ca_secret: str = names.CLIENT_CA_SECRET
+    exec_agent_serving_ca_secret: str = names.EXEC_AGENT_SERVING_CA_SECRET
     ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP
     address_pins_config_map: str = names.ADDRESS_PINS_CONFIG_MAP
     exec_agent_service_account: str = names.EXEC_AGENT_NAME
@@ -70,6 +71,7 @@ class ApproverConfig:
             ("--namespace", self.namespace),
             ("--serving-ca-secret", self.serving_ca_secret),
             ("--client-ca-secret", self.client_ca_secret),
+            ("--exec-agent-serving-ca-secret", self.exec_agent_serving_ca_secret),
             ("--ca-bundle-config-map", self.ca_bundle_config_map),
             ("--address-pins-config-map", self.address_pins_config_map),
             ("--exec-agent-service-account", self.exec_agent_service_account),
@@ -112,6 +114,11 @@ def parser() -> argparse.ArgumentParser:
     add("--namespace", os.environ.get("POD_NAMESPACE", d.namespace), "the approver's namespace")
     add("--serving-ca-secret", d.serving_ca_secret, "Secret of the serving CA")
     add("--client-ca-secret", d.client_ca_secret, "Secret of the client CA")
+    add(
+        "--exec-agent-serving-ca-secret",
+        d.exec_agent_serving_ca_secret,
+        "Secret of the Exec Agents' serving CA",
+    )
     add("--ca-bundle-config-map", d.ca_bundle_config_map, "ConfigMap the CA certs go to")
     add("--address-pins-config-map", d.address_pins_config_map, "ConfigMap of address pins")
     add("--exec-agent-service-account", d.exec_agent_service_account, "the only requester")
@@ -136,6 +143,7 @@ def parse(argv: Sequence[str] | None = None) -> ApproverConfig:
         namespace=str(a.namespace),
         serving_ca_secret=str(a.serving_ca_secret),
         client_ca_secret=str(a.client_ca_secret),
+        exec_agent_serving_ca_secret=str(a.exec_agent_serving_ca_secret),
         ca_bundle_config_map=str(a.ca_bundle_config_map),
         address_pins_config_map=str(a.address_pins_config_map),
         exec_agent_service_account=str(a.exec_agent_service_account),

@@ -2,7 +2,7 @@
 
 Inputs: the CertificateSigningRequests, all of them, listed and watched by kopf
 (`kopf_driver`: it writes nothing to them; only the three signers' reach the approver, the
-others are never touched: CT-001); the two CA Secrets (by name) and the CA bundle ConfigMap (by
+others are never touched: CT-102); the three CA Secrets (by name) and the CA bundle ConfigMap (by
 name, so an edit of it is put right), each followed by `batteryop.kube.informer.list_watch`.
 
 A request is reviewed in kopf's event handler (`on_request`), at once, one event at a time per
@@ -24,7 +24,7 @@ One review (`_review`), from the newest copy of the request:
    (CT-013), a pass as `Approved` (reason `ExecAgentOwnNode`) through `/approval`.
 4. Approved, by us a moment ago or by anyone else: a failure is written as `Failed` through
    `/status` and the request is never signed (CT-006, CT-008). A pass is signed with its CA
-   (CT-002); its address is pinned (a Node without a pin) or its pin's expiry moved to the new
+   (CT-101, CT-103); its address is pinned (a Node without a pin) or its pin's expiry moved to the new
    certificate's (CT-015, CT-016), then the certificate is written through `/status`.
 
 A serving request from a Node without a pin first releases the pins of gone Nodes whose
@@ -143,6 +143,7 @@ class Approver:
         self._cas: dict[str, CA | None] = {
             config.serving_ca_secret: None,
             config.client_ca_secret: None,
+            config.exec_agent_serving_ca_secret: None,  # CT-101
         }
         self._kopf_ready = threading.Event()
         """Set by kopf, in its own thread (`kopf_driver.run`), once it has started."""
@@ -166,7 +167,7 @@ class Approver:
 
     @property
     def ready(self) -> bool:
-        """kopf has started (it lists the requests, then watches them) and both CAs are
+        """kopf has started (it lists the requests, then watches them) and the three CAs are
         loaded. kopf does not say when its first listing is complete."""
         return self._kopf_ready.is_set() and all(ca is not None for ca in self._cas.values())
 
@@ -257,7 +258,7 @@ class Approver:
     def _on_request_event(self, kind: str, obj: Object) -> bool:
         """Keep the newest copy of each request; True if it is open and should be reviewed."""
         if (obj.get("spec") or {}).get("signerName") not in names.SIGNERS:
-            return False  # CT-001: never touched
+            return False  # CT-102: never touched
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
             self._requests.pop(name, None)
@@ -297,7 +298,12 @@ class Approver:
     async def _publish(self, _key: str) -> None:
         serving = self._cas.get(self.config.serving_ca_secret)
         client = self._cas.get(self.config.client_ca_secret)
-        data = bundle(serving.cert_pem if serving else None, client.cert_pem if client else None)
+        exec_serving = self._cas.get(self.config.exec_agent_serving_ca_secret)
+        data = bundle(  # CT-005, CT-105
+            serving.cert_pem if serving else None,
+            client.cert_pem if client else None,
+            exec_serving.cert_pem if exec_serving else None,
+        )
         if await publish(self._kube, self.config.namespace, self.config.ca_bundle_config_map, data):
             log.info(
                 "Published CA certificates",
@@ -344,7 +350,7 @@ class Approver:
         node: NodeFacts | None = None
         node_name = requester_node(request)
         serving = request.signer in SERVING_SIGNERS
-        # Only serving requests need their Node (CT-010, CT-014; CT-011: a client's need not).
+        # Serving requests need their Node (CT-010, CT-014); a client one is denied (CT-102).
         if serving and isinstance(node_name, str):
             try:
                 node = NodeFacts.from_object(await self._kube.get(NODES, node_name))
@@ -430,8 +436,10 @@ class Approver:
         self, name: str, request: Request, obj: Object, approval: Approval, pins: Pins
     ) -> None:
         secret = ca_secret_for(
-            request.signer, self.config.serving_ca_secret, self.config.client_ca_secret
-        )  # CT-002
+            request.signer,
+            self.config.serving_ca_secret,
+            self.config.exec_agent_serving_ca_secret,
+        )  # CT-101, CT-103
         ca = self._cas.get(secret)
         if ca is None:
             # Loading the CA queues every open request again.

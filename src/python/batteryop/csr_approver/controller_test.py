@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import CollectorRegistry
@@ -75,7 +76,7 @@ async def stored_pins(cluster: Cluster) -> Pins:
 # -- approved and signed ----------------------------------------------------------------------
 
 
-@pytest.mark.req("CT-010", "CT-002", "CT-004", "CT-007", "CT-012", "CT-016")
+@pytest.mark.req("CT-010", "CT-103", "CT-004", "CT-007", "CT-104", "CT-016")
 async def test_a_flintlockd_serving_request_is_approved_pinned_and_signed(cluster: Cluster) -> None:
     node = await cluster.node("host-a", "10.20.0.1", "10.20.0.2")
     async with running(cluster), cluster.client_as(node) as agent:
@@ -103,8 +104,8 @@ async def test_a_flintlockd_serving_request_is_approved_pinned_and_signed(cluste
     assert await pins(cluster) == {node: "10.20.0.2"}
 
 
-@pytest.mark.req("CT-014", "CT-002")
-async def test_an_exec_agent_serving_request_is_signed_by_the_serving_ca(cluster: Cluster) -> None:
+@pytest.mark.req("CT-014", "CT-101", "CT-103")
+async def test_an_exec_agent_serving_request_is_signed_by_its_own_ca_only(cluster: Cluster) -> None:
     node = await cluster.node("host-e", "10.21.0.1")
     async with running(cluster), cluster.client_as(node) as agent:
         pem = request_pem(ec_key(), ("10.21.0.1", agent_id(node)))
@@ -113,60 +114,69 @@ async def test_an_exec_agent_serving_request_is_signed_by_the_serving_ca(cluster
         )
         obj = await until_csr(cluster.kube, name, finished, "finished")
     cert = x509.load_pem_x509_certificate(certificate_pem(obj))
-    cert.verify_directly_issued_by(cluster.serving_ca.pair.cert)
+    cert.verify_directly_issued_by(cluster.exec_serving_ca.pair.cert)  # CT-101
+    with pytest.raises((ValueError, InvalidSignature)):
+        cert.verify_directly_issued_by(cluster.serving_ca.pair.cert)
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     # no expirationSeconds: the configured maximum (168h), backdated five minutes
     assert lifetime == datetime.timedelta(hours=168, minutes=5)
 
 
-@pytest.mark.req("CT-011", "CT-002", "CT-012")
-async def test_a_client_request_is_signed_by_the_client_ca_even_after_its_node_is_gone(
+@pytest.mark.req("CT-102", "CT-013")
+async def test_a_client_request_is_denied_naming_the_rule_and_never_signed(
     cluster: Cluster,
 ) -> None:
     node = await cluster.node("host-c", "10.22.0.1")
     async with cluster.client_as(node) as agent:
-        await cluster.kube.delete(NODES, node)
+        pem = request_pem(ec_key(), (agent_id(node),))
+        by_hand = await cluster.create_csr(agent, csr_body(cluster.name("c-hand"), CLIENT, pem))
+        await cluster.set_condition(by_hand, CSRCondition.APPROVED, "ByHand")
         async with running(cluster):
-            pem = request_pem(ec_key(), (agent_id(node),))
             name = await cluster.create_csr(agent, csr_body(cluster.name("client"), CLIENT, pem))
-            obj = await until_csr(cluster.kube, name, finished, "finished")
-    assert obj["spec"]["extra"][names.NODE_NAME_EXTRA] == [node]
-    cert = x509.load_pem_x509_certificate(certificate_pem(obj))
-    cert.verify_directly_issued_by(cluster.client_ca.pair.cert)
-    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
-    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [agent_id(node)]
-    assert san.get_values_for_type(x509.IPAddress) == []
+            denied = await denial(cluster, name)
+            failed = await until_csr(cluster.kube, by_hand, finished, "finished")
+    assert denied["reason"] == CSRReason.CLIENT_SIGNED_ON_HOST
+    assert str(denied["message"]).startswith("The client-signer check failed")
+    fail = condition(failed, CSRCondition.FAILED)  # approved by someone else: never signed
+    assert fail is not None and fail["reason"] == CSRReason.CLIENT_SIGNED_ON_HOST
+    for obj in (failed, await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, name)):
+        assert not signed(obj)
 
 
-@pytest.mark.req("CT-005")
-async def test_both_ca_certificates_are_published_without_keys(cluster: Cluster) -> None:
+@pytest.mark.req("CT-005", "CT-105")
+async def test_the_ca_certificates_are_published_without_keys(cluster: Cluster) -> None:
     async with running(cluster) as approver:
-        # A signed request shows both CAs were loaded, and loading them publishes them.
+        # A signed request shows the CAs were loaded, and loading them publishes them.
         node = await cluster.node("host-p", "10.23.0.1")
         async with cluster.client_as(node) as agent:
-            pem = request_pem(ec_key(), (agent_id(node),))
-            name = await cluster.create_csr(agent, csr_body(cluster.name("pub"), CLIENT, pem))
+            pem = request_pem(ec_key(), ("10.23.0.1", agent_id(node)))
+            name = await cluster.create_csr(
+                agent, csr_body(cluster.name("pub"), AGENT_SERVING, pem)
+            )
             await until_csr(cluster.kube, name, signed, "signed")
         assert approver.ready
         cm = await until(
             cluster.kube,
             CONFIGMAPS,
             names.CA_BUNDLE_CONFIG_MAP,
-            lambda o: len(o.get("data") or {}) == 2,
-            "published both CAs",
+            lambda o: len(o.get("data") or {}) == 3,
+            "published the three CAs",
             namespace=cluster.namespace,
         )
     data = cm["data"]
-    assert set(data) == {names.SERVING_CA_BUNDLE_KEY, names.CLIENT_CA_BUNDLE_KEY}
+    assert set(data) == {
+        names.SERVING_CA_BUNDLE_KEY,
+        names.CLIENT_CA_BUNDLE_KEY,
+        names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY,
+    }
+    assert data[names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY].encode() == cluster.exec_serving_ca.cert_pem
     assert data[names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
     assert data[names.CLIENT_CA_BUNDLE_KEY].encode() == cluster.client_ca.cert_pem
     assert all("PRIVATE KEY" not in v for v in data.values())
     assert cm["metadata"]["labels"][names.MANAGED_BY_LABEL] == names.MANAGED_BY
 
 
-@pytest.mark.req("CT-005", "CT-002")
+@pytest.mark.req("CT-005", "CT-103")
 async def test_an_edited_bundle_is_put_right_and_a_new_ca_is_published_and_used(
     cluster: Cluster,
 ) -> None:
@@ -275,13 +285,13 @@ async def test_a_failing_serving_request_is_denied_naming_the_check(
     assert await pins(cluster) == {}
 
 
-@pytest.mark.req("CT-013", "CT-010", "CT-011", "CT-014")
-@pytest.mark.parametrize("signer", [SERVING, CLIENT])
+@pytest.mark.req("CT-013", "CT-010", "CT-014")
+@pytest.mark.parametrize("signer", [SERVING, AGENT_SERVING])
 async def test_a_request_from_another_service_account_is_denied(
     cluster: Cluster, signer: str
 ) -> None:
     node = await cluster.node("host-r", "10.31.0.1")
-    sans = (agent_id(node),) if signer == CLIENT else ("10.31.0.1", host_id(node))
+    sans = ("10.31.0.1", agent_id(node) if signer == AGENT_SERVING else host_id(node))
     async with running(cluster), cluster.client_as(node, service_account="not-the-agent") as other:
         pem = request_pem(ec_key(), sans)
         name = await cluster.create_csr(other, csr_body(cluster.name("requester"), signer, pem))
@@ -289,13 +299,15 @@ async def test_a_request_from_another_service_account_is_denied(
     assert denied["reason"] == CSRReason.REQUESTER_NOT_EXEC_AGENT
 
 
-@pytest.mark.req("CT-013", "CT-011")
+@pytest.mark.req("CT-013", "CT-014")
 async def test_a_request_whose_token_is_bound_to_no_pod_names_no_node_and_is_denied(
     cluster: Cluster,
 ) -> None:
     async with running(cluster), cluster.client_as(None) as agent:
-        pem = request_pem(ec_key(), (agent_id("host-x"),))
-        name = await cluster.create_csr(agent, csr_body(cluster.name("no-node"), CLIENT, pem))
+        pem = request_pem(ec_key(), ("10.31.9.1", agent_id("host-x")))
+        name = await cluster.create_csr(
+            agent, csr_body(cluster.name("no-node"), AGENT_SERVING, pem)
+        )
         denied = await denial(cluster, name)
     assert denied["reason"] == CSRReason.REQUESTER_NODE_MISSING
 
@@ -442,8 +454,10 @@ async def test_a_request_approved_by_someone_else_is_failed_if_a_check_fails(
         # and a good request approved by hand too.
         bad = request_pem(ec_key(), ("10.33.0.1", host_id(node), "evil.example.test"))
         bad_name = await cluster.create_csr(agent, csr_body(cluster.name("bad"), SERVING, bad))
-        good = request_pem(ec_key(), (agent_id(node),))
-        good_name = await cluster.create_csr(agent, csr_body(cluster.name("good"), CLIENT, good))
+        good = request_pem(ec_key(), ("10.33.0.1", agent_id(node)))
+        good_name = await cluster.create_csr(
+            agent, csr_body(cluster.name("good"), AGENT_SERVING, good)
+        )
     await cluster.set_condition(bad_name, CSRCondition.APPROVED, "ByHand")
     await cluster.set_condition(good_name, CSRCondition.APPROVED, "ByHand")
     async with running(cluster):
@@ -461,20 +475,24 @@ async def test_a_request_approved_by_someone_else_is_failed_if_a_check_fails(
 async def test_a_request_denied_by_someone_else_is_never_signed(cluster: Cluster) -> None:
     node = await cluster.node("host-g", "10.34.0.1")
     async with cluster.client_as(node) as agent:
-        pem = request_pem(ec_key(), (agent_id(node),))
-        denied_name = await cluster.create_csr(agent, csr_body(cluster.name("denied"), CLIENT, pem))
+        pem = request_pem(ec_key(), ("10.34.0.1", agent_id(node)))
+        denied_name = await cluster.create_csr(
+            agent, csr_body(cluster.name("denied"), AGENT_SERVING, pem)
+        )
         await cluster.set_condition(denied_name, CSRCondition.DENIED, "ByHand")
         async with running(cluster):
             # A later request is finished after the approver has seen the denied one.
-            pem = request_pem(ec_key(), (agent_id(node),))
-            later = await cluster.create_csr(agent, csr_body(cluster.name("later"), CLIENT, pem))
+            pem = request_pem(ec_key(), ("10.34.0.1", agent_id(node)))
+            later = await cluster.create_csr(
+                agent, csr_body(cluster.name("later"), AGENT_SERVING, pem)
+            )
             await until_csr(cluster.kube, later, signed, "signed")
     obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, denied_name)
     assert not signed(obj)
     assert [x["type"] for x in obj["status"]["conditions"]] == [CSRCondition.DENIED]
 
 
-@pytest.mark.req("CT-001")
+@pytest.mark.req("CT-102")
 async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) -> None:
     node = await cluster.node("host-h", "10.35.0.1")
     async with cluster.client_as(node) as agent, running(cluster):
@@ -488,7 +506,8 @@ async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) ->
                 usages=list(names.CLIENT_USAGES),
             ),
         )
-        later = await cluster.create_csr(agent, csr_body(cluster.name("ours"), CLIENT, pem))
+        ours = request_pem(ec_key(), ("10.35.0.1", agent_id(node)))
+        later = await cluster.create_csr(agent, csr_body(cluster.name("ours"), AGENT_SERVING, ours))
         await until_csr(cluster.kube, later, signed, "signed")
     obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, foreign)
     assert not (obj.get("status") or {}).get("conditions")
@@ -506,7 +525,7 @@ def kopf_traces(obj: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.req("CT-001")
+@pytest.mark.req("CT-102")
 async def test_kopf_writes_nothing_to_the_requests_it_watches(cluster: Cluster) -> None:
     """kopf drives the approver (`kopf_driver`) and writes nothing to any request: ours carry
     only the approval and the certificate, other signers' nothing at all."""
@@ -522,11 +541,16 @@ async def test_kopf_writes_nothing_to_the_requests_it_watches(cluster: Cluster) 
                 usages=list(names.CLIENT_USAGES),
             ),
         )
-        ours = await cluster.create_csr(agent, csr_body(cluster.name("k-ours"), CLIENT, pem))
+        good = request_pem(ec_key(), ("10.39.0.1", agent_id(node)))
+        ours = await cluster.create_csr(
+            agent, csr_body(cluster.name("k-ours"), AGENT_SERVING, good)
+        )
         await until_csr(cluster.kube, ours, signed, "signed")
         # Another Node's identity: denied by the approver.
-        bad = request_pem(ec_key(), (agent_id("elsewhere"),))
-        denied = await cluster.create_csr(agent, csr_body(cluster.name("k-denied"), CLIENT, bad))
+        bad = request_pem(ec_key(), ("10.39.0.1", agent_id("elsewhere")))
+        denied = await cluster.create_csr(
+            agent, csr_body(cluster.name("k-denied"), AGENT_SERVING, bad)
+        )
         await denial(cluster, denied)
     for name in (ours, foreign, denied):
         obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
@@ -547,8 +571,8 @@ async def test_a_task_started_while_the_approver_runs_outlives_its_stop(cluster:
     released = asyncio.Event()
     async with cluster.client_as(node) as agent:
         async with running(cluster):
-            pem = request_pem(ec_key(), (agent_id(node),))
-            name = await cluster.create_csr(agent, csr_body(cluster.name("t"), CLIENT, pem))
+            pem = request_pem(ec_key(), ("10.40.0.1", agent_id(node)))
+            name = await cluster.create_csr(agent, csr_body(cluster.name("t"), AGENT_SERVING, pem))
             await until_csr(cluster.kube, name, signed, "signed")  # kopf has started
             other = asyncio.create_task(released.wait())
         assert not other.done()
@@ -575,33 +599,40 @@ async def test_an_approved_request_left_by_a_stopped_approver_is_signed_after_a_
 # -- as its own identity -------------------------------------------------------------------------
 
 
-@pytest.mark.req("CT-001", "CT-010", "CT-011")
+@pytest.mark.req("CT-102", "CT-010", "CT-014", "CT-106")
 async def test_the_approver_works_with_only_its_own_least_privilege_rbac(
     cluster: Cluster,
 ) -> None:
-    """Approve and sign need `approve` and `sign` on the three signers: the real API server
-    checks both, so this also proves the approver needs no more than APPROVER_CLUSTER_RULES."""
+    """Approve (and deny) needs `approve` on a signer, sign needs `sign`: the real API server
+    checks both, so this also proves the approver needs no more than APPROVER_CLUSTER_RULES,
+    which grant `sign` on the two serving signers only (CT-102) and the three CA Secrets."""
     credentials = await cluster.approver_credentials()
     node = await cluster.node("host-rbac", "10.37.0.1")
     async with running(cluster, credentials=credentials), cluster.client_as(node) as agent:
         serving = request_pem(ec_key(), ("10.37.0.1", host_id(node)))
-        client = request_pem(ec_key(), (agent_id(node),))
+        exec_serving = request_pem(ec_key(), ("10.37.0.1", agent_id(node)))
         first = await cluster.create_csr(agent, csr_body(cluster.name("s"), SERVING, serving))
-        second = await cluster.create_csr(agent, csr_body(cluster.name("c"), CLIENT, client))
-        bad = request_pem(ec_key(), (agent_id("elsewhere"),))
-        third = await cluster.create_csr(agent, csr_body(cluster.name("bad"), CLIENT, bad))
+        second = await cluster.create_csr(
+            agent, csr_body(cluster.name("e"), AGENT_SERVING, exec_serving)
+        )
+        bad = request_pem(ec_key(), ("10.37.0.1", agent_id("elsewhere")))
+        third = await cluster.create_csr(agent, csr_body(cluster.name("bad"), AGENT_SERVING, bad))
+        client = request_pem(ec_key(), (agent_id(node),))
+        fourth = await cluster.create_csr(agent, csr_body(cluster.name("c"), CLIENT, client))
         for name in (first, second):
             await until_csr(cluster.kube, name, signed, "signed")
         denied = await denial(cluster, third)
+        client_denied = await denial(cluster, fourth)
         cm = await until(
             cluster.kube,
             CONFIGMAPS,
             names.CA_BUNDLE_CONFIG_MAP,
-            lambda o: len(o.get("data") or {}) == 2,
-            "published both CAs",
+            lambda o: len(o.get("data") or {}) == 3,
+            "published the three CAs",
             namespace=cluster.namespace,
         )
     assert denied["reason"] == CSRReason.SUBJECT_ALT_NAMES_MISMATCH
+    assert client_denied["reason"] == CSRReason.CLIENT_SIGNED_ON_HOST
     assert await pins(cluster) == {node: "10.37.0.1"}
     assert cm["data"][names.SERVING_CA_BUNDLE_KEY].encode() == cluster.serving_ca.cert_pem
 
@@ -623,13 +654,13 @@ async def test_without_sign_on_the_signers_the_api_server_refuses_the_certificat
         cluster.client_as(node) as agent,
     ):
         assert await as_approver.self_subject_access_review(
-            "approve", "signers", group="certificates.k8s.io", name=CLIENT
+            "approve", "signers", group="certificates.k8s.io", name=AGENT_SERVING
         )
         assert not await as_approver.self_subject_access_review(
-            "sign", "signers", group="certificates.k8s.io", name=CLIENT
+            "sign", "signers", group="certificates.k8s.io", name=AGENT_SERVING
         )
-        pem = request_pem(ec_key(), (agent_id(node),))
-        name = await cluster.create_csr(agent, csr_body(cluster.name("nosign"), CLIENT, pem))
+        pem = request_pem(ec_key(), ("10.38.0.1", agent_id(node)))
+        name = await cluster.create_csr(agent, csr_body(cluster.name("nosign"), AGENT_SERVING, pem))
         obj = await until_csr(cluster.kube, name, decided, "decided")
         # The approval went through; the certificate write is refused (403) and retried, so
         # the request stays approved and unsigned for as long as the grant is missing. The
@@ -639,7 +670,7 @@ async def test_without_sign_on_the_signers_the_api_server_refuses_the_certificat
             "status": {
                 **obj["status"],
                 "certificate": base64.b64encode(
-                    cluster.client_ca.issue(node, client=True).cert_pem
+                    cluster.exec_serving_ca.issue(node, server=True).cert_pem
                 ).decode(),
             },
         }

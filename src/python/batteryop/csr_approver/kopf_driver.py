@@ -7,7 +7,7 @@ events arrived while the last one was handled. The approver decides in that hand
 (`Approver.on_request`); kopf logs a handler that raises through its per-object logger, which
 names the request.
 
-The CSRs are not ours (CT-001: other signers' requests are never touched), so kopf must write
+The CSRs are not ours (CT-102: other signers' requests are never touched), so kopf must write
 nothing to them, and does not:
 
 - `@kopf.on.event` handlers take no finalizer, store no progress and no diff base. Timers and
@@ -152,7 +152,7 @@ if not any(isinstance(f, _NoSignalsWarning) for f in _KOPF_RUNNING_LOG.filters):
 
 
 def _ours(spec: Mapping[str, Any], **_: Any) -> bool:
-    return spec.get("signerName") in names.SIGNERS  # CT-001: the others are never handled
+    return spec.get("signerName") in names.SIGNERS  # CT-102: the others are never handled
 
 
 def registry(kube_config: KubeConfig, on_request: OnRequest) -> kopf.OperatorRegistry:

@@ -4,7 +4,7 @@
 
 Exits 2 with one line naming the flag on a bad setting, a missing `--trust-domain` included
 (CT-020); 0 after SIGTERM or SIGINT. Readiness (`/readyz`) is true once the requests are listed
-and both CAs are loaded, while none of the approver's supervised watches and queues is down
+and the three CAs are loaded, while none of the approver's supervised watches and queues is down
 (DP-107); liveness (`/healthz`) is the event loop answering.
 """
 

@@ -44,8 +44,9 @@ async def test_the_process_signs_a_request_and_reports_ready(
     node = await cluster.node("host-p", "10.40.0.1")
     with ApproverProcess.start(args) as proc:
         async with cluster.client_as(node) as agent:
-            pem = request_pem(ec_key(), (names.spiffe_exec_agent_id(TRUST_DOMAIN, node),))
-            body = csr_body(cluster.name("pex"), names.FLINTLOCKD_CLIENT_SIGNER, pem)
+            sans = ("10.40.0.1", names.spiffe_exec_agent_id(TRUST_DOMAIN, node))
+            pem = request_pem(ec_key(), sans)
+            body = csr_body(cluster.name("pex"), names.EXEC_AGENT_SERVING_SIGNER, pem)
             name = await cluster.create_csr(agent, body)
             try:
                 await until_csr(

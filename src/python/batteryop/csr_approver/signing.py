@@ -1,4 +1,4 @@
-"""The two CAs, read from their Secrets, and the certificates they issue.
+"""The CAs, read from their Secrets, and the certificates they issue.
 
 A CA Secret has the `kubernetes.io/tls` layout cert-manager writes: `tls.crt` holds the CA
 certificate first (any chain after it is ignored), `tls.key` its key. The certificate must be a
@@ -6,7 +6,7 @@ CA (basic constraints) and the key must be its key; otherwise `CAError` names th
 
 `issue` makes the leaf (CT-004, CT-007): subject CN = the requester's Node, whatever the request
 asked; the SANs the checks approved; key usage digital signature and key encipherment, extended
-key usage server or client auth by signer; a random serial (cryptography's, 159 bits); not before = now minus five minutes, never before the CA's own; not
+key usage server auth (only the serving signers are signed: CT-102); a random serial (cryptography's, 159 bits); not before = now minus five minutes, never before the CA's own; not
 after = now plus the shorter of `expirationSeconds` and the configured maximum, never after the
 CA's own. A CA that has expired signs nothing (`CAError`).
 
@@ -134,11 +134,9 @@ def issue(
     """The certificate for an approved request (CT-004, CT-007)."""
     not_before, not_after = validity(ca, now, max_duration, requested_seconds)
     public = approval.csr.public_key()
-    usage = (
-        ExtendedKeyUsageOID.SERVER_AUTH
-        if signer in SERVING_SIGNERS
-        else ExtendedKeyUsageOID.CLIENT_AUTH
-    )
+    if signer not in SERVING_SIGNERS:
+        raise ValueError(f"signer {signer!r} is never signed here (CT-102)")
+    usage = ExtendedKeyUsageOID.SERVER_AUTH
     assert isinstance(
         public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
     )  # checks.parse_request accepts only these
@@ -185,6 +183,12 @@ def issue(
     return builder.sign(ca.key, algorithm)
 
 
-def ca_secret_for(signer: str, serving_secret: str, client_secret: str) -> str:
-    """CT-002: the serving CA for both serving signers, the client CA for the client signer."""
-    return client_secret if signer == names.FLINTLOCKD_CLIENT_SIGNER else serving_secret
+def ca_secret_for(signer: str, serving_secret: str, exec_agent_serving_secret: str) -> str:
+    """CT-103: the serving CA for flintlockd's serving certificates, the Exec Agent serving CA
+    for the agents' (CT-101: it signs nothing else). No other signer is signed (CT-102): the
+    client CA signs no request, so asking for any other signer's CA is a `ValueError`."""
+    if signer == names.EXEC_AGENT_SERVING_SIGNER:
+        return exec_agent_serving_secret  # CT-101
+    if signer == names.FLINTLOCKD_SERVING_SIGNER:
+        return serving_secret
+    raise ValueError(f"signer {signer!r} is signed by no CA of the approver (CT-102)")

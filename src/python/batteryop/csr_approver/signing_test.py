@@ -42,8 +42,8 @@ def make_ca(name: str = "serving", days: float = 3650) -> CA:
 
 def approval(signer: str = names.FLINTLOCKD_SERVING_SIGNER) -> Approval:
     node = "host-a"
-    if signer == names.FLINTLOCKD_CLIENT_SIGNER:
-        sans: tuple[str, ...] = (names.spiffe_exec_agent_id(TD, node),)
+    if signer == names.EXEC_AGENT_SERVING_SIGNER:
+        sans: tuple[str, ...] = ("10.0.0.5", names.spiffe_exec_agent_id(TD, node))
     else:
         sans = ("10.0.0.5", names.spiffe_host_id(TD, node))
     pem = request_pem(ec_key(), sans, common_name="asked-for-something-else")
@@ -82,11 +82,12 @@ def test_an_unusable_secret_is_a_ca_error(data: object) -> None:
         CA.from_secret({"metadata": {"name": "s"}, "data": data})
 
 
-@pytest.mark.req("CT-002")
-def test_serving_signers_use_the_serving_ca_and_the_client_signer_the_client_ca() -> None:
-    assert ca_secret_for(names.FLINTLOCKD_SERVING_SIGNER, "srv", "cli") == "srv"
-    assert ca_secret_for(names.EXEC_AGENT_SERVING_SIGNER, "srv", "cli") == "srv"
-    assert ca_secret_for(names.FLINTLOCKD_CLIENT_SIGNER, "srv", "cli") == "cli"
+@pytest.mark.req("CT-101", "CT-102", "CT-103")
+def test_each_serving_signer_has_its_ca_and_the_client_signer_none() -> None:
+    assert ca_secret_for(names.FLINTLOCKD_SERVING_SIGNER, "srv", "exec") == "srv"
+    assert ca_secret_for(names.EXEC_AGENT_SERVING_SIGNER, "srv", "exec") == "exec"
+    with pytest.raises(ValueError, match="CT-102"):
+        ca_secret_for(names.FLINTLOCKD_CLIENT_SIGNER, "srv", "exec")
 
 
 @pytest.mark.req("CT-004")
@@ -144,13 +145,10 @@ def test_a_serving_certificate_names_the_node_and_only_the_approved_names() -> N
     cert.verify_directly_issued_by(ca.cert)
 
 
-def test_a_client_certificate_is_for_client_auth_with_no_address() -> None:
+@pytest.mark.req("CT-102")
+def test_a_client_certificate_is_never_issued() -> None:
     ca = make_ca("client")
     now = ca.cert.not_valid_before_utc + datetime.timedelta(hours=1)
-    cert = issue(ca, approval(names.FLINTLOCKD_CLIENT_SIGNER), names.FLINTLOCKD_CLIENT_SIGNER,
-                 now=now, max_duration=WEEK, requested_seconds=None)  # fmt: skip
-    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
-    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.IPAddress) == []
-    cert.verify_directly_issued_by(ca.cert)
+    with pytest.raises(ValueError, match="never signed here"):
+        issue(ca, approval(names.EXEC_AGENT_SERVING_SIGNER), names.FLINTLOCKD_CLIENT_SIGNER,
+              now=now, max_duration=WEEK, requested_seconds=None)  # fmt: skip

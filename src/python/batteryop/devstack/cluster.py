@@ -6,7 +6,7 @@
   are left out: there is no kubelet here; the stack's processes stand in for their Pods, each
   acting as the ServiceAccount its Pod would have.
 - The CSR approver's identity (its RBAC is not in install.yaml yet: the rules its tests found)
-  and the two CA Secrets it signs with.
+  and the three CA Secrets it reads.
 - battery's config in its ConfigMap as this stack's battery reads it: no Host yet (the
   placeholder), its API on the stack's loopback port, its TLS files in the stack's folder.
 - One Node per simulated Host, labelled as a Host, with its InternalIP. Nothing here publishes
@@ -209,6 +209,7 @@ async def install(
     hosts: Mapping[str, str],
     serving_ca: CertificateAuthority,
     client_ca: CertificateAuthority,
+    exec_serving_ca: CertificateAuthority,
     approver: ApproverConfig,
     battery_config: str,
 ) -> None:
@@ -223,6 +224,7 @@ async def install(
         *approver_objects(approver),
         tls_secret(names.SERVING_CA_SECRET, serving_ca),
         tls_secret(names.CLIENT_CA_SECRET, client_ca),
+        tls_secret(names.EXEC_AGENT_SERVING_CA_SECRET, exec_serving_ca),  # CT-101
         # kube-controller-manager's work, and none runs here: the Exec Agents' drain guard
         # Pods run as the install namespace's `default` ServiceAccount.
         {

@@ -1,11 +1,11 @@
 """A simulated Host's files: its certificates and the paths its Exec Agent checks.
 
-Certificates come from the same two CAs the CSR approver signs with (the CA Secrets the stack
-creates), laid out as the Exec Agent's DaemonSet mounts them (`manifests.exec_agent.CERT_DIR`):
-flintlockd's serving certificate for the Host's address and SPIFFE ID, the agent's flintlockd
-client certificate and its exec API serving certificate, and battery's flintlockd client
-certificate (one for all Hosts, as `names.BATTERY_CLIENT_SECRET` holds it). The Hosts'
-certificates come from each Host's Exec Agent by CSR (EA-060..EA-068); battery's client
+Three CAs are made here, those the stack puts in the CA Secrets the CSR approver reads:
+flintlockd's serving CA, the client CA (battery's flintlockd client certificate, one for all
+Hosts, as `names.BATTERY_CLIENT_SECRET` holds it) and the Exec Agents' serving CA (CT-101:
+`exec_serving_ca_file` is what a user's `battery` trusts, `$BATTERY_CA` in the `env` file). The
+Hosts' certificates come from each Host's Exec Agent: its serving certificates by CSR, its
+flintlockd client certificate from its own Host CA (EA-060..EA-068, EA-126); battery's client
 certificate and the serving CA are written here, into one folder laid out as battery's
 container and the host registry's mount it (`battery_tls_dir`: `tls.crt`, `tls.key`,
 `serving-ca.crt`, the names battery's config gives every Host).
@@ -35,8 +35,11 @@ THIN_POOL = "flintlock-thinpool"
 class Pki:
     serving_ca: CertificateAuthority
     client_ca: CertificateAuthority
+    exec_serving_ca: CertificateAuthority
     serving_ca_file: Path
     client_ca_file: Path
+    exec_serving_ca_file: Path
+    """The Exec Agents' serving CA: the one CA a client trusts for an Exec Agent (CT-101)."""
     battery_tls_dir: Path
     """battery's flintlockd client certificate and key and the serving CA (DP-005, IN-004)."""
 
@@ -45,10 +48,13 @@ class Pki:
         directory.mkdir(parents=True, exist_ok=True)
         serving = CertificateAuthority.create("devstack-flintlockd-serving-ca", CERT_VALIDITY)
         client = CertificateAuthority.create("devstack-flintlockd-client-ca", CERT_VALIDITY)
+        exec_serving = CertificateAuthority.create("devstack-exec-agent-serving-ca", CERT_VALIDITY)
         serving_file = directory / names.SERVING_CA_BUNDLE_KEY
         serving_file.write_bytes(serving.cert_pem)
         client_file = directory / names.CLIENT_CA_BUNDLE_KEY
         client_file.write_bytes(client.cert_pem)
+        exec_serving_file = directory / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY
+        exec_serving_file.write_bytes(exec_serving.cert_pem)
         battery_id = names.spiffe_battery_client_id(names.DEFAULT_TRUST_DOMAIN)
         pair = client.issue("battery", hosts=[battery_id], client=True, validity=CERT_VALIDITY)
         tls_dir = directory / "battery-tls"
@@ -56,7 +62,9 @@ class Pki:
         (tls_dir / configfile.TLS_CERT_FILE).write_bytes(pair.cert_pem)
         write_secret(tls_dir / configfile.TLS_KEY_FILE, pair.key_pem)
         (tls_dir / configfile.SERVING_CA_FILE).write_bytes(serving.cert_pem)
-        return cls(serving, client, serving_file, client_file, tls_dir)
+        return cls(
+            serving, client, exec_serving, serving_file, client_file, exec_serving_file, tls_dir
+        )
 
 
 @dataclass(frozen=True)
@@ -67,8 +75,8 @@ class HostFiles:
     address: str
     root: Path
     cert_dir: Path
-    """flintlockd's certificate folder, which the Exec Agent fills by CSR (EA-064) and
-    flintlockd reads: `tls.crt`, `tls.key`, `client-ca.crt`."""
+    """flintlockd's certificate folder, which the Exec Agent fills (EA-064) and flintlockd
+    reads: `tls.crt`, `tls.key`, `client-ca.crt`; the Host CA's files beside them (EA-126)."""
     not_ready_dir: Path
     kvm_sysfs_dir: Path
     sys_block_dir: Path

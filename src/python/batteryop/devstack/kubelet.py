@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from batteryop.api import samples
+from batteryop.api import names, samples
 from batteryop.devstack import demo
 from batteryop.devstack.artifacts import Artifacts
 from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE
@@ -56,7 +56,7 @@ async def run_demo(node: KubeNode, artifacts: Artifacts, work: Path) -> None:
         PATH=os.pathsep.join([str(battery.parent), str(KUBECTL_DIR), env.get("PATH", "")]),
         BATTERY_NAMESPACE=DEMO_NAMESPACE,
         BATTERY_HOLDER=DEMO_HOLDER,
-        BATTERY_CA=str(work / "serving-ca.crt"),
+        BATTERY_CA=str(work / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY),
     )
     for step in await demo.run(env):
         say(f"$ {step.command}   ({step.seconds:.2f} s)\n{step.stdout.rstrip()}")
@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"\nEvery workload Ready {done.times['apply_to_ready']:.1f} s after kubectl apply:")
         say(node.kubectl(["get", "pods", "-A", "-o", "wide"]).rstrip())
         work = Path(tempfile.mkdtemp(prefix="up-kubelet-", dir=node.state))
-        (work / "serving-ca.crt").write_bytes(done.pki.serving_ca)
+        # CT-101: the client trusts the Exec Agents' serving CA, and only it.
+        (work / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY).write_bytes(done.pki.exec_serving_ca)
 
         async def session() -> None:
             loop = asyncio.get_running_loop()

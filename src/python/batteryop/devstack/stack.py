@@ -313,6 +313,7 @@ class Stack:
                 hosts={n: h.files.address for n, h in self.hosts.items()},
                 serving_ca=pki.serving_ca,
                 client_ca=pki.client_ca,
+                exec_serving_ca=pki.exec_serving_ca,
                 approver=approver,
                 battery_config=config.read_text(),
             )
@@ -650,7 +651,7 @@ class Stack:
             f'export PATH={shlex.quote(":".join(path))}:"$PATH"',
             f"export BATTERY_NAMESPACE={cluster.DEMO_NAMESPACE}",
             f"export BATTERY_HOLDER={cluster.DEMO_HOLDER}",
-            f"export BATTERY_CA={shlex.quote(str(self.pki.serving_ca_file))}",
+            f"export BATTERY_CA={shlex.quote(str(self.pki.exec_serving_ca_file))}",
         ]
         self.env_file.write_text("\n".join(lines) + "\n")
 
@@ -663,7 +664,7 @@ class Stack:
             PATH=os.pathsep.join([str(self.venv / "bin"), str(KUBECTL_DIR), env.get("PATH", "")]),
             BATTERY_NAMESPACE=cluster.DEMO_NAMESPACE,
             BATTERY_HOLDER=cluster.DEMO_HOLDER,
-            BATTERY_CA=str(self.pki.serving_ca_file),
+            BATTERY_CA=str(self.pki.exec_serving_ca_file),
         )
         return env
 

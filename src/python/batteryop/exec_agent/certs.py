@@ -1,16 +1,31 @@
-"""The agent's keys and certificates: made on the Host, signed by CSR, renewed before they age.
+"""The agent's keys and certificates: made on the Host, signed by CSR or by the Host's own CA,
+renewed before they age.
 
 Three certificates, each for an ECDSA P-256 key the agent makes itself (EA-060):
 
-| certificate                  | signer                 | names                            | key       |
-|------------------------------|------------------------|----------------------------------|-----------|
-| flintlockd's serving (EA-061) | `flintlockd-serving`   | Host address, SPIFFE host ID     | Host file |
-| the agent's client (EA-062)  | `flintlockd-client`    | SPIFFE exec-agent ID             | memory    |
-| the exec API's serving (EA-068) | `exec-agent-serving` | Host address, SPIFFE exec-agent ID | memory |
+| certificate                     | signed by                                | names                              | key       |
+|---------------------------------|------------------------------------------|------------------------------------|-----------|
+| flintlockd's serving (EA-061)   | `flintlockd-serving` (serving CA)        | Host address, SPIFFE host ID       | Host file |
+| the agent's client (EA-126)     | the Host's own client CA, here           | SPIFFE exec-agent ID               | memory    |
+| the exec API's serving (EA-068) | `exec-agent-serving` (its own CA, CT-101) | Host address, SPIFFE exec-agent ID | memory    |
 
-Only the certificate request leaves the process; the key flintlockd needs is written to the
-Host's `--flintlockd-cert-dir` (`tls.key` mode 0600, then `client-ca.crt`, then `tls.crt` last,
-each replaced atomically: EA-064), the other two never leave memory (EA-065).
+The two serving certificates come by CSR: only the certificate request leaves the process. The
+client certificate never leaves the Host at all (EA-126): the agent keeps a client CA of its
+Host (`HostCA`: a P-256 key made here, `host-client-ca.key` mode 0600 beside flintlockd's files,
+and a self-signed CA certificate naming the Node, ten years, re-issued for the same key once
+less than a third of it is left), signs its client certificate with it in memory, and writes
+flintlockd's `client-ca.crt` as battery's client CA (from the CA bundle ConfigMap) followed by
+that Host CA, and nothing else. So flintlockd trusts battery and its own Host's agent, and an
+agent's key taken from one Host opens no other Host's flintlockd; the cluster signs no
+`flintlockd-client` request (CT-102). The key and CA stay across agent restarts, so a restart
+leaves `client-ca.crt` as it is and flintlockd running; an agent started over a `client-ca.crt`
+of an older agent (the cluster's client CA alone) rewrites it once, restarting flintlockd.
+
+flintlockd's key and files go to the Host's `--flintlockd-cert-dir` (`tls.key` mode 0600, then
+`client-ca.crt`, then `tls.crt` last, each replaced atomically: EA-064); the other two keys never
+leave memory (EA-065). That folder is made 0700 (narrowed if it exists, refused if it is a
+symlink or another user's) and each file is written through a temporary file of a random name
+created with `O_EXCL|O_NOFOLLOW` (EA-125, `batteryop.tls.private_dir` and `write_atomic`).
 
 One request: a CertificateSigningRequest (`generateName: exec-agent-<node>-`, subject CN the
 Node, the signer's usages exactly), then a read of that one object until the signer has
@@ -22,17 +37,20 @@ below, is logged with its reason and requested again, with backoff up to five mi
 
 What comes back is used only when its first certificate is for our key, names exactly what was
 asked (one URI, and the Host address for a serving certificate: nothing else), is within its
-validity, and is signed by the CA the approver publishes in the `flintlockd-ca` ConfigMap
-(EA-066: the serving CA for both serving certificates, the client CA for the client one).
+validity, and is signed by the CA published for it in the `flintlockd-ca` ConfigMap (EA-066:
+`serving-ca.crt` for flintlockd's, `exec-agent-serving-ca.crt` for the exec API's, EA-127); the
+client certificate passes the same checks against the Host CA.
 
 Renewal (EA-063): each certificate is replaced at a random point between 55% and 65% of its
 validity (never sooner than a minute after it was issued), well before two thirds. The CA
 bundle ConfigMap is followed by a watch (one named object, which the agent's Role allows);
-when the client CA changes, `client-ca.crt` is rewritten. At start, a flintlockd certificate
-already on the Host that passes every check and has not reached its renewal point is kept, so
-restarting the agent does not restart flintlockd.
+when battery's client CA changes, `client-ca.crt` is rewritten; when a serving certificate in
+use is not signed by the CA now published for it (an install moving the exec API to its own
+CA, or a CA replaced), it is requested again at once (EA-127). At start, a flintlockd
+certificate already on the Host that passes every check and has not reached its renewal point
+is kept, so restarting the agent does not restart flintlockd.
 
-Supervision (DP-107, EA-103): the CA bundle watch, the client CA follower and one renewal task
+Supervision (DP-107, EA-103): the CA bundle watch, its follower (`client-ca`) and one renewal task
 per certificate (`TASKS`) run under an `obs.supervisor.Supervisor`. A renewal is one attempt:
 a request that is denied, fails, is refused by the API server or returns an unfit certificate
 raises, and the supervisor logs it with its traceback, reports the task down in `/readyz`
@@ -41,6 +59,11 @@ to `retry_max`, five minutes by default). `checks()` adds one readiness check pe
 failing with `CertificateExpiringError` (naming it) once less than `EXPIRY_MARGIN` of its
 validity is left, or it expired (EA-103); `seconds_left()` feeds the
 `exec_agent_certificate_expiry_seconds` metric (EA-104).
+
+The exec API's TLS follows renewals through gRPC's dynamic credentials: gRPC asks, on its own
+threads, before handshakes; the loop publishes each new configuration with a generation number
+in one store and the ask compares generations, so a renewal that lands during an ask is handed
+out at the next one (EA-129).
 
 Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
 """
@@ -64,8 +87,9 @@ from typing import Any, Final
 import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
 from batteryop.exec_agent.clock import Clock, SystemClock
@@ -74,7 +98,7 @@ from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
 from batteryop.obs.supervisor import Supervisor
-from batteryop.tls import cert_pem, key_pem, make_csr, new_key, write_atomic
+from batteryop.tls import cert_pem, key_pem, make_csr, new_key, private_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +114,16 @@ CLOCK_SKEW: Final = timedelta(minutes=5)
 
 MIN_DURATION: Final = timedelta(minutes=10)
 """The API server's smallest `expirationSeconds`."""
+
+HOST_CA_VALIDITY: Final = timedelta(days=3650)
+"""Lifetime of the Host's client CA certificate (EA-126)."""
+HOST_CA_RENEW_LEFT: Final = 1 / 3
+"""The Host CA certificate is re-issued, for the same key, once less than this fraction of its
+validity is left (EA-126); what it signed before still verifies."""
+CLIENT_DURATION: Final = timedelta(hours=24)
+"""Lifetime of the agent's flintlockd client certificate when `duration` is not given."""
+HOST_CA_BUNDLE_KEY: Final = "host-ca"
+"""Where `check_issued` finds the Host CA for the client certificate (not a ConfigMap key)."""
 
 FLINTLOCKD_SERVING: Final = "flintlockd-serving"
 CLIENT: Final = "client"
@@ -113,6 +147,13 @@ def certificate_check(kind: str) -> str:
     """The name of the readiness check on the validity left to the certificate `kind`."""
     return f"certificate-{kind}"
 
+
+BUNDLE_KEYS: Final = (
+    names.SERVING_CA_BUNDLE_KEY,
+    names.CLIENT_CA_BUNDLE_KEY,
+    names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY,
+)
+"""The CA bundle keys the agent needs before it asks for anything."""
 
 TASKS: Final = (CA_BUNDLE_TASK, CLIENT_CA_TASK, *(renew_task(kind) for kind in KINDS))
 """The certificates' long-lived tasks, by the name the `Supervisor` and `/readyz` give them."""
@@ -180,13 +221,13 @@ def wants(node: str, trust_domain: str, address: str) -> dict[str, Want]:
             address,
             names.SERVING_CA_BUNDLE_KEY,
         ),
-        CLIENT: Want(  # EA-062
+        CLIENT: Want(  # EA-126: signed on the Host by its own CA, never by the cluster
             CLIENT,
-            names.FLINTLOCKD_CLIENT_SIGNER,
+            "",
             names.CLIENT_USAGES,
             agent_id,
             None,
-            names.CLIENT_CA_BUNDLE_KEY,
+            HOST_CA_BUNDLE_KEY,
         ),
         EXEC_SERVING: Want(  # EA-068
             EXEC_SERVING,
@@ -194,7 +235,7 @@ def wants(node: str, trust_domain: str, address: str) -> dict[str, Want]:
             names.SERVING_USAGES,
             agent_id,
             address,
-            names.SERVING_CA_BUNDLE_KEY,
+            names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY,  # CT-101, EA-127
         ),
     }
 
@@ -236,6 +277,17 @@ def _load_cas(bundle_pem: str | None) -> list[x509.Certificate]:
         return []
 
 
+def signed_by(leaf: x509.Certificate, cas: list[x509.Certificate]) -> bool:
+    """Whether one of `cas` signed `leaf` directly."""
+    for ca in cas:
+        try:
+            leaf.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return True
+    return False
+
+
 def _public(key: Any) -> bytes:
     return bytes(
         key.public_bytes(
@@ -253,7 +305,7 @@ def check_issued(
     renew_fraction: float,
 ) -> Issued:
     """`chain_pem` as an `Issued` when it is fit for `want` and `key`; CertificateError naming
-    the first check it fails otherwise (EA-061, EA-062, EA-066, EA-068)."""
+    the first check it fails otherwise (EA-061, EA-066, EA-068, EA-126, EA-127)."""
 
     def refuse(reason: str, detail: str) -> CertificateError:
         return CertificateError(want.kind, reason, detail)
@@ -287,13 +339,108 @@ def check_issued(
     cas = _load_cas(ca_bundle.get(want.ca_key))
     if not cas:
         raise refuse("NoCA", f"the {names.CA_BUNDLE_CONFIG_MAP} ConfigMap has no {want.ca_key}")
-    for ca in cas:
-        try:
-            leaf.verify_directly_issued_by(ca)
-        except (ValueError, TypeError, InvalidSignature):
-            continue
+    if signed_by(leaf, cas):
         return Issued(key, chain_pem, leaf, renew_fraction)
     raise refuse("UnknownIssuer", f"not signed by the CA published as {want.ca_key}")
+
+
+def _ca_name(node: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"exec-agent host CA {node}")])
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=not ca,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+@dataclass(frozen=True)
+class HostCA:
+    """The Host's own client CA (EA-126): an ECDSA P-256 key made on the Host and kept in
+    flintlockd's folder (mode 0600), and a self-signed CA certificate naming the Node. It signs
+    this Host's agent's flintlockd client certificates; only this Host's flintlockd trusts it,
+    so an agent's client key opens no other Host's flintlockd."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @property
+    def cert_pem(self) -> bytes:
+        return cert_pem(self.cert)
+
+    @classmethod
+    def self_signed(
+        cls, key: ec.EllipticCurvePrivateKey, node: str, now: datetime.datetime
+    ) -> HostCA:
+        name = _ca_name(node)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + HOST_CA_VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_key_usage(ca=True), critical=True)
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return cls(key, cert)
+
+    def fit(self, node: str, now: datetime.datetime) -> bool:
+        """Its certificate is for its key, names `node`, and has more than a third of its
+        validity left (the renewal rule)."""
+        cert = self.cert
+        life = cert.not_valid_after_utc - cert.not_valid_before_utc
+        return (
+            _public(cert.public_key()) == _public(self.key.public_key())
+            and cert.subject == _ca_name(node)
+            and cert.not_valid_before_utc - CLOCK_SKEW <= now
+            and cert.not_valid_after_utc - now > life * HOST_CA_RENEW_LEFT
+        )
+
+    def sign_client(
+        self,
+        key: ec.EllipticCurvePrivateKey,
+        node: str,
+        uri: str,
+        now: datetime.datetime,
+        duration: timedelta,
+    ) -> bytes:
+        """The agent's flintlockd client certificate (EA-126): subject the Node, `uri` its only
+        SAN, client auth, valid `duration` (never past the CA)."""
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(min(now + duration, self.cert.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_key_usage(ca=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                critical=False,
+            )
+            .add_extension(
+                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        return cert_pem(cert)
 
 
 class CSRRequester:
@@ -356,7 +503,7 @@ class CSRRequester:
 
 
 class CABundle:
-    """The `flintlockd-ca` ConfigMap's two CA certificates, followed by a watch (`run`)."""
+    """The `flintlockd-ca` ConfigMap's CA certificates, followed by a watch (`run`)."""
 
     def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
         self._kube = kube
@@ -422,10 +569,42 @@ class CertDir:
     def client_ca(self) -> Path:
         return self.path / names.CLIENT_CA_BUNDLE_KEY
 
+    @property
+    def host_ca_cert(self) -> Path:
+        return self.path / names.HOST_CA_CERT_FILE
+
+    @property
+    def host_ca_key(self) -> Path:
+        return self.path / names.HOST_CA_KEY_FILE
+
+    def host_ca(self, node: str, now: datetime.datetime) -> tuple[HostCA, bool]:
+        """The Host's client CA from its files, made (key) or re-issued (certificate, same key)
+        when missing or unfit; and whether its certificate changed (EA-126)."""
+        private_dir(self.path)  # EA-125
+        key: Any = None
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            key = serialization.load_pem_private_key(self.host_ca_key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            key = new_key()
+            write_atomic(self.host_ca_key, key_pem(key), mode=0o600)
+            log.info("Made the Host's client CA key", extra={"path": str(self.host_ca_key)})
+        cert: x509.Certificate | None = None
+        with contextlib.suppress(OSError, ValueError):
+            cert = x509.load_pem_x509_certificate(self.host_ca_cert.read_bytes())
+        if cert is not None and HostCA(key, cert).fit(node, now):
+            return HostCA(key, cert), False
+        ca = HostCA.self_signed(key, node, now)
+        write_atomic(self.host_ca_cert, ca.cert_pem)
+        log.info(
+            "Issued the Host's client CA certificate",
+            extra={"not_after": ca.cert.not_valid_after_utc.isoformat()},
+        )
+        return ca, True
+
     def write(self, issued: Issued, client_ca_pem: str) -> None:
-        """Key first (0600), then the client CA, then the certificate last: flintlockd starts
-        (and restarts) on `tls.crt`, by which time the key and CA are in place."""
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Key first (0600), then the client CAs, then the certificate last: flintlockd starts
+        (and restarts) on `tls.crt`, by which time the key and CAs are in place."""
+        private_dir(self.path)  # EA-125
         write_atomic(self.key, issued.key_pem, mode=0o600)
         write_atomic(self.client_ca, client_ca_pem.encode())
         write_atomic(self.cert, issued.chain_pem)
@@ -435,7 +614,7 @@ class CertDir:
         with contextlib.suppress(OSError):
             if self.client_ca.read_bytes() == data:
                 return False
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path)  # EA-125
         write_atomic(self.client_ca, data)
         return True
 
@@ -483,7 +662,12 @@ class AgentCertificates:
         expiry_margin: float = EXPIRY_MARGIN,
         supervisor: Supervisor | None = None,
     ) -> None:
+        self._node = node
         self._wants = wants(node, trust_domain, address)
+        self._client_duration = duration or CLIENT_DURATION
+        self._host_ca: HostCA | None = None
+        self._renew_now = {kind: asyncio.Event() for kind in KINDS}
+        """Set when a certificate must be replaced before its time (EA-127)."""
         self._requester = CSRRequester(kube, node, duration=duration)
         self._bundle = CABundle(kube, namespace, ca_bundle_config_map)
         self._dir = CertDir(cert_dir)
@@ -497,8 +681,11 @@ class AgentCertificates:
         for task in TASKS:
             self.supervisor.add(task)
         self._current: dict[str, Issued] = {}
-        self._server_config: Any = None
-        self._server_news: Any = None
+        self._server_latest: tuple[Any, int] = (None, 0)
+        """The exec API's newest TLS configuration and its generation; replaced whole, on the
+        loop only (`_install`), so gRPC's threads read one consistent pair (EA-129)."""
+        self._server_served = 0
+        """The generation gRPC was last given; written on gRPC's threads only."""
         self._bundle_started = False
         self._renewing = False
         self.renewals = 0
@@ -522,13 +709,17 @@ class AgentCertificates:
         if not self._bundle_started:
             self._bundle_started = True
             self.supervisor.start(CA_BUNDLE_TASK, self._bundle.run)
-        await self._bundle.wait_for(
-            lambda d: bool(d.get(names.SERVING_CA_BUNDLE_KEY) and d.get(names.CLIENT_CA_BUNDLE_KEY))
-        )
+        await self._bundle.wait_for(lambda d: all(d.get(key) for key in BUNDLE_KEYS))
+        self._host_ca, _ = self._dir.host_ca(self._node, self._clock.now())  # EA-126
         kept = self._reuse_flintlockd()
         if kept is not None:
             self._current[FLINTLOCKD_SERVING] = kept
-            self._dir.write_client_ca(self._bundle.data[names.CLIENT_CA_BUNDLE_KEY])
+            # EA-126: a client-ca.crt of an older agent (the cluster's client CA) is rewritten
+            # here, once; one already right is left alone, so flintlockd is not restarted.
+            if self._dir.write_client_ca(self._flintlockd_client_cas()):
+                log.info(
+                    "Rewrote flintlockd's client CAs", extra={"path": str(self._dir.client_ca)}
+                )
             log.info("Kept flintlockd's certificate on the Host", extra={"until": kept.not_after})
         missing = [kind for kind in KINDS if kind not in self._current]
         issued = await asyncio.gather(*(self._obtain(kind) for kind in missing))
@@ -538,7 +729,7 @@ class AgentCertificates:
             self._renewing = True
             for kind in KINDS:
                 self.supervisor.start(renew_task(kind), functools.partial(self._keep, kind))
-            self.supervisor.start(CLIENT_CA_TASK, self._follow_client_ca)
+            self.supervisor.start(CLIENT_CA_TASK, self._follow_bundle)
 
     def _reuse_flintlockd(self) -> Issued | None:
         found = self._dir.read()
@@ -572,11 +763,28 @@ class AgentCertificates:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self._retry_max)
 
+    def _flintlockd_client_cas(self) -> str:
+        """flintlockd's `client-ca.crt` (EA-128): battery's client CA, from the CA bundle, and
+        this Host's own CA; no other Host's, so no other Host's agent is let in."""
+        assert self._host_ca is not None  # start() loads it first
+        battery = self._bundle.data[names.CLIENT_CA_BUNDLE_KEY]
+        return battery.rstrip("\n") + "\n" + self._host_ca.cert_pem.decode()
+
     async def _request(self, kind: str) -> Issued:
-        """A new key and a checked certificate for it, in one request; CertificateError or
-        KubeError when it was refused or what came back is unfit."""
+        """A new key and a checked certificate for it, in one request (the client certificate:
+        signed here, EA-126); CertificateError or KubeError when it was refused or what came
+        back is unfit."""
         want = self._wants[kind]
         key = new_key()  # EA-060: made here; only the request leaves
+        now = self._clock.now()
+        if kind == CLIENT:
+            ca, changed = self._dir.host_ca(self._node, now)  # EA-126: its renewal rule
+            self._host_ca = ca
+            if changed and self._dir.write_client_ca(self._flintlockd_client_cas()):
+                log.info("Host CA re-issued; rewrote %s", self._dir.client_ca)
+            chain = ca.sign_client(key, self._node, want.uri, now, self._client_duration)
+            bundle = {HOST_CA_BUNDLE_KEY: ca.cert_pem.decode()}
+            return check_issued(want, key, chain, bundle, now, self._fraction())
         chain = await self._requester.request(want, key)
         return check_issued(
             want, key, chain, self._bundle.data, self._clock.now(), self._fraction()
@@ -594,11 +802,10 @@ class AgentCertificates:
             },
         )
         if kind == FLINTLOCKD_SERVING:  # EA-064
-            self._dir.write(issued, self._bundle.data[names.CLIENT_CA_BUNDLE_KEY])
+            self._dir.write(issued, self._flintlockd_client_cas())
         elif kind == EXEC_SERVING:
-            self._server_config = self._server_news = grpc.ssl_server_certificate_configuration(
-                [(issued.key_pem, issued.chain_pem)]
-            )
+            config = grpc.ssl_server_certificate_configuration([(issued.key_pem, issued.chain_pem)])
+            self._server_latest = (config, self._server_latest[1] + 1)  # EA-129: one store
         elif self._on_client_renewed is not None:
             self._on_client_renewed()
 
@@ -611,24 +818,55 @@ class AgentCertificates:
         supervisor, which logs it, reports the task down and runs this again after its
         backoff; the renewal point has passed by then, so it asks again at once (DP-107)."""
         while True:
-            await self._clock.sleep_until(self._current[kind].renew_at)  # EA-063
+            await self._renewal_due(kind)
             self._install(kind, await self._request(kind))
             async with self._renewed:
                 self.renewals += 1
                 self._renewed.notify_all()
+
+    async def _renewal_due(self, kind: str) -> None:
+        """Return at `kind`'s renewal point (EA-063), or at once when it must be replaced sooner
+        (EA-127: it is not signed by the CA now published for it)."""
+        due = self._renew_now[kind]
+        if not due.is_set():
+            sleeper = asyncio.ensure_future(self._clock.sleep_until(self._current[kind].renew_at))
+            waker = asyncio.ensure_future(due.wait())
+            try:
+                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (sleeper, waker):
+                    task.cancel()
+                await asyncio.gather(sleeper, waker, return_exceptions=True)
+        due.clear()
 
     async def wait_renewals(self, count: int) -> None:
         """Return once `count` certificates have been replaced since start."""
         async with self._renewed:
             await self._renewed.wait_for(lambda: self.renewals >= count)
 
-    async def _follow_client_ca(self) -> None:
+    async def _follow_bundle(self) -> None:
+        """At each change of the CA bundle: rewrite flintlockd's client CAs if battery's client
+        CA changed (EA-064, EA-126), and replace at once a serving certificate that the CA now
+        published for it did not sign (EA-127: a new exec-agent serving CA, say)."""
         seen = self._bundle.version
         while True:
+            self._renew_unsigned()
             seen = await self._bundle.changed(seen)
-            client_ca = self._bundle.data.get(names.CLIENT_CA_BUNDLE_KEY)
-            if client_ca and self._dir.write_client_ca(client_ca):
+            if self._bundle.data.get(names.CLIENT_CA_BUNDLE_KEY) and self._dir.write_client_ca(
+                self._flintlockd_client_cas()
+            ):
                 log.info("Client CA changed; rewrote %s", self._dir.client_ca)
+
+    def _renew_unsigned(self) -> None:
+        for kind in (FLINTLOCKD_SERVING, EXEC_SERVING):
+            issued = self._current.get(kind)
+            cas = _load_cas(self._bundle.data.get(self._wants[kind].ca_key))
+            if issued is not None and cas and not signed_by(issued.cert, cas):
+                log.info(
+                    "Certificate not signed by the CA published for it; replacing it now",
+                    extra={"certificate": kind, "ca": self._wants[kind].ca_key},
+                )
+                self._renew_now[kind].set()  # EA-127
 
     # -- readiness and metrics -------------------------------------------------------------
 
@@ -670,15 +908,23 @@ class AgentCertificates:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """The exec API's TLS; each new handshake uses the newest serving certificate."""
+        config, self._server_served = self._server_latest
         return grpc.dynamic_ssl_server_credentials(
-            self._server_config, self._fetch_server_config, require_client_authentication=False
+            config, self._fetch_server_config, require_client_authentication=False
         )
 
     def _fetch_server_config(self) -> Any:
-        """gRPC asks before handshakes: a configuration when it changed since the last ask,
-        else None (keep the current one)."""
-        news, self._server_news = self._server_news, None
-        return news
+        """gRPC asks before handshakes, on its own threads: a configuration when it changed
+        since the last ask, else None (keep the current one).
+
+        EA-129: the loop replaces `_server_latest` in one store and this reads it in one load,
+        then compares generations; a renewal installed at any point of this call is given out
+        at the next ask at the latest, never lost (a swap to None could drop one)."""
+        config, generation = self._server_latest
+        if generation == self._server_served:
+            return None
+        self._server_served = generation
+        return config
 
     def serving_pem(self, kind: str = EXEC_SERVING) -> bytes:
         return cert_pem(self._current[kind].cert)

@@ -376,7 +376,7 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     )
     add("--trust-domain", "", "SPIFFE trust domain; when set, certificates come by CSR")
     add("--namespace", names.OPERATOR_NAMESPACE, "namespace of the CA bundle ConfigMap")
-    add("--ca-bundle-config-map", names.CA_BUNDLE_CONFIG_MAP, "ConfigMap with both CAs")
+    add("--ca-bundle-config-map", names.CA_BUNDLE_CONFIG_MAP, "ConfigMap with the CAs")
     add("--flintlockd-cert-dir", names.FLINTLOCKD_CERT_DIR, "where flintlockd's files go")
     add("--certificate-duration", "", "lifetime to ask for (>= 10m); default: the signer's")
     add("--tls-cert-file", "", "the exec API's serving certificate (PEM)")

@@ -3,7 +3,7 @@
 The agent only ever dials the one endpoint its config names, which `config.parse` has checked
 is an address of this Host (EA-001). The channel verifies flintlockd's serving certificate
 against the serving CA and the dialled address, and presents the agent's client certificate:
-from files at start, or, with `--trust-domain`, from `certs.AgentCertificates` (EA-062,
+from files at start, or, with `--trust-domain`, from `certs.AgentCertificates` (EA-126,
 EA-066). When the client certificate is renewed, `use_credentials` opens a new channel for new
 calls; the old channel closes once its running calls end (an exec may run for hours: TLS checks
 a certificate at the handshake only, so a running call is not affected).
@@ -13,7 +13,7 @@ the relay drives, whose answers arrive as `frames.Frame` (the bytes flintlockd s
 further than the relay needs). gRPC errors pass through as `grpc.aio.AioRpcError`: the relay
 and the servicer decide what each means to the caller.
 
-Requirements: EA-001, EA-062, EA-066.
+Requirements: EA-001, EA-066, EA-126.
 """
 
 from __future__ import annotations

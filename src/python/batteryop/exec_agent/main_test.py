@@ -135,7 +135,7 @@ async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly
     holding = await holders.hold()
     async with agent_process(argv) as agent:
         await agent.logged("Exec API listening")
-        credentials = grpc.ssl_channel_credentials(root_certificates=pki.serving_ca.cert_pem)
+        credentials = grpc.ssl_channel_credentials(root_certificates=pki.exec_serving_ca.cert_pem)
         async with grpc.aio.secure_channel(f"{AGENT_ADDRESS}:{port}", credentials) as channel:
             start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="echo", args=["hi"])
             responses = await run_exec(channel, holding.metadata, start)
@@ -198,13 +198,14 @@ async def test_an_agent_whose_identity_does_not_name_its_host_refuses_to_start(
     assert not any(line.get("message") == "Exec API listening" for line in agent.lines)
 
 
-@pytest.mark.req("EA-060", "EA-061", "EA-062", "EA-064", "EA-066", "EA-068")
+@pytest.mark.req("EA-060", "EA-061", "EA-064", "EA-066", "EA-068", "EA-126", "EA-128")
 async def test_the_agent_process_gets_its_certificates_by_csr_and_serves_with_them(
     cluster: ControlPlane, pki: Pki, namespace: str, tmp_path: Path
 ) -> None:
     """The whole path with nothing handed out: the CSR approver signs with the test's CAs; the
     agent makes its keys, writes flintlockd's files; flintlockd starts from those files (as the
-    Host Image's path unit starts it); an exec goes through, verified against the serving CA."""
+    Host Image's path unit starts it); flintlockd lets the agent in by the Host CA the agent
+    made (EA-126, EA-128); an exec goes through, verified against the exec serving CA."""
     api = admin_client(cluster)
     core = k8s.CoreV1Api(api)
     try:
@@ -217,6 +218,7 @@ async def test_the_agent_process_gets_its_certificates_by_csr_and_serves_with_th
         for name, ca in (
             (names.SERVING_CA_SECRET, pki.serving_ca),
             (names.CLIENT_CA_SECRET, pki.client_ca),
+            (names.EXEC_AGENT_SERVING_CA_SECRET, pki.exec_serving_ca),
         ):
             with contextlib.suppress(k8s.ApiException):
                 core.delete_namespaced_secret(name, AGENT_NAMESPACE)
@@ -271,7 +273,9 @@ async def test_the_agent_process_gets_its_certificates_by_csr_and_serves_with_th
                 holding = await Holders(api, namespace, fl, pki).hold()
             finally:
                 api.close()
-            credentials = grpc.ssl_channel_credentials(root_certificates=pki.serving_ca.cert_pem)
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=pki.exec_serving_ca.cert_pem
+            )
             async with grpc.aio.secure_channel(f"{AGENT_ADDRESS}:{port}", credentials) as channel:
                 start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="echo", args=["ok"])
                 responses = await run_exec(channel, holding.metadata, start)
@@ -280,9 +284,16 @@ async def test_the_agent_process_gets_its_certificates_by_csr_and_serves_with_th
         agent.process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
             assert await agent.process.wait() == 0
-    # EA-065: the agent's own keys were never written; only flintlockd's files are on the Host.
+    # EA-065: the agent's own keys were never written; only flintlockd's files and the Host
+    # CA's are on the Host.
     assert sorted(p.name for p in cert_dir.iterdir()) == sorted(
-        [names.TLS_CERT_FILE, names.TLS_KEY_FILE, names.CLIENT_CA_BUNDLE_KEY]
+        [
+            names.TLS_CERT_FILE,
+            names.TLS_KEY_FILE,
+            names.CLIENT_CA_BUNDLE_KEY,
+            names.HOST_CA_CERT_FILE,
+            names.HOST_CA_KEY_FILE,
+        ]
     )
     assert not any("PRIVATE KEY" in json.dumps(line) for line in agent.lines)
 

@@ -1,15 +1,19 @@
-"""install.yaml's cert-manager objects: the two CAs and battery's flintlockd client certificate.
+"""install.yaml's cert-manager objects: the three CAs and battery's flintlockd client certificate.
 
 cert-manager must be installed in the cluster first: these are its custom resources
 (`cert-manager.io/v1`), and its controller issues the Secrets they name. In apply order, all in
 the Operator namespace:
 
-- Issuer `names.SELFSIGNED_ISSUER`: self-signs the two CA certificates.
+- Issuer `names.SELFSIGNED_ISSUER`: self-signs the CA certificates.
 - Certificate `names.SERVING_CA_SECRET`: the serving CA (CT-021). The CSR approver signs
-  flintlockd's and the Exec Agent's serving certificates with it.
-- Certificate `names.CLIENT_CA_SECRET`: the client CA (CT-021). The CSR approver signs the Exec
-  Agent's flintlockd client certificates with it, and cert-manager battery's.
-  Both CAs: `isCA`, ECDSA P-256, ten years (`CA_DURATION`), and `rotationPolicy: Never`: the
+  flintlockd's serving certificates with it.
+- Certificate `names.EXEC_AGENT_SERVING_CA_SECRET`: the Exec Agents' serving CA (CT-106). The
+  CSR approver signs the Exec Agents' exec API serving certificates with it and nothing else
+  (CT-101): clients trust only it for an Exec Agent.
+- Certificate `names.CLIENT_CA_SECRET`: the client CA (CT-021). cert-manager signs battery's
+  flintlockd client certificate with it; nothing else does (each Exec Agent signs its own with
+  its Host's CA, EA-126).
+  Every CA: `isCA`, ECDSA P-256, ten years (`CA_DURATION`), and `rotationPolicy: Never`: the
   key is made once and kept, so a re-issued CA still verifies what the old one signed.
 - Issuer `names.CLIENT_CA_ISSUER`: a CA Issuer on the client CA's Secret.
 - Certificate `names.BATTERY_CLIENT_SECRET`: battery's flintlockd client certificate, from the
@@ -20,10 +24,10 @@ the Operator namespace:
   restarts battery when it is renewed (DP-007).
 
 Who may read the Secrets (CT-022) is the RBAC's business (`csr_approver`, `rbac`): of the
-identities install.yaml creates, only the CSR approver reads the two CA Secrets, and none reads
+identities install.yaml creates, only the CSR approver reads the three CA Secrets, and none reads
 battery's client Secret through the API (the kubelet mounts it into the Operator Pod).
 
-Requirements: CT-021, CT-023.
+Requirements: CT-021, CT-023, CT-106.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ GROUP: Final = "cert-manager.io"
 API_VERSION: Final = f"{GROUP}/v1"
 
 CA_DURATION: Final = "87600h"
-"""Lifetime of both CA certificates: ten years."""
+"""Lifetime of the CA certificates: ten years."""
 CLIENT_DURATION: Final = "2160h"
 """Lifetime of battery's client certificate: 90 days."""
 CLIENT_RENEW_BEFORE: Final = "720h"
@@ -114,6 +118,7 @@ def objects(
         issuer(names.SELFSIGNED_ISSUER, namespace, labels, {"selfSigned": {}}),
         ca_certificate(names.SERVING_CA_SECRET, namespace, labels),  # CT-021
         ca_certificate(names.CLIENT_CA_SECRET, namespace, labels),  # CT-021
+        ca_certificate(names.EXEC_AGENT_SERVING_CA_SECRET, namespace, labels),  # CT-106
         issuer(
             names.CLIENT_CA_ISSUER,
             namespace,

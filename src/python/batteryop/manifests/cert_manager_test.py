@@ -30,6 +30,7 @@ EXPECTED = [
     ("Issuer", names.SELFSIGNED_ISSUER),
     ("Certificate", names.SERVING_CA_SECRET),
     ("Certificate", names.CLIENT_CA_SECRET),
+    ("Certificate", names.EXEC_AGENT_SERVING_CA_SECRET),
     ("Issuer", names.CLIENT_CA_ISSUER),
     ("Certificate", names.BATTERY_CLIENT_SECRET),
 ]
@@ -76,11 +77,15 @@ def test_every_issuer_reference_names_an_issuer_created_before_it() -> None:
         assert ref["name"] in seen, f"{obj['metadata']['name']} names {ref['name']} before it"
 
 
-@pytest.mark.req("CT-021")
-def test_the_two_cas_are_self_signed_ecdsa_ten_year_cas_whose_key_is_kept() -> None:
+@pytest.mark.req("CT-021", "CT-106")
+def test_the_cas_are_self_signed_ecdsa_ten_year_cas_whose_key_is_kept() -> None:
     objs = by_name(cert_manager_objects())
     assert objs["Issuer", names.SELFSIGNED_ISSUER]["spec"] == {"selfSigned": {}}
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         assert objs["Certificate", name]["spec"] == {
             "isCA": True,
             "commonName": name,
@@ -92,6 +97,7 @@ def test_the_two_cas_are_self_signed_ecdsa_ten_year_cas_whose_key_is_kept() -> N
     # The Secrets the CSR approver reads are the ones these Certificates fill.
     assert names.SERVING_CA_SECRET == "flintlockd-serving-ca"
     assert names.CLIENT_CA_SECRET == "flintlockd-client-ca"
+    assert names.EXEC_AGENT_SERVING_CA_SECRET == "exec-agent-serving-ca"
 
 
 @pytest.mark.req("CT-023")

@@ -8,14 +8,16 @@ ClusterRole `names.CSR_APPROVER_NAME`
 - `certificatesigningrequests`: get/list/watch (it follows every request, by list and watch).
 - `certificatesigningrequests/approval` and `/status`: update (approve or deny; write the
   signed certificate or the `Failed` condition).
-- `signers` by name, only battery's three (`names.SIGNERS`): approve and sign. The API server
-  refuses both for any other signer.
+- `signers` by name: approve on battery's three (`names.SIGNERS`: approving and denying both
+  need it), sign on the two serving signers only (CT-102: a `flintlockd-client` request is
+  denied, never signed). The API server refuses both for any other signer.
 - `nodes`: get (a serving request's Node and its addresses). No list, no watch, no write: it
   can never patch a Node.
 
 Role `names.CSR_APPROVER_NAME` in the Operator namespace
-- `secrets` by name, only the two CA Secrets: get/list/watch (list and watch with a
-  `metadata.name` field selector). No other Secret, anywhere.
+- `secrets` by name, only the three CA Secrets (flintlockd's serving CA, the Exec Agents'
+  serving CA, and the client CA, whose certificate it publishes: CT-005): get/list/watch (list
+  and watch with a `metadata.name` field selector). No other Secret, anywhere.
 - `configmaps`: create (the CA bundle and the address pins are made on first use; RBAC cannot
   name an object that does not exist yet for create), and by name, the two ConfigMaps it
   writes: get/list/watch/patch.
@@ -25,8 +27,8 @@ The Deployment runs one replica of the approver's image, whose entrypoint runs i
 domain the Manifests configure (CT-020), its health and metrics ports, a projected token, and
 the restricted Pod security settings every container of install.yaml has.
 
-Requirements: CT-020 (trust domain set), CT-022 (only this identity reads the CA Secrets),
-DP-021.
+Requirements: CT-020 (trust domain set), CT-022 and CT-106 (only this identity reads the CA
+Secrets), CT-102 (sign only on the serving signers), DP-021.
 """
 
 from __future__ import annotations
@@ -60,12 +62,17 @@ def approver_image_for(operator_image: str) -> str:
     )
 
 
+SIGNED: Final = (names.FLINTLOCKD_SERVING_SIGNER, names.EXEC_AGENT_SERVING_SIGNER)
+"""The only signers the approver signs for (CT-102)."""
+
+
 def cluster_rules() -> list[Obj]:
     """The approver's cluster-wide rules (module docstring: why each)."""
     return [
         rbac.rule(rbac.CERTIFICATES_GROUP, [CSRS], ["get", "list", "watch"]),
         rbac.rule(rbac.CERTIFICATES_GROUP, [f"{CSRS}/approval", f"{CSRS}/status"], ["update"]),
-        rbac.rule(rbac.CERTIFICATES_GROUP, ["signers"], ["approve", "sign"], names.SIGNERS),
+        rbac.rule(rbac.CERTIFICATES_GROUP, ["signers"], ["approve"], names.SIGNERS),
+        rbac.rule(rbac.CERTIFICATES_GROUP, ["signers"], ["sign"], SIGNED),  # CT-102
         rbac.rule("", ["nodes"], ["get"]),
     ]
 
@@ -74,12 +81,15 @@ def namespace_rules(
     *,
     serving_ca_secret: str = names.SERVING_CA_SECRET,
     client_ca_secret: str = names.CLIENT_CA_SECRET,
+    exec_agent_serving_ca_secret: str = names.EXEC_AGENT_SERVING_CA_SECRET,
     ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP,
     address_pins_config_map: str = names.ADDRESS_PINS_CONFIG_MAP,
 ) -> list[Obj]:
-    """The approver's rules in its namespace: its two CA Secrets, its two ConfigMaps (CT-022)."""
+    """The approver's rules in its namespace: its three CA Secrets, its two ConfigMaps (CT-022,
+    CT-106)."""
+    secrets = (serving_ca_secret, client_ca_secret, exec_agent_serving_ca_secret)
     return [
-        rbac.rule("", ["secrets"], ["get", "list", "watch"], (serving_ca_secret, client_ca_secret)),
+        rbac.rule("", ["secrets"], ["get", "list", "watch"], secrets),
         rbac.rule("", ["configmaps"], ["create"]),
         rbac.rule(
             "",

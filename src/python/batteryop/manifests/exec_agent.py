@@ -31,10 +31,12 @@ In apply order:
   Read-only host mounts for the Host checks: `/dev` (KVM's device node), `/sys` (KVM in sysfs,
   device-mapper names) and the Host Image's not-ready directory.
 
-Certificates: the agent makes its keys and gets its certificates by CSR (`--trust-domain`,
-EA-060..EA-068). flintlockd's serving certificate, key and client CA go to the Host's
-`names.FLINTLOCKD_CERT_DIR` (a read-write host mount, the only one; the Host Image creates it
-owned by the agent's user, HI-072); the agent's own keys stay in its memory.
+Certificates: the agent makes its keys and gets its serving certificates by CSR
+(`--trust-domain`, EA-060..EA-068) and signs its flintlockd client certificate with its Host's
+own CA (EA-126). flintlockd's serving certificate, key and client CAs, and the Host CA's key
+and certificate, go to the Host's `names.FLINTLOCKD_CERT_DIR` (a read-write host mount, the
+only one; the Host Image creates it owned by the agent's user, HI-072, and the agent refuses it
+otherwise, EA-125); the agent's own keys stay in its memory.
 
 Requirements: EA-004, EA-041 (the drain guard's grants and confinement), EA-051, EA-110.
 """

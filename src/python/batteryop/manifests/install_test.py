@@ -727,12 +727,16 @@ def _create_if_missing(create: Callable[[], Any]) -> None:
             raise
 
 
-@pytest.mark.req("CT-022", "DP-021")
-def test_the_approver_reads_requests_nodes_and_its_two_ca_secrets_only(
+@pytest.mark.req("CT-022", "CT-106", "CT-102", "DP-021")
+def test_the_approver_reads_requests_nodes_and_its_three_ca_secrets_only(
     approver: k8s.ApiClient, kube_admin: k8s.ApiClient, namespace: str
 ) -> None:
     admin_core = k8s.CoreV1Api(kube_admin)
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
     other = f"other-{uuid.uuid4().hex[:8]}"
     admin_core.create_namespaced_secret(NS, _secret(other))
@@ -746,14 +750,20 @@ def test_the_approver_reads_requests_nodes_and_its_two_ca_secrets_only(
     certs.list_certificate_signing_request()
     assert watch_opens(certs.list_certificate_signing_request) == 200
     assert core.read_node(node).metadata.name == node
-    for name in (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET):
+    for name in (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    ):
         assert core.read_namespaced_secret(name, NS).metadata.name == name
         by_name = f"metadata.name={name}"
         assert watch_opens(core.list_namespaced_secret, NS, field_selector=by_name) == 200
     for verb in ("approve", "sign"):
         for signer in names.SIGNERS:
-            assert can(
-                approver, verb, "signers", group="certificates.k8s.io", name=signer
+            # CT-102: it approves (and denies) for the three, signs only the serving two.
+            allowed = verb == "approve" or signer != names.FLINTLOCKD_CLIENT_SIGNER
+            assert (
+                can(approver, verb, "signers", group="certificates.k8s.io", name=signer) == allowed
             ), f"{verb} {signer}"
         assert not can(
             approver,
@@ -795,7 +805,7 @@ def _service_accounts() -> list[str]:
     return [o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"]
 
 
-@pytest.mark.req("CT-022", "DP-021")
+@pytest.mark.req("CT-022", "CT-106", "DP-021")
 @pytest.mark.parametrize("account", _service_accounts())
 def test_of_the_identities_only_the_approver_reads_the_ca_secrets_and_none_batterys(
     controlplane: ControlPlane,
@@ -803,10 +813,14 @@ def test_of_the_identities_only_the_approver_reads_the_ca_secrets_and_none_batte
     installed: list[dict[str, Any]],
     account: str,
 ) -> None:
-    """Acting as each ServiceAccount of install.yaml with a real token: the two CA Secrets are
+    """Acting as each ServiceAccount of install.yaml with a real token: the CA Secrets are
     readable by the CSR approver only; battery's client Secret by none (the kubelet mounts it)."""
     admin_core = k8s.CoreV1Api(kube_admin)
-    ca_secrets = (names.SERVING_CA_SECRET, names.CLIENT_CA_SECRET)
+    ca_secrets = (
+        names.SERVING_CA_SECRET,
+        names.CLIENT_CA_SECRET,
+        names.EXEC_AGENT_SERVING_CA_SECRET,
+    )
     for name in (*ca_secrets, names.BATTERY_CLIENT_SECRET):
         _create_if_missing(partial(admin_core.create_namespaced_secret, NS, _secret(name)))
     api = service_account_client(controlplane, NS, account, create=False)

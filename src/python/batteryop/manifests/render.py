@@ -6,7 +6,7 @@ binding (`admission`), the ServiceAccount, the ClusterRoles, the ClusterRoleBind
 its binding (`rbac`), battery's config ConfigMap, battery's PersistentVolumeClaim, the
 Operator Deployment, then the Exec Agent's ServiceAccount, RBAC, admission policy and DaemonSet
 (`exec_agent`), then the CSR approver's ServiceAccount, RBAC and Deployment (`csr_approver`),
-last cert-manager's Issuers and Certificates for the two CAs and battery's client certificate
+last cert-manager's Issuers and Certificates for the three CAs and battery's client certificate
 (`cert_manager`; cert-manager must be installed first). `to_yaml()` writes them as one
 multi-document stream; `main()` writes the file.
 
@@ -35,7 +35,7 @@ battery's config holds the placeholder Host `_no-hosts` until the host registry 
 real Host set: poolmgrd v0.4.0 refuses an empty `hosts` list.
 
 Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`);
-CT-021, CT-023 (`cert_manager`).
+CT-021, CT-023, CT-106 (`cert_manager`).
 """
 
 from __future__ import annotations

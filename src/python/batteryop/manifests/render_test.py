@@ -54,6 +54,7 @@ APPLY_ORDER = [
     "Issuer",
     "Certificate",
     "Certificate",
+    "Certificate",
     "Issuer",
     "Certificate",
 ]

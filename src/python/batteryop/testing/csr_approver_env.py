@@ -1,7 +1,7 @@
 """The CSR approver's test environment on the real control plane, for its tests and benchmark.
 
 `Cluster` (fixture `cluster` in `batteryop/csr_approver/conftest.py`) sets up, in a fresh namespace: the Exec Agent's ServiceAccount with
-RBAC to create and read CSRs (as the Manifests will give it: EA-067), the two CA Secrets in the
+RBAC to create and read CSRs (as the Manifests will give it: EA-067), the three CA Secrets in the
 `kubernetes.io/tls` layout, and Nodes with InternalIP addresses. The approver runs in this
 process (`running` starts it; it acts as the admin unless given other credentials) or as its pex
 (`ApproverProcess`).
@@ -74,6 +74,7 @@ def approver_namespace_rules(config: ApproverConfig) -> list[dict[str, Any]]:
     return csr_approver_manifests.namespace_rules(
         serving_ca_secret=config.serving_ca_secret,
         client_ca_secret=config.client_ca_secret,
+        exec_agent_serving_ca_secret=config.exec_agent_serving_ca_secret,
         ca_bundle_config_map=config.ca_bundle_config_map,
         address_pins_config_map=config.address_pins_config_map,
     )
@@ -151,6 +152,7 @@ class Cluster:
     namespace: str
     serving_ca: CertificateAuthority
     client_ca: CertificateAuthority
+    exec_serving_ca: CertificateAuthority
     suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     made_csrs: list[str] = field(default_factory=list)
     made_nodes: list[str] = field(default_factory=list)
@@ -350,17 +352,23 @@ def tls_secret(name: str, ca: CertificateAuthority) -> dict[str, Any]:
 
 
 async def make_cluster(controlplane: ControlPlane, kube: KubeClient, namespace: str) -> Cluster:
-    """The Exec Agent's ServiceAccount and both CA Secrets in `namespace`."""
+    """The Exec Agent's ServiceAccount and the three CA Secrets in `namespace`."""
     c = Cluster(
         controlplane,
         kube,
         namespace,
         CertificateAuthority.create("serving-ca", validity=datetime.timedelta(days=30)),
         CertificateAuthority.create("client-ca", validity=datetime.timedelta(days=30)),
+        CertificateAuthority.create("exec-agent-serving-ca", validity=datetime.timedelta(days=30)),
     )
     config = c.config()
     await kube.create(SECRETS, tls_secret(config.serving_ca_secret, c.serving_ca), namespace)
     await kube.create(SECRETS, tls_secret(config.client_ca_secret, c.client_ca), namespace)
+    await kube.create(
+        SECRETS,
+        tls_secret(config.exec_agent_serving_ca_secret, c.exec_serving_ca),
+        namespace,
+    )
     await c.service_account(AGENT_SA)
     return c
 

@@ -80,7 +80,11 @@ Response = microvmexec_pb2.ExecCommandResponse
 @dataclass(frozen=True)
 class Pki:
     serving_ca: CertificateAuthority
+    """Signs flintlockd's serving certificate."""
     client_ca: CertificateAuthority
+    exec_serving_ca: CertificateAuthority
+    """Signs the agent's exec API serving certificate, and nothing else (CT-101): what a
+    Holder's client trusts."""
     flintlockd_tls: TLSFiles
     files: dict[str, Path]
     """AgentConfig field name -> file."""
@@ -90,6 +94,7 @@ def make_pki(directory: Path) -> Pki:
     """Every certificate the agent and the fake flintlockd need, written under `directory`."""
     serving_ca = CertificateAuthority.create("flintlockd-serving-ca")
     client_ca = CertificateAuthority.create("flintlockd-client-ca")
+    exec_serving_ca = CertificateAuthority.create("exec-agent-serving-ca")
     d = directory
     flintlockd = serving_ca.issue(
         NODE,
@@ -101,16 +106,18 @@ def make_pki(directory: Path) -> Pki:
     client_ca_file.write_bytes(client_ca.cert_pem)
     serving_ca_file = d / "serving-ca.crt"
     serving_ca_file.write_bytes(serving_ca.cert_pem)
+    (d / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY).write_bytes(exec_serving_ca.cert_pem)
     agent_id = names.spiffe_exec_agent_id(names.DEFAULT_TRUST_DOMAIN, NODE)
     client_cert, client_key = client_ca.issue(NODE, hosts=[agent_id], client=True).write(
         d, "agent-client"
     )
-    serving_cert, serving_key = serving_ca.issue(
+    serving_cert, serving_key = exec_serving_ca.issue(
         NODE, hosts=[AGENT_ADDRESS, agent_id], server=True
     ).write(d, "agent-serving")
     return Pki(
         serving_ca=serving_ca,
         client_ca=client_ca,
+        exec_serving_ca=exec_serving_ca,
         flintlockd_tls=TLSFiles(cert=fl_cert, key=fl_key, client_ca=client_ca_file),
         files={
             "tls_cert_file": serving_cert,
@@ -217,7 +224,9 @@ class Agent:
     @contextlib.asynccontextmanager
     async def channel(self, **options: Any) -> AsyncIterator[grpc.aio.Channel]:
         """A TLS channel verifying the agent's serving certificate, as a Holder's client has."""
-        credentials = grpc.ssl_channel_credentials(root_certificates=self.pki.serving_ca.cert_pem)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.pki.exec_serving_ca.cert_pem
+        )
         opts = [("grpc.max_send_message_length", 64 * 1024 * 1024), *options.items()]
         async with grpc.aio.secure_channel(self.server.target, credentials, options=opts) as ch:
             yield ch
@@ -520,7 +529,7 @@ async def flood_while_holding(
         phases_from = len(agent.phases)
         reviews_before, reads_before = count(Phase.TOKEN_REVIEW), count(Phase.CLAIM_READ)
         argv, env = module_command("batteryop.testing.exec_agent_flood")
-        ca = Path(agent.config.tls_cert_file).parent / "serving-ca.crt"
+        ca = Path(agent.config.tls_cert_file).parent / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY
         if token is not None:
             token_file = ca.parent / "flood-token"
             token_file.write_text(token)

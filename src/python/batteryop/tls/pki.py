@@ -14,6 +14,8 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import secrets
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,20 +107,61 @@ def write_secret(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+class UnsafeDirectoryError(Exception):
+    """A folder meant for keys cannot be made private: `path` names it, `problem` says why."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def private_dir(path: Path) -> None:
+    """Make `path` a folder only its owner can enter (0700), creating it (and its parents) when
+    missing and narrowing it when it exists; `UnsafeDirectoryError` when it is a symlink, not a
+    folder, or owned by another user, whose files we must not trust nor write keys into."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirectoryError(path, "is a symbolic link, not a folder of its own")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectoryError(path, "is not a folder")
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirectoryError(
+            path, f"is owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}"
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700, follow_symlinks=False)
+
+
+_TEMP_ATTEMPTS = 16
+
+
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` in one step: a reader sees the old file or the new, never half.
 
-    The bytes go to a temporary file in the same directory, created with `mode` (so a key is
-    never readable by others, not even for a moment), flushed to disk, then renamed over `path`.
+    The bytes go to a temporary file in the same directory, under a name no one can guess
+    (128 random bits), created by this call and no one else (`O_CREAT|O_EXCL|O_NOFOLLOW`: a
+    file or symlink already at that name is never opened, let alone followed) with `mode`, so a
+    key is never readable by others, not even for a moment; flushed to disk, then renamed over
+    `path`.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(16)}.tmp")
+        try:
+            fd = os.open(tmp, flags, mode)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(f"{path}: no free temporary name in {_TEMP_ATTEMPTS} attempts")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)  # the umask may have narrowed it: make it exact
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # the umask may have narrowed or the file existed: make it exact
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

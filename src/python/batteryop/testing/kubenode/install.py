@@ -57,6 +57,7 @@ BATTERY_VOLUME: Final = "battery-data-node"
 CERTIFICATES: Final = (
     names.SERVING_CA_SECRET,
     names.CLIENT_CA_SECRET,
+    names.EXEC_AGENT_SERVING_CA_SECRET,
     names.BATTERY_CLIENT_SECRET,
 )
 """install.yaml's Certificates, each named as the Secret it writes."""
@@ -86,6 +87,8 @@ class Pki:
     serving_ca: bytes
     """flintlockd's serving CA (what battery and the Exec Agent trust flintlockd by)."""
     client_ca: bytes
+    exec_serving_ca: bytes
+    """The Exec Agents' serving CA (CT-101): what a client trusts for an Exec Agent."""
     battery_client: bytes
     """battery's client certificate for flintlockd."""
     battery_client_ca: bytes
@@ -215,6 +218,7 @@ def wait_certificates(node: KubeNode, timeout: float = 180.0) -> Pki:
     return Pki(
         serving_ca=found[names.SERVING_CA_SECRET]["tls.crt"],
         client_ca=found[names.CLIENT_CA_SECRET]["tls.crt"],
+        exec_serving_ca=found[names.EXEC_AGENT_SERVING_CA_SECRET]["tls.crt"],
         battery_client=found[names.BATTERY_CLIENT_SECRET]["tls.crt"],
         battery_client_ca=found[names.BATTERY_CLIENT_SECRET]["ca.crt"],
     )
