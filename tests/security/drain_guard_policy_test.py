@@ -251,3 +251,25 @@ async def test_a_hostile_guard_is_refused_naming_the_field(
     message = refusal(lambda: k8s.CoreV1Api(agent).create_namespaced_pod(NS, pod, dry_run="All"))
     assert names.EXEC_AGENT_ADMISSION_POLICY in message, message
     assert f"{field}: the drain guard" in message, message
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-110")
+async def test_a_priority_class_of_the_clusters_own_does_not_keep_the_guard_out(
+    admin: k8s.ApiClient, agent: k8s.ApiClient, host: str
+) -> None:
+    """A cluster whose PriorityClass is `globalDefault` gives every new Pod its name; the guard
+    must still be admitted then (only the system- classes are refused)."""
+    await policy_active(agent, host)
+    scheduling = k8s.SchedulingV1Api(admin)
+    klass = f"batteryop-test-{host}"
+    scheduling.create_priority_class(
+        k8s.V1PriorityClass(metadata=k8s.V1ObjectMeta(name=klass), value=1000)
+    )
+    try:
+        _, pod = real_guard(admin, host)
+        pod = copy.deepcopy(pod)
+        _spec(pod).update(priorityClassName=klass)
+        k8s.CoreV1Api(agent).create_namespaced_pod(NS, pod, dry_run="All")
+    finally:
+        scheduling.delete_priority_class(klass)

@@ -362,9 +362,12 @@ def guard_pod_validations() -> list[Obj]:
         ),
         ("spec.containers", f"size({POD}.containers) == 1", "has exactly one container"),
         (
+            # A class of the cluster's own (a `globalDefault` one fills every new Pod's) passes:
+            # bound by nodeName, the guard never meets the scheduler's preemption. The system
+            # classes do not: the kubelet evicts other Pods of the Node to admit such a Pod.
             "spec.priorityClassName",
-            _absent_or(POD, "priorityClassName", "{v} == ''"),
-            "names no priority class",
+            _absent_or(POD, "priorityClassName", "!{v}.startsWith('system-')"),
+            "may not take a system- priority class (the kubelet evicts other Pods for it)",
         ),
         (
             "spec.runtimeClassName",
