@@ -17,13 +17,12 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
-import pytest_asyncio
 from kubernetes import client as k8s
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
@@ -36,13 +35,10 @@ from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.exec_agent import (
     AGENT_ADDRESS,
     AGENT_NAMESPACE,
-    FLINTLOCKD_ADDRESS,
     NODE,
     Holders,
     Pki,
     healthy_host,
-    make_pki,
-    prepare_cluster,
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.polling import wait_until
@@ -65,6 +61,8 @@ STDIN_CHUNK = b"s" * (64 * 1024)
 """The client's stdin message size."""
 MOST_STDIN_CHUNKS = 96
 """At most this much stdin per stream (6 MiB): more than the agent and flintlockd take unread."""
+FIRST_ANSWER_WITHIN = 30.0
+"""Seconds a stream has to show its first output or its refusal."""
 STDIN_WAIT = 0.5
 """A stdin write not taken within this long is held by flow control."""
 OUTPUT_HEAVY = "yes agent-memory-output-line"
@@ -144,33 +142,6 @@ def high_water_mark(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmHWM for process {pid}")
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
-
-
-@pytest_asyncio.fixture
-async def flintlockd(pki: Pki) -> AsyncIterator[FakeFlintlockd]:
-    async with FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as host:
-        yield host
-
-
-@pytest.fixture(scope="module")
-def cluster(controlplane: ControlPlane) -> ControlPlane:
-    return prepare_cluster(controlplane)
-
-
-@pytest.fixture
-def holders(
-    cluster: ControlPlane, namespace: str, flintlockd: FakeFlintlockd, pki: Pki
-) -> Iterator[Holders]:
-    api = admin_client(cluster)
-    try:
-        yield Holders(api, namespace, flintlockd, pki)
-    finally:
-        api.close()
 
 
 @contextlib.asynccontextmanager
@@ -260,6 +231,11 @@ async def stall(
     start = Start(uid=uid, cmd=OUTPUT_HEAVY, shell=True, has_stdin=True)
     with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
         await call.write(Request(start=start))
+        # The first answer tells a running stream (its first output) from a refused one (its
+        # status), before any stdin: stdin written while a refusal is on its way can fail on
+        # the client first, which gRPC then reports as its own INTERNAL error, not the agent's.
+        if await asyncio.wait_for(call.read(), FIRST_ANSWER_WITHIN) is grpc.aio.EOF:
+            return call
         for _ in range(MOST_STDIN_CHUNKS):
             write = asyncio.ensure_future(call.write(Request(stdin=STDIN_CHUNK)))
             await asyncio.wait([write], timeout=STDIN_WAIT)
@@ -285,7 +261,7 @@ async def test_unread_streams_up_to_the_limit_do_not_take_the_agent_over_its_mem
         lines,
     ):
         baseline = cgroup.usage()
-        credentials = grpc.ssl_channel_credentials(root_certificates=pki.serving_ca.cert_pem)
+        credentials = grpc.ssl_channel_credentials(root_certificates=pki.exec_serving_ca.cert_pem)
         # No BDP probing: the test's own process does not buffer megabytes per unread stream.
         options = [("grpc.http2.bdp_probe", 0)]
         calls: list[grpc.aio.StreamStreamCall] = []

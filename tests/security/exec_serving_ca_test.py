@@ -29,23 +29,10 @@ from batteryop.client import ExecError, ExecUnavailableError
 from batteryop.client._exec import ExecRequest
 from batteryop.client._transport import EXEC_METHOD, GrpcExecTransport
 from batteryop.exec_agent.certs import EXEC_SERVING, FLINTLOCKD_SERVING, AgentCertificates
-from batteryop.kube.client import KubeClient
-from batteryop.kube.config import KubeConfig
-from batteryop.testing.controlplane import ControlPlane
-from batteryop.testing.csr_approver_env import TRUST_DOMAIN, Cluster, make_cluster, running
+from batteryop.testing.csr_approver_env import TRUST_DOMAIN, Cluster, running
 
 ADDRESS = "127.0.0.63"
 OPEN_TIMEOUT = 5.0
-
-
-@pytest.fixture
-async def cluster(controlplane: ControlPlane, namespace: str) -> AsyncIterator[Cluster]:
-    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
-        c = await make_cluster(controlplane, kube, namespace)
-        try:
-            yield c
-        finally:
-            await c.cleanup()
 
 
 class Recorder:
@@ -94,9 +81,9 @@ async def exec_through_client(ca_pem: bytes, target: str) -> None:
 @pytest.mark.controlplane
 @pytest.mark.req("CT-101", "CT-103", "CT-105", "EA-127")
 async def test_flintlockds_serving_key_cannot_pass_as_the_exec_agent(
-    cluster: Cluster, tmp_path: Path
+    csr_cluster: Cluster, tmp_path: Path
 ) -> None:
-    c = cluster
+    c = csr_cluster
     node = await c.node("host-s", ADDRESS)
     cert_dir = tmp_path / "flintlockd"
     async with running(c), c.client_as(node) as kube:

@@ -30,15 +30,11 @@ from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
 from batteryop.exec_agent.certs import AgentCertificates
-from batteryop.kube.client import KubeClient
-from batteryop.kube.config import KubeConfig
-from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
     condition,
     decided,
-    make_cluster,
     running,
     until_csr,
 )
@@ -48,16 +44,6 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 ADDRESS_A = "127.0.0.61"
 ADDRESS_B = "127.0.0.62"
 HANDSHAKE_SECONDS = 10.0
-
-
-@pytest.fixture
-async def cluster(controlplane: ControlPlane, namespace: str) -> AsyncIterator[Cluster]:
-    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
-        c = await make_cluster(controlplane, kube, namespace)
-        try:
-            yield c
-        finally:
-            await c.cleanup()
 
 
 @contextlib.asynccontextmanager
@@ -107,9 +93,9 @@ async def refused(target: str, credentials: grpc.ChannelCredentials) -> grpc.Sta
 @pytest.mark.controlplane
 @pytest.mark.req("EA-126", "EA-128", "CT-102")
 async def test_an_agents_credential_opens_its_own_hosts_flintlockd_only(
-    cluster: Cluster, tmp_path: Path
+    csr_cluster: Cluster, tmp_path: Path
 ) -> None:
-    c = cluster
+    c = csr_cluster
     node_a = await c.node("host-a", ADDRESS_A)
     node_b = await c.node("host-b", ADDRESS_B)
     battery_pair = c.client_ca.issue(  # as cert-manager issues it (CT-023)

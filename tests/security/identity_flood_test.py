@@ -19,8 +19,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
@@ -34,16 +33,13 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2_grpc,
 )
 from batteryop.exec_agent.timing import Phase
-from batteryop.testing.controlplane import ControlPlane, admin_client
+from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.exec_agent import (
-    FLINTLOCKD_ADDRESS,
     Agent,
     Holders,
     Holding,
     Pki,
     agent_kube_config,
-    make_pki,
-    prepare_cluster,
     run_exec,
     running_agent,
 )
@@ -62,22 +58,6 @@ Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
 
 
-@pytest.fixture(scope="module")
-def cluster(controlplane: ControlPlane) -> ControlPlane:
-    return prepare_cluster(controlplane)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
-
-
-@pytest_asyncio.fixture
-async def flintlockd(pki: Pki) -> AsyncIterator[FakeFlintlockd]:
-    async with FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as host:
-        yield host
-
-
 @pytest_asyncio.fixture
 async def agent(
     cluster: ControlPlane, pki: Pki, flintlockd: FakeFlintlockd
@@ -91,17 +71,6 @@ async def agent(
         max_streams_per_holder=PER_HOLDER,
     ) as running:
         yield running
-
-
-@pytest.fixture
-def holders(
-    cluster: ControlPlane, namespace: str, flintlockd: FakeFlintlockd, pki: Pki
-) -> Iterator[Holders]:
-    api = admin_client(cluster)
-    try:
-        yield Holders(api, namespace, flintlockd, pki)
-    finally:
-        api.close()
 
 
 def metadata(token: str) -> tuple[tuple[str, str], ...]:

@@ -12,13 +12,10 @@ ended, and the stdin it took).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
-import pytest_asyncio
 from kubernetes import client as k8s
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
@@ -26,17 +23,9 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
     MicroVMExecStub,
 )
 from batteryop.api import names
-from batteryop.kube.config import KubeConfig
-from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.exec_agent import (
-    FLINTLOCKD_ADDRESS,
     Agent,
     Holders,
-    Pki,
-    agent_kube_config,
-    make_pki,
-    prepare_cluster,
-    running_agent,
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.polling import wait_until
@@ -47,46 +36,6 @@ pytestmark = pytest.mark.controlplane
 ENDED_WITHIN = 3.0
 """Seconds from the deletion to the command's RPC ending on flintlockd, at most (EA-106 says 2;
 the test allows for the shared machine)."""
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
-
-
-@pytest_asyncio.fixture
-async def flintlockd(pki: Pki) -> AsyncIterator[FakeFlintlockd]:
-    async with FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as host:
-        yield host
-
-
-@pytest.fixture(scope="module")
-def cluster(controlplane: ControlPlane) -> ControlPlane:
-    return prepare_cluster(controlplane)
-
-
-@pytest.fixture
-def agent_identity(cluster: ControlPlane) -> KubeConfig:
-    return agent_kube_config(cluster)
-
-
-@pytest_asyncio.fixture
-async def agent(
-    pki: Pki, agent_identity: KubeConfig, flintlockd: FakeFlintlockd
-) -> AsyncIterator[Agent]:
-    async with running_agent(pki, agent_identity, flintlockd.target) as running:
-        yield running
-
-
-@pytest.fixture
-def holders(
-    cluster: ControlPlane, namespace: str, flintlockd: FakeFlintlockd, pki: Pki
-) -> Iterator[Holders]:
-    api = admin_client(cluster)
-    try:
-        yield Holders(api, namespace, flintlockd, pki)
-    finally:
-        api.close()
 
 
 @pytest.mark.req("EA-106", "EA-115")

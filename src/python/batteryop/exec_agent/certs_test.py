@@ -43,16 +43,13 @@ from batteryop.exec_agent.certs import (
 )
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.kube.client import KubeClient
-from batteryop.kube.config import KubeConfig
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, SECRETS
 from batteryop.obs.health import CheckResult, HealthServer
 from batteryop.obs.supervisor import Supervisor
-from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
-    make_cluster,
     running,
     tls_secret,
 )
@@ -218,16 +215,6 @@ def test_a_renewal_installed_while_grpc_fetches_the_serving_config_is_not_lost(
 
 
 # -- against the cluster ----------------------------------------------------------------------
-
-
-@pytest.fixture
-async def csr_cluster(controlplane: ControlPlane, namespace: str) -> AsyncIterator[Cluster]:
-    async with KubeClient(KubeConfig.from_dict(controlplane.kubeconfig())) as kube:
-        c = await make_cluster(controlplane, kube, namespace)
-        try:
-            yield c
-        finally:
-            await c.cleanup()
 
 
 def _agent_certs(
