@@ -36,7 +36,7 @@ from kubernetes import client as k8s
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
-from batteryop.csr_approver.controller import Approver
+from batteryop.csr_approver.controller import KOPF_STOP_SECONDS, Approver
 from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
@@ -67,6 +67,9 @@ APPROVER_SA = "csr-approver"
 APPROVER_CLUSTER_RULES: list[dict[str, Any]] = csr_approver_manifests.cluster_rules()
 """What the approver needs cluster-wide: install.yaml's rules (`batteryop.manifests.csr_approver`),
 found by running it with no more."""
+
+STOP_MARGIN_SECONDS = 10.0
+"""How long past kopf's own stop bound `running` waits for the approver to end."""
 
 
 def approver_namespace_rules(config: ApproverConfig) -> list[dict[str, Any]]:
@@ -395,7 +398,9 @@ async def running(
             yield approver
         finally:
             stop.set()
-            await asyncio.wait_for(task, 10)
+            # The approver gives kopf up to KOPF_STOP_SECONDS to wind down, then stops its other
+            # tasks: a bound no longer than that one failed under load (CI, 2026-12-06).
+            await asyncio.wait_for(task, KOPF_STOP_SECONDS + STOP_MARGIN_SECONDS)
 
 
 # -- the approver as its own process ------------------------------------------------------------
