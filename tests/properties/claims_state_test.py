@@ -106,12 +106,12 @@ from batteryop.battery import BatteryClient, BatteryConfig, PoolRef
 from batteryop.battery.wire import event_from_pb
 from batteryop.kube.errors import ConflictError as KubeConflictError
 from batteryop.kube.errors import NotFoundError as KubeNotFoundError
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, Resource
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
-from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.operator.runtime import Controller
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings, WaitTimeoutError

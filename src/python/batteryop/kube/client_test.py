@@ -249,7 +249,7 @@ async def test_a_uid_in_a_status_merge_patch_guards_nothing_the_resource_version
     # The status subresource keeps the stored metadata, so a uid in a status merge-patch is
     # ignored and the old claim's status would land on the new claim; the resourceVersion the
     # write was decided on refuses it. This is why every status write of the operator carries
-    # the resourceVersion it read (`operator.outcome`).
+    # the resourceVersion it read (`kube.outcome`).
     old = await kube.create(CLAIMS, samples.sample_claim("c", pool="p"), namespace)
     await kube.delete(CLAIMS, "c", namespace)
     await kube.create(CLAIMS, samples.sample_claim("c", pool="p"), namespace)

@@ -1,6 +1,6 @@
 """A keyed work queue for level-triggered reconcilers, on asyncio.
 
-kopf delivers watch events; the controllers want "reconcile this object, now or later, never
+An informer delivers watch events; the controllers want "reconcile this object, now or later, never
 twice at once". `WorkQueue` gives exactly that:
 
 - `add(key)` makes the key due now; `add_after(key, seconds)` makes it due later, and the

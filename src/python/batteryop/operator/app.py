@@ -28,6 +28,7 @@ from batteryop.battery import BatteryAPI, EventStream
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.obs.supervisor import Supervisor
@@ -41,7 +42,6 @@ from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.inputs import Inputs
 from batteryop.operator.loops import TASKS, Loops
-from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.deps import PoolDeps
 from batteryop.operator.pools.reconcile import reconcile_pool
 from batteryop.operator.runtime import Controller, ObjectCache

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 
 from batteryop.battery import EventStream
 from batteryop.kube.client import KubeClient
+from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.config import OperatorConfig
-from batteryop.operator.informer import list_watch
 from batteryop.operator.inputs import Inputs
 from batteryop.operator.runtime import Controller
 

@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from batteryop.kube.errors import ConflictError, NotFoundError
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import Resource
-from batteryop.operator.outcome import Outcome
-from batteryop.operator.workqueue import Answer, Retry, WorkQueue
+from batteryop.kube.workqueue import Answer, Retry, WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,14 @@ import pytest
 
 from batteryop.api import names, samples
 from batteryop.api.conditions import EventType
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS, Resource
-from batteryop.operator.outcome import Outcome
+from batteryop.kube.workqueue import Retry
 from batteryop.operator.runtime import (
     LOCKED_STATUS_CONFLICT_RETRY_SECONDS,
     Controller,
     ObjectCache,
 )
-from batteryop.operator.workqueue import Retry
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder
 
 KEY = ("ns", "c")

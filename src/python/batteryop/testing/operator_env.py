@@ -19,8 +19,8 @@ from typing import Any
 
 from batteryop.api import names, samples
 from batteryop.battery import BatteryConfig, ReconnectPolicy
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS
-from batteryop.operator.outcome import Outcome
 from batteryop.operator.runtime import Controller, key_of
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder

@@ -20,8 +20,8 @@ every retry. The chain stops here: an unbound claim has nothing to renew or chec
 from __future__ import annotations
 
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ConditionStatus, EventType
+from batteryop.kube.outcome import backoff_since
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.outcome import backoff_since
 
 
 async def pending(scope: ClaimScope) -> None:

@@ -1,6 +1,6 @@
 """`reconcile_claim`: one reconcile of one MicroVMClaim, returned as an `Outcome` for the runtime.
 
-The same shape as a Pool's (`batteryop.operator.chain`): a `ClaimScope`, the steps of `CHAIN`
+The same shape as a Pool's (`batteryop.kube.chain`): a `ClaimScope`, the steps of `CHAIN`
 in order until one stops it, then every step of `LAST`. Those two tuples are the order; each
 step's module says what it owns and why it sits where it does, and `docs/operator.md` lists
 them from here. A deleted claim's chain is `release` alone; a claim without the finalizer
@@ -10,7 +10,7 @@ tells (the Exec Agent address, HostReady) to that same write.
 
 The result is one Outcome: a status merge-patch (None when nothing changed), Events, a
 finalizer to add or remove, a requeue. The runtime applies it in a fixed order
-(`batteryop.operator.outcome`): the finalizer add alone, with the resourceVersion lock;
+(`batteryop.kube.outcome`): the finalizer add alone, with the resourceVersion lock;
 status, locked to the version read (CL-002); Events; the finalizer removal with the lock,
 last (CL-020).
 
@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from batteryop.api.claim import MicroVMClaim
-from batteryop.operator.chain import Step, run_chain
+from batteryop.kube.chain import Step, run_chain
+from batteryop.kube.outcome import Outcome
 from batteryop.operator.claims.after_bind import after_bind
 from batteryop.operator.claims.agent import agent_address
 from batteryop.operator.claims.bind import bind
@@ -41,7 +42,6 @@ from batteryop.operator.claims.renew import renew
 from batteryop.operator.claims.scope import ClaimScope
 from batteryop.operator.claims.status import status_patch
 from batteryop.operator.claims.synced import synced
-from batteryop.operator.outcome import Outcome
 
 _log = logging.getLogger(__name__)
 

@@ -38,7 +38,9 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool
 from batteryop.api.times import format_micro_time, format_time
 from batteryop.battery import BatteryClient, BatteryUnavailableError, Lease, PoolRef, PoolSpec
+from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS
+from batteryop.kube.workqueue import Answer
 from batteryop.operator.claims.bind import EXPIRY_READ_DELAY_SECONDS
 from batteryop.operator.claims.cordoned import GIVE_BACKS
 from batteryop.operator.claims.expiry import DeletedVMs
@@ -46,10 +48,8 @@ from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
 from batteryop.operator.claims.slots import ClaimSlots
-from batteryop.operator.outcome import Outcome
 from batteryop.operator.pools.battery_spec import to_battery_spec
 from batteryop.operator.runtime import Controller, key_of
-from batteryop.operator.workqueue import Answer
 from batteryop.testing.fake_battery import FakeBattery, FakeClock, Timings
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.fake_kube import FakeKube, RecordingRecorder

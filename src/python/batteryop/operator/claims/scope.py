@@ -24,7 +24,7 @@ from batteryop.api.conditions import (
     set_condition,
 )
 from batteryop.battery.errors import BatteryError
-from batteryop.operator.chain import Scope
+from batteryop.kube.chain import Scope
 from batteryop.operator.claims.deps import ClaimDeps
 from batteryop.operator.keys import PoolKey
 

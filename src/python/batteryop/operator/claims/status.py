@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from batteryop.api.claim import ClaimStatus
-from batteryop.operator.outcome import merge_patch_from
+from batteryop.kube.outcome import merge_patch_from
 
 
 def status_patch(before: ClaimStatus, after: ClaimStatus) -> dict[str, Any] | None:

@@ -6,8 +6,8 @@ import pytest
 
 from batteryop.api.claim import ClaimStatus
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ClaimReason, set_condition
+from batteryop.kube.outcome import backoff_since
 from batteryop.operator.claims.status import status_patch
-from batteryop.operator.outcome import backoff_since
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 BOUND = ClaimStatus(

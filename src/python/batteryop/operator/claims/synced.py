@@ -24,8 +24,8 @@ from batteryop.battery.errors import (
     NotFoundError,
     PoolExhaustedError,
 )
+from batteryop.kube.outcome import backoff_since
 from batteryop.operator.claims.scope import ClaimScope
-from batteryop.operator.outcome import backoff_since
 
 ANSWERS = (NotFoundError, PoolExhaustedError, ClaimAbortedError)
 """Errors that are battery's answer about the claim, acted on by a step: Synced stays True."""

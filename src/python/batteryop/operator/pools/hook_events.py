@@ -12,7 +12,7 @@ from typing import Any
 
 from batteryop.api.conditions import EventReason, EventType
 from batteryop.battery import models as battery
-from batteryop.operator.outcome import EventRecord
+from batteryop.kube.outcome import EventRecord
 
 
 def _payload(payload_json: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 from batteryop.api.conditions import EventReason, EventType
 from batteryop.battery.models import Event, PoolRef
 from batteryop.battery.models import EventType as BatteryEventType
-from batteryop.operator.outcome import EventRecord
+from batteryop.kube.outcome import EventRecord
 from batteryop.operator.pools.hook_events import hook_failed_event
 
 REF = PoolRef(namespace="ci", name="runners")

@@ -1,6 +1,6 @@
 """`reconcile_pool`: one reconcile of one Pool, returned as an `Outcome` for the runtime.
 
-The same shape as a claim's (`batteryop.operator.chain`): a `PoolScope`, the steps of
+The same shape as a claim's (`batteryop.kube.chain`): a `PoolScope`, the steps of
 `CHAIN` in order until one stops it, then every step of `LAST`. Those two tuples are the
 order; each step's module says what it owns and why it sits where it does, and
 `docs/operator.md` lists them from here. The result is one `Outcome`: a status merge-patch
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from batteryop.api.pool import Pool
-from batteryop.operator.chain import Step, run_chain
-from batteryop.operator.outcome import Outcome
+from batteryop.kube.chain import Step, run_chain
+from batteryop.kube.outcome import Outcome
 from batteryop.operator.pools.answered import answered
 from batteryop.operator.pools.declare import declare
 from batteryop.operator.pools.delete import delete_pool

@@ -38,7 +38,7 @@ from batteryop.battery import (
     PoolRef,
 )
 from batteryop.battery import EventType as BatteryEventType
-from batteryop.operator.outcome import Outcome
+from batteryop.kube.outcome import Outcome
 from batteryop.operator.pools.battery_spec import is_drained
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.hosts import HostSet

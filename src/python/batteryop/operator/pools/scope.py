@@ -17,7 +17,7 @@ from typing import Any
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
-from batteryop.operator.chain import Scope
+from batteryop.kube.chain import Scope
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.pools.deps import PoolDeps
 

@@ -32,7 +32,7 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
-from batteryop.operator.outcome import merge_patch_from
+from batteryop.kube.outcome import merge_patch_from
 from batteryop.operator.pools.scope import Declared, PoolScope
 
 

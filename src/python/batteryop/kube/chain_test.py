@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batteryop.operator.chain import Scope, run_chain
+from batteryop.kube.chain import Scope, run_chain
 from batteryop.operator.claims import reconcile as claims
 from batteryop.operator.docs_hook import on_page_markdown, read_steps, steps_table
 from batteryop.operator.pools import reconcile as pools

@@ -1,4 +1,4 @@
-"""A reconcile as a chain of steps over one scope: the shape both controllers share.
+"""A reconcile as a chain of steps over one scope: the shape every controller shares.
 
 A controller's reconcile builds a scope (the object as read, the working status, the
 `Outcome` being built, whether the chain has stopped) and runs two tuples of steps over it:
@@ -10,7 +10,8 @@ A controller's reconcile builds a scope (the object as read, the working status,
 Each step is an async function of the scope, in its own module, that never writes to the API
 server and never raises for a battery failure: it records what it decided in the scope. The
 two tuples are the one definition of a controller's order: the reconcile runs them, and the
-documentation renders them (`docs/operator.md`, through `docs_hook.py`).
+documentation renders them (`docs/operator.md`, through `docs_hook.py`). It lives beside
+`kube.informer` and `kube.workqueue` so that every deployable's controllers take this shape.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from batteryop.api.conditions import EventType
-from batteryop.operator.outcome import Outcome
+from batteryop.kube.outcome import Outcome
 
 
 @dataclass(kw_only=True)
