@@ -8,45 +8,54 @@ the log line "Released address pin".
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from batteryop.obs.catalog import Kind, MetricDef
 
 NAMESPACE = "battery_csr_approver"
 
 
+REQUESTS = MetricDef(
+    NAMESPACE,
+    "requests_total",
+    Kind.COUNTER,
+    "Requests decided or signed, by signer, outcome and (for denied and failed) check.",
+    ("signer", "outcome", "check"),
+)
+REVIEW_SECONDS = MetricDef(
+    NAMESPACE,
+    "review_duration_seconds",
+    Kind.HISTOGRAM,
+    "Time to review one request and write the result.",
+)
+CA_LOADED = MetricDef(
+    NAMESPACE,
+    "ca_loaded",
+    Kind.GAUGE,
+    "1 while the CA from this Secret is loaded and usable.",
+    ("secret",),
+)
+ADDRESS_PINS = MetricDef(
+    NAMESPACE,
+    "address_pins",
+    Kind.GAUGE,
+    "Address pins held in the pins ConfigMap, as last read or written (CT-016).",
+)
+ADDRESS_PINS_RELEASED = MetricDef(
+    NAMESPACE,
+    "address_pins_released",
+    Kind.COUNTER,
+    "Address pins released: their Node gone and their certificates expired (CT-100).",
+)
+
+
 class ApproverMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.outcomes = Counter(
-            "requests_total",
-            "Requests decided or signed, by signer, outcome and (for denied and failed) check.",
-            ["signer", "outcome", "check"],
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.review_seconds = Histogram(
-            "review_duration_seconds",
-            "Time to review one request and write the result.",
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.ca_loaded = Gauge(
-            "ca_loaded",
-            "1 while the CA from this Secret is loaded and usable.",
-            ["secret"],
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.address_pins = Gauge(
-            "address_pins",
-            "Address pins held in the pins ConfigMap, as last read or written (CT-016).",
-            namespace=NAMESPACE,
-            registry=registry,
-        )
-        self.address_pins_released = Counter(
-            "address_pins_released",
-            "Address pins released: their Node gone and their certificates expired (CT-100).",
-            namespace=NAMESPACE,
-            registry=registry,
-        )
+        self.outcomes = REQUESTS.counter(registry)
+        self.review_seconds = REVIEW_SECONDS.histogram(registry)
+        self.ca_loaded = CA_LOADED.gauge(registry)
+        self.address_pins = ADDRESS_PINS.gauge(registry)
+        self.address_pins_released = ADDRESS_PINS_RELEASED.counter(registry)
 
     def outcome(self, signer: str, outcome: str, check: str = "") -> None:
         self.outcomes.labels(signer, outcome, check).inc()

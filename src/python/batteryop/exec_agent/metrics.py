@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from batteryop.exec_agent.certs import AgentCertificates
@@ -30,6 +30,7 @@ from batteryop.exec_agent.drain_guard import DrainGuard
 from batteryop.exec_agent.errors import Check
 from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import Phase
+from batteryop.obs.catalog import Kind, MetricDef
 
 NAMESPACE = "battery_operator"
 
@@ -54,27 +55,52 @@ PHASE_BUCKETS: tuple[float, ...] = (
 """Seconds, 0.5 ms (a claim read on a quiet API server) to 10 min (a long command)."""
 
 
+PHASE_SECONDS = MetricDef(
+    NAMESPACE,
+    "exec_agent_phase_seconds",
+    Kind.HISTOGRAM,
+    "Time exec API calls spent in each phase.",
+    ("phase",),
+    PHASE_BUCKETS,
+)
+REFUSALS = MetricDef(
+    NAMESPACE,
+    "exec_agent_refusals",
+    Kind.COUNTER,
+    "Exec API calls refused, and running exec streams ended, by check and code.",
+    ("check", "code"),
+)
+STREAMS = MetricDef(
+    NAMESPACE, "exec_agent_streams", Kind.GAUGE, "Exec streams running on this agent."
+)
+DRAIN_GUARD_HELD = MetricDef(
+    NAMESPACE,
+    "exec_agent_drain_guard_held",
+    Kind.GAUGE,
+    "1 while the drain guard holds drains of this Host's Node open.",
+)
+BOUND_CLAIMS = MetricDef(
+    NAMESPACE,
+    "exec_agent_bound_claims",
+    Kind.GAUGE,
+    "MicroVMClaims Bound on this Host, as the drain guard last saw them.",
+)
+CERTIFICATE_EXPIRY = MetricDef(
+    NAMESPACE,
+    "exec_agent_certificate_expiry_seconds",
+    Kind.GAUGE,
+    "Seconds until each certificate of the agent expires, negative once it has.",
+    ("certificate",),
+)
+
+
 class AgentMetrics:
     """Every metric the agent exports; a `timing.PhaseObserver`."""
 
-    def __init__(self, registry: CollectorRegistry, *, namespace: str = NAMESPACE) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._namespace = namespace
-        self.phase_seconds = Histogram(
-            "exec_agent_phase_seconds",
-            "Time exec API calls spent in each phase.",
-            ["phase"],
-            namespace=namespace,
-            registry=registry,
-            buckets=PHASE_BUCKETS,
-        )
-        self.refusals = Counter(
-            "exec_agent_refusals",
-            "Exec API calls refused, and running exec streams ended, by check and code.",
-            ["check", "code"],
-            namespace=namespace,
-            registry=registry,
-        )
+        self.phase_seconds = PHASE_SECONDS.histogram(registry)
+        self.refusals = REFUSALS.counter(registry)
 
     def observe_phase(self, phase: Phase, seconds: float) -> None:
         self.phase_seconds.labels(phase=phase.value).observe(seconds)
@@ -85,51 +111,27 @@ class AgentMetrics:
 
     def follow_streams(self, streams: ClaimStreams) -> None:
         """Export how many exec streams run, read at each scrape (EA-105)."""
-        running = Gauge(
-            "exec_agent_streams",
-            "Exec streams running on this agent.",
-            namespace=self._namespace,
-            registry=self.registry,
-        )
+        running = STREAMS.gauge(self.registry)
         running.set_function(lambda: float(streams.running))
 
     def follow_drain_guard(self, guard: DrainGuard) -> None:
         """Export the guard's state, read at each scrape."""
-        held = Gauge(
-            "exec_agent_drain_guard_held",
-            "1 while the drain guard holds drains of this Host's Node open.",
-            namespace=self._namespace,
-            registry=self.registry,
-        )
+        held = DRAIN_GUARD_HELD.gauge(self.registry)
         held.set_function(lambda: 1.0 if guard.held else 0.0)
-        bound = Gauge(
-            "exec_agent_bound_claims",
-            "MicroVMClaims Bound on this Host, as the drain guard last saw them.",
-            namespace=self._namespace,
-            registry=self.registry,
-        )
+        bound = BOUND_CLAIMS.gauge(self.registry)
         bound.set_function(lambda: float(len(guard.bound_claims)))
 
     def follow_certificates(self, certs: AgentCertificates) -> None:
         """Export the seconds left to each certificate, read at each scrape (EA-104)."""
-        self.registry.register(
-            _SecondsLeft(
-                f"{self._namespace}_exec_agent_certificate_expiry_seconds", certs.seconds_left
-            )
-        )
+        self.registry.register(_SecondsLeft(certs.seconds_left))
 
 
 class _SecondsLeft(Collector):
-    def __init__(self, name: str, read: Callable[[], dict[str, float]]) -> None:
-        self._name = name
+    def __init__(self, read: Callable[[], dict[str, float]]) -> None:
         self._read = read
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            self._name,
-            "Seconds until each certificate of the agent expires, negative once it has.",
-            labels=["certificate"],
-        )
+    def collect(self) -> Iterator[Metric]:
+        family = CERTIFICATE_EXPIRY.gauge_family()
         for kind, seconds in sorted(self._read().items()):
             family.add_metric([kind], seconds)
         yield family

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from batteryop.api.conditions import ClaimPhase
+from batteryop.obs.catalog import Kind, MetricDef
 
 NAMESPACE = "battery_operator"
 
@@ -45,6 +46,73 @@ OK_CODE = "OK"
 _PHASES = frozenset(phase.value for phase in ClaimPhase)
 
 
+CLAIMS_BY_PHASE = MetricDef(
+    NAMESPACE,
+    "claims_by_phase",
+    Kind.GAUGE,
+    "MicroVMClaims the operator sees, by status phase.",
+    ("phase",),
+)
+CLAIM_BIND_SECONDS = MetricDef(
+    NAMESPACE,
+    "claim_bind_seconds",
+    Kind.HISTOGRAM,
+    "Seconds from a MicroVMClaim's creation to its phase becoming Bound.",
+    buckets=LATENCY_BUCKETS,
+)
+BATTERY_CALL_SECONDS = MetricDef(
+    NAMESPACE,
+    "battery_call_seconds",
+    Kind.HISTOGRAM,
+    "Seconds per battery call, by RPC and gRPC status code "
+    "(Subscribe: how long an Events stream stayed open).",
+    ("rpc", "code"),
+    LATENCY_BUCKETS,
+)
+BATTERY_CALL_ERRORS = MetricDef(
+    NAMESPACE,
+    "battery_call_errors",
+    Kind.COUNTER,
+    "Battery calls that ended with a gRPC status other than OK.",
+    ("rpc", "code"),
+)
+RECONCILE = MetricDef(
+    NAMESPACE,
+    "reconcile",
+    Kind.COUNTER,
+    "Reconciles, by controller and result.",
+    ("controller", "result"),
+)
+RECONCILE_SECONDS = MetricDef(
+    NAMESPACE,
+    "reconcile_seconds",
+    Kind.HISTOGRAM,
+    "Seconds per reconcile, by controller.",
+    ("controller",),
+    LATENCY_BUCKETS,
+)
+WORKQUEUE_DEPTH = MetricDef(
+    NAMESPACE,
+    "workqueue_depth",
+    Kind.GAUGE,
+    "Keys waiting in a controller's work queue.",
+    ("controller",),
+)
+BATTERY_SUBSCRIBED = MetricDef(
+    NAMESPACE,
+    "battery_subscribed",
+    Kind.GAUGE,
+    "1 while the battery Events stream is open, else 0.",
+)
+CACHE_ENTRIES = MetricDef(
+    NAMESPACE,
+    "cache_entries",
+    Kind.GAUGE,
+    "Entries each of the operator's in-memory maps holds.",
+    ("map",),
+)
+
+
 class OperatorMetrics:
     """Every metric the operator exports, registered on `registry`.
 
@@ -52,67 +120,16 @@ class OperatorMetrics:
     operations the controllers need, so callers rarely touch label plumbing.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, namespace: str = NAMESPACE) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.namespace = namespace
-        self.claims_by_phase = Gauge(
-            "claims_by_phase",
-            "MicroVMClaims the operator sees, by status phase.",
-            ["phase"],
-            namespace=namespace,
-            registry=registry,
-        )
-        self.claim_bind_seconds = Histogram(
-            "claim_bind_seconds",
-            "Seconds from a MicroVMClaim's creation to its phase becoming Bound.",
-            namespace=namespace,
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
-        )
-        self.battery_call_seconds = Histogram(
-            "battery_call_seconds",
-            "Seconds per battery call, by RPC and gRPC status code "
-            "(Subscribe: how long an Events stream stayed open).",
-            ["rpc", "code"],
-            namespace=namespace,
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
-        )
-        self.battery_call_errors_total = Counter(
-            "battery_call_errors",
-            "Battery calls that ended with a gRPC status other than OK.",
-            ["rpc", "code"],
-            namespace=namespace,
-            registry=registry,
-        )
-        self.reconcile_total = Counter(
-            "reconcile",
-            "Reconciles, by controller and result.",
-            ["controller", "result"],
-            namespace=namespace,
-            registry=registry,
-        )
-        self.reconcile_seconds = Histogram(
-            "reconcile_seconds",
-            "Seconds per reconcile, by controller.",
-            ["controller"],
-            namespace=namespace,
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
-        )
-        self.workqueue_depth = Gauge(
-            "workqueue_depth",
-            "Keys waiting in a controller's work queue.",
-            ["controller"],
-            namespace=namespace,
-            registry=registry,
-        )
-        self.battery_subscribed = Gauge(
-            "battery_subscribed",
-            "1 while the battery Events stream is open, else 0.",
-            namespace=namespace,
-            registry=registry,
-        )
+        self.claims_by_phase = CLAIMS_BY_PHASE.gauge(registry)
+        self.claim_bind_seconds = CLAIM_BIND_SECONDS.histogram(registry)
+        self.battery_call_seconds = BATTERY_CALL_SECONDS.histogram(registry)
+        self.battery_call_errors_total = BATTERY_CALL_ERRORS.counter(registry)
+        self.reconcile_total = RECONCILE.counter(registry)
+        self.reconcile_seconds = RECONCILE_SECONDS.histogram(registry)
+        self.workqueue_depth = WORKQUEUE_DEPTH.gauge(registry)
+        self.battery_subscribed = BATTERY_SUBSCRIBED.gauge(registry)
         for phase in ClaimPhase:  # every phase is a series from the start, at 0
             self.claims_by_phase.labels(phase=phase.value).set(0)
 
@@ -147,20 +164,17 @@ class OperatorMetrics:
     def report_sizes(self, read: Callable[[], Mapping[str, int]]) -> None:
         """Export `read()` as `cache_entries{map=...}`, read at every scrape. The map names
         are a fixed set (the operator's own maps), never object names."""
-        self.registry.register(_SizesCollector(f"{self.namespace}_cache_entries", read))
+        self.registry.register(_SizesCollector(read))
 
 
 class _SizesCollector(Collector):
     """Entries per map of the operator, read when scraped (no bookkeeping between scrapes)."""
 
-    def __init__(self, name: str, read: Callable[[], Mapping[str, int]]) -> None:
-        self._name = name
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
         self._read = read
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            self._name, "Entries each of the operator's in-memory maps holds.", labels=["map"]
-        )
+    def collect(self) -> Iterator[Metric]:
+        family = CACHE_ENTRIES.gauge_family()
         for name, size in sorted(self._read().items()):
             family.add_metric([name], size)
         yield family
