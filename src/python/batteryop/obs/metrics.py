@@ -104,6 +104,25 @@ BATTERY_SUBSCRIBED = MetricDef(
     Kind.GAUGE,
     "1 while the battery Events stream is open, else 0.",
 )
+CLAIM_PENDING_OLDEST_SECONDS = MetricDef(
+    NAMESPACE,
+    "claim_pending_oldest_seconds",
+    Kind.GAUGE,
+    "Seconds the oldest MicroVMClaim not yet Bound (no phase, or Pending) has waited since "
+    "this operator first saw it; 0 when none waits.",
+)
+POOLS_EXHAUSTED = MetricDef(
+    NAMESPACE,
+    "pools_exhausted",
+    Kind.GAUGE,
+    "Pools whose Exhausted condition is True: a size above 0 and no MicroVM available.",
+)
+HOSTS_NOT_READY = MetricDef(
+    NAMESPACE,
+    "hosts_not_ready",
+    Kind.GAUGE,
+    "Host Nodes (labelled as Hosts) whose Exec Agent report is missing or not ready.",
+)
 CACHE_ENTRIES = MetricDef(
     NAMESPACE,
     "cache_entries",
@@ -160,6 +179,10 @@ class OperatorMetrics:
 
     def set_battery_subscribed(self, subscribed: bool) -> None:
         self.battery_subscribed.set(1 if subscribed else 0)
+
+    def follow(self, definition: MetricDef, read: Callable[[], float]) -> None:
+        """Export the gauge `definition` as `read()`, called at every scrape."""
+        definition.gauge(self.registry).set_function(read)
 
     def report_sizes(self, read: Callable[[], Mapping[str, int]]) -> None:
         """Export `read()` as `cache_entries{map=...}`, read at every scrape. The map names

@@ -24,17 +24,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from batteryop.api import names
+from batteryop.api.conditions import ConditionStatus, PoolConditionType
 from batteryop.battery import BatteryAPI, EventStream
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS
-from batteryop.obs.metrics import OperatorMetrics
+from batteryop.obs.metrics import (
+    CLAIM_PENDING_OLDEST_SECONDS,
+    HOSTS_NOT_READY,
+    POOLS_EXHAUSTED,
+    OperatorMetrics,
+)
 from batteryop.obs.supervisor import Supervisor
 from batteryop.operator.claim_metrics import ClaimMetrics
 from batteryop.operator.claims import indexes
+from batteryop.operator.claims.agent import node_annotations
 from batteryop.operator.claims.expiry import DeletedVMs
+from batteryop.operator.claims.host_ready import host_report
 from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.lease_reads import LeaseReads
 from batteryop.operator.claims.reconcile import ClaimDeps, reconcile_claim
@@ -136,6 +144,9 @@ class Operator:
             self.supervisor.add(task)
         if metrics is not None:
             metrics.report_sizes(self.sizes)
+            metrics.follow(CLAIM_PENDING_OLDEST_SECONDS, self.claim_metrics.oldest_pending_seconds)
+            metrics.follow(POOLS_EXHAUSTED, self.pools_exhausted)
+            metrics.follow(HOSTS_NOT_READY, self.hosts_not_ready)
 
     def _slot_freed(self, waiter: Any) -> None:
         self.claims.enqueue(waiter)
@@ -159,6 +170,23 @@ class Operator:
         # Remembered for an hour by design (CL-013), so it follows the churn, then empties.
         out["deleted_vms"] = len(self.deleted_vms)
         return out
+
+    def pools_exhausted(self) -> float:
+        """Pools in the cache whose Exhausted condition is True (read at each scrape)."""
+        return float(sum(1 for pool in self.pools.cache if _exhausted(pool)))
+
+    def hosts_not_ready(self) -> float:
+        """Host Nodes whose Exec Agent report is missing or not ready, read as the claims'
+        HostReady reads it (CL-053; read at each scrape)."""
+        count = 0
+        for node in self.nodes:
+            meta = node.get("metadata") or {}
+            if (meta.get("labels") or {}).get(names.HOST_LABEL) != names.HOST_LABEL_VALUE:
+                continue
+            annotations = {k: v for k, v in node_annotations(node).items() if isinstance(v, str)}
+            ready, _, _ = host_report(str(meta.get("name", "")), True, annotations)
+            count += not ready
+        return float(count)
 
     def _on_reconciled(self, controller: str, result: str, seconds: float) -> None:
         if self.metrics is None:
@@ -205,3 +233,12 @@ class Operator:
 
 
 __all__ = ["Operator"]
+
+
+def _exhausted(pool: Mapping[str, Any]) -> bool:
+    conditions = (pool.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == PoolConditionType.EXHAUSTED and c.get("status") == ConditionStatus.TRUE
+        for c in conditions
+        if isinstance(c, dict)
+    )

@@ -130,6 +130,62 @@ async def test_claims_are_counted_by_phase_as_their_phases_change() -> None:
         assert (count("Pending"), count("Bound")) == (0, 0)
 
 
+def pool(name: str, rv: str, exhausted: str | None) -> dict[str, Any]:
+    conditions = [] if exhausted is None else [{"type": "Exhausted", "status": exhausted}]
+    return {
+        "apiVersion": f"{names.GROUP}/{names.VERSION}",
+        "kind": "Pool",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},
+        "spec": {"size": 1},
+        "status": {"conditions": conditions},
+    }
+
+
+def host(name: str, rv: str, ready: str | None) -> dict[str, Any]:
+    body = node(name, **{names.HOST_LABEL: names.HOST_LABEL_VALUE})
+    body["metadata"]["resourceVersion"] = rv
+    if ready is not None:
+        body["metadata"]["annotations"] = {names.EXEC_AGENT_READY_ANNOTATION: ready}
+    return body
+
+
+async def test_the_alerting_gauges_read_the_caches_at_each_scrape() -> None:
+    """What the alerts of `manifests/alerts.py` read: Pools exhausted, Hosts not ready, and
+    how long the oldest claim has waited to be Bound."""
+    registry = CollectorRegistry()
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(f"{NAMESPACE}_{name}")
+
+    async with offline_operator(OperatorMetrics(registry)) as operator:
+        assert (value("pools_exhausted"), value("hosts_not_ready")) == (0, 0)
+        assert value("claim_pending_oldest_seconds") == 0
+        operator.inputs.on_pool("ADDED", pool("a", "1", "True"))
+        operator.inputs.on_pool("ADDED", pool("b", "2", "False"))
+        operator.inputs.on_pool("ADDED", pool("c", "3", None))
+        assert value("pools_exhausted") == 1
+        operator.inputs.on_pool("MODIFIED", pool("b", "4", "True"))
+        assert value("pools_exhausted") == 2
+        operator.inputs.on_pool("DELETED", pool("a", "5", "True"))
+        assert value("pools_exhausted") == 1
+
+        operator.inputs.on_node("ADDED", host("h1", "1", "true"))
+        operator.inputs.on_node("ADDED", host("h2", "2", "false"))
+        operator.inputs.on_node("ADDED", host("h3", "3", None))  # no report yet: not ready
+        operator.inputs.on_node("ADDED", node("other"))  # not a Host
+        assert value("hosts_not_ready") == 2
+        operator.inputs.on_node("MODIFIED", host("h2", "5", "true"))
+        assert value("hosts_not_ready") == 1
+
+        # The age itself is claim_metrics_test's (an injected clock); here, that it is wired.
+        operator.claim_metrics.clock = lambda: 1000.0
+        operator.inputs.on_claim("ADDED", with_phase(claim("a"), "Pending", "1"))
+        operator.claim_metrics.clock = lambda: 1012.5
+        assert value("claim_pending_oldest_seconds") == 12.5
+        operator.inputs.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "2"))
+        assert value("claim_pending_oldest_seconds") == 0
+
+
 class SwitchedStream:
     """battery's Events stream, subscribed or not as the test says, and no events at all."""
 

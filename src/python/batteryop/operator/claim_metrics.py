@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from batteryop.api.conditions import ClaimPhase
@@ -21,11 +21,21 @@ from batteryop.operator.runtime import Key, key_of
 class ClaimMetrics:
     """Claims by phase and create-to-Bound time, for `OperatorMetrics` (None: nothing kept)."""
 
-    def __init__(self, metrics: OperatorMetrics | None) -> None:
+    def __init__(
+        self, metrics: OperatorMetrics | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._metrics = metrics
+        self.clock = clock
         self._first_seen: dict[Key, float] = {}
         self._phases: dict[Key, str] = {}
         self._phase_counts: Counter[str] = Counter()
+
+    def oldest_pending_seconds(self) -> float:
+        """How long the oldest claim not yet Bound has waited since first seen; 0 for none
+        (`claim_pending_oldest_seconds`, read at each scrape)."""
+        if not self._first_seen:
+            return 0.0
+        return max(self.clock() - min(self._first_seen.values()), 0.0)
 
     def sizes(self) -> dict[str, int]:
         return {"claims:first_seen": len(self._first_seen), "claims:phases": len(self._phases)}
@@ -49,10 +59,10 @@ class ClaimMetrics:
             self._first_seen.pop(key, None)
             return
         if not phase or phase == ClaimPhase.PENDING:
-            self._first_seen.setdefault(key, time.monotonic())
+            self._first_seen.setdefault(key, self.clock())
             return
         seen = self._first_seen.pop(key, None)
         if seen is not None and phase == ClaimPhase.BOUND:
             # From the first watch event of an unbound claim to the first one showing it
             # Bound: what a consumer waits, at this process's clock resolution.
-            self._metrics.observe_claim_bound(time.monotonic() - seen)
+            self._metrics.observe_claim_bound(self.clock() - seen)

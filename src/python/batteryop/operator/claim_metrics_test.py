@@ -63,3 +63,18 @@ def test_deleted_claims_leave_nothing() -> None:
         metrics.observe("DELETED", claim(f"c{i}", "Pending"))
     assert metrics.sizes() == {"claims:first_seen": 0, "claims:phases": 0}
     assert phase_gauge(registry, "Pending") == 0
+
+
+def test_the_oldest_pending_age_follows_the_clock_and_the_oldest_claim() -> None:
+    now = [100.0]
+    metrics = ClaimMetrics(OperatorMetrics(CollectorRegistry()), clock=lambda: now[0])
+    assert metrics.oldest_pending_seconds() == 0
+    metrics.observe("ADDED", claim("old", None))
+    now[0] = 130.0
+    metrics.observe("ADDED", claim("new", "Pending"))
+    now[0] = 160.0
+    assert metrics.oldest_pending_seconds() == 60  # "old", first seen at 100
+    metrics.observe("MODIFIED", claim("old", "Bound"))
+    assert metrics.oldest_pending_seconds() == 30  # "new" is now the oldest
+    metrics.observe("MODIFIED", claim("new", "Expired"))
+    assert metrics.oldest_pending_seconds() == 0
