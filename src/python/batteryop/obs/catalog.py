@@ -1,9 +1,10 @@
 """Every Prometheus metric as data: one `MetricDef` per metric, defined once, beside the code that
 updates it.
 
-A component's metrics module declares its metrics as module-level `MetricDef` constants and
-makes each one on the registry its entry point created (`counter`, `gauge`, `histogram`, or
-`family` for a collector read at scrape time). Nothing in a deployable calls
+`batteryop.obs.exported` declares every component's metrics as `MetricDef` constants (a
+library, so the alert rules, the dashboard and the reference can name them), and each
+component's metrics module makes them on the registry its entry point created (`counter`,
+`gauge`, `histogram`, or `gauge_family` for a collector read at scrape time). Nothing in a deployable calls
 `prometheus_client`'s constructors itself (`tests/repo/metrics_reference_test.py` checks the
 source), so the metrics reference (`docs/metrics.md`, rendered by `reference` when the site is
 built) lists every metric a component can export: a metric cannot be added without its line.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -84,11 +84,6 @@ class MetricDef:
             raise TypeError(f"metric {self.family} is a {self.kind}, not a {kind}")
 
 
-def defined_in(module: ModuleType) -> list[MetricDef]:
-    """The `MetricDef` constants of a module, in the order it defines them."""
-    return [value for value in vars(module).values() if isinstance(value, MetricDef)]
-
-
 def reference(sections: Sequence[tuple[str, Iterable[MetricDef]]]) -> str:
     """The metrics reference as Markdown: per component, a table of every metric's scraped
     name, type, labels and meaning."""
@@ -108,4 +103,4 @@ def reference(sections: Sequence[tuple[str, Iterable[MetricDef]]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Kind", "MetricDef", "defined_in", "reference"]
+__all__ = ["Kind", "MetricDef", "reference"]

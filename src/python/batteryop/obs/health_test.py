@@ -7,8 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from batteryop.obs.exported.operator import NAMESPACE
 from batteryop.obs.health import HealthServer, MetricsServer, ServerNotStartedError
-from batteryop.obs.metrics import NAMESPACE, BatteryCallMetrics, OperatorMetrics
+from batteryop.obs.metrics import BatteryCallMetrics, OperatorMetrics
 
 WAIT = 5.0  # seconds: the bound on every request
 

@@ -4,7 +4,8 @@ from prometheus_client import CollectorRegistry
 
 from batteryop.api.conditions import ClaimPhase
 from batteryop.battery.observer import CallObserver, notify
-from batteryop.obs.metrics import LATENCY_BUCKETS, NAMESPACE, BatteryCallMetrics, OperatorMetrics
+from batteryop.obs.exported.operator import LATENCY_BUCKETS, NAMESPACE
+from batteryop.obs.metrics import BatteryCallMetrics, OperatorMetrics
 
 
 def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:

@@ -31,12 +31,12 @@ from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS
-from batteryop.obs.metrics import (
+from batteryop.obs.exported.operator import (
     CLAIM_PENDING_OLDEST_SECONDS,
     HOSTS_NOT_READY,
     POOLS_EXHAUSTED,
-    OperatorMetrics,
 )
+from batteryop.obs.metrics import OperatorMetrics
 from batteryop.obs.supervisor import Supervisor
 from batteryop.operator.claim_metrics import ClaimMetrics
 from batteryop.operator.claims import indexes

@@ -17,7 +17,8 @@ from batteryop.battery.models import Event, EventType, PoolRef
 from batteryop.battery.observer import CallObserver
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.obs.metrics import NAMESPACE, OperatorMetrics
+from batteryop.obs.exported.operator import NAMESPACE
+from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.app import Operator
 from batteryop.operator.config import parse
 from batteryop.operator.pools.hosts import HostSet

@@ -7,7 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from batteryop.obs.metrics import NAMESPACE, OperatorMetrics
+from batteryop.obs.exported.operator import NAMESPACE
+from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.claim_metrics import ClaimMetrics
 
 
