@@ -3,6 +3,10 @@
 from html import unescape
 from pathlib import Path
 
+import pytest
+
+from batteryop.obs import exported
+
 
 def test_docs_site_builds_strictly(built_site: Path) -> None:
     site = built_site  # conftest.built_site builds it with --strict
@@ -19,6 +23,16 @@ def test_docs_site_builds_strictly(built_site: Path) -> None:
     assert operator.index("release.release") < operator.index("bind.bind")
     assert operator.index("bind.bind") < operator.index("synced.synced")
     assert operator.index("delete.delete_pool") < operator.index("declare.declare")
+
+
+@pytest.mark.req("DP-109")
+def test_the_metrics_reference_lists_every_exported_metric(built_site: Path) -> None:
+    page = unescape((built_site / "metrics" / "index.html").read_text())
+    for definition in exported.ALL:
+        row = page[page.index(f"<code>{definition.family}</code>") :].split("</tr>")[0]
+        assert f"<td>{definition.kind}</td>" in row, definition.family
+        for label in definition.labels:
+            assert f"<code>{label}</code>" in row, (definition.family, label)
 
 
 # Every figure the pages ask for, by page: drawn as inline SVG by the figures hook.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path("src/python/batteryop")
 CONSTRUCTORS = frozenset(
     {
@@ -42,6 +44,7 @@ def constructor_imports(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.req("DP-109")
 def test_only_the_catalog_makes_metrics() -> None:
     sources = [
         p

@@ -1,5 +1,4 @@
-"""Every Prometheus metric as data: one `MetricDef` per metric, defined once, beside the code that
-updates it.
+"""Every Prometheus metric as data: one `MetricDef` per metric, defined once (DP-109).
 
 `batteryop.obs.exported` declares every component's metrics as `MetricDef` constants (a
 library, so the alert rules, the dashboard and the reference can name them), and each

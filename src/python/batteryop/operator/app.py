@@ -144,6 +144,7 @@ class Operator:
             self.supervisor.add(task)
         if metrics is not None:
             metrics.report_sizes(self.sizes)
+            # DP-108: what the alerts read, from the caches at each scrape
             metrics.follow(CLAIM_PENDING_OLDEST_SECONDS, self.claim_metrics.oldest_pending_seconds)
             metrics.follow(POOLS_EXHAUSTED, self.pools_exhausted)
             metrics.follow(HOSTS_NOT_READY, self.hosts_not_ready)

@@ -150,6 +150,7 @@ def host(name: str, rv: str, ready: str | None) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.req("DP-108")
 async def test_the_alerting_gauges_read_the_caches_at_each_scrape() -> None:
     """What the alerts of `manifests/alerts.py` read: Pools exhausted, Hosts not ready, and
     how long the oldest claim has waited to be Bound."""

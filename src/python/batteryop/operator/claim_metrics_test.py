@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from batteryop.obs.exported.operator import NAMESPACE
@@ -66,6 +67,7 @@ def test_deleted_claims_leave_nothing() -> None:
     assert phase_gauge(registry, "Pending") == 0
 
 
+@pytest.mark.req("DP-108")
 def test_the_oldest_pending_age_follows_the_clock_and_the_oldest_claim() -> None:
     now = [100.0]
     metrics = ClaimMetrics(OperatorMetrics(CollectorRegistry()), clock=lambda: now[0])
