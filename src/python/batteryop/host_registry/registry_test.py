@@ -29,7 +29,7 @@ from batteryop.battery.models import (
     Volume,
 )
 from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON, Refusal
-from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
+from batteryop.host_registry.inventory.hosts import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.resources import CONFIGMAPS, EVENTS
 from batteryop.testing import exposition
