@@ -10,7 +10,7 @@ A controller's reconcile builds a scope (the object as read, the working status,
 Each step is an async function of the scope, in its own module, that never writes to the API
 server and never raises for a battery failure: it records what it decided in the scope. The
 two tuples are the one definition of a controller's order: the reconcile runs them, and the
-documentation renders them (`docs/operator.md`, through `docs_hook.py`). It lives beside
+documentation renders them (`docs/operator.md`, through `batteryop.docsite`). It lives beside
 `kube.informer` and `kube.workqueue` so that every deployable's controllers take this shape.
 """
 

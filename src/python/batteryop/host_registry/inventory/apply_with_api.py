@@ -1,4 +1,5 @@
-"""apply with api: with battery's host RPCs, each settled change goes in by RPC, never a restart (IN-101).
+"""apply with api: each settled change goes into battery by AddHost, UpdateHost or RemoveHost,
+never a restart (IN-101).
 
 Only when battery answers `AddHost`/`RemoveHost` (battery after v0.4.0). A joining Host or a
 new address is `AddHost` or `UpdateHost`; a leaving Host is drained first (`drain`, IN-013)
