@@ -30,7 +30,7 @@ class RegistryDeps:
     - `restarter`: restarts battery (IN-102, DP-006).
     - `watch`: this container's mounts of battery's config and TLS files (inotify), which
       a restart waits on to show the new config.
-    - `clock`: monotonic seconds; read wherever the original order needs a fresh time.
+    - `clock`: monotonic seconds; a step reads it afresh where it needs the time after a wait.
     """
 
     config: RegistryConfig
