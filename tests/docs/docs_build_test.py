@@ -23,6 +23,11 @@ def test_docs_site_builds_strictly(built_site: Path) -> None:
     assert operator.index("release.release") < operator.index("bind.bind")
     assert operator.index("bind.bind") < operator.index("synced.synced")
     assert operator.index("delete.delete_pool") < operator.index("declare.declare")
+    # And the host registry's, on its own page.
+    registry = (site / "host-registry" / "index.html").read_text()
+    assert "<!-- reconcile-steps" not in registry, "a step-table marker was left as it was"
+    assert registry.index("resume.resume") < registry.index("apply_with_api.apply_with_api")
+    assert registry.index("apply_with_api.apply_with_api") < registry.index("publish.publish")
 
 
 @pytest.mark.req("DP-109")

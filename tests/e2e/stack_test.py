@@ -42,7 +42,7 @@ from batteryop.devstack import cluster, demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
 from batteryop.devstack.processes import http_status
 from batteryop.devstack.stack import Stack
-from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
+from batteryop.host_registry.inventory.hosts import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import (
     CERTIFICATE_SIGNING_REQUESTS,

@@ -4,13 +4,16 @@ The contracts live in `pyproject.toml` (`[tool.importlinter]`):
 
 - `batteryop.api` imports nothing of ours and no API client: it is the shared vocabulary.
 - Only tests (and the harnesses in `batteryop.testing` themselves) import `batteryop.testing`.
-- Libraries (api, battery, capi, hostconf, kube, manifests, obs, tls, traceability) never
-  import a deployable, and no deployable imports another; the client imports no kopf.
+- Libraries (api, battery, capi, docsite, hostconf, kube, manifests, obs, tls, traceability)
+  never import a deployable, and no deployable imports another; the client imports no kopf.
 - Inside the operator, layers: `main` > `app` > runtime and inputs > the claims and Pool
   controllers (independent of each other) > what they share (`chain`, `keys`, `outcome`,
   `workqueue`).
-- Inside each controller, layers: the chain (`reconcile`) > its steps (independent of each
-  other, over a few shared step modules) > the scope > the deps.
+- Inside the host registry, layers: `main` > `controller` > `loops` > `inputs` > its
+  reconcile (`inventory`) > what they share (`admission`, `config`, `plan`, ...).
+- Inside each controller (claims, Pools, the host registry's `inventory`), layers: the chain
+  (`reconcile`) > its steps (independent of each other, over a few shared step modules) >
+  the scope > the deps.
 
 They are about production code, so import-linter runs over a copy of `src/python/batteryop`
 without the test modules (`*_test.py`, `conftest.py`), in a subprocess whose import path

@@ -6,7 +6,7 @@ metrics, then run until SIGTERM.
 
 Exits 2 with one line naming the flag on a bad setting; 0 after SIGTERM or SIGINT. Readiness
 (`/readyz`) is true once it has read what battery has and resumed, and while each of its
-long-lived tasks runs (`controller.TASKS`, DP-107: a failed one is named until it runs again);
+long-lived tasks runs (`loops.TASKS`, DP-107: a failed one is named until it runs again);
 liveness (`/healthz`) is the event loop answering.
 """
 

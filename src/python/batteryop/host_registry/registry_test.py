@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from batteryop.battery.models import (
     Volume,
 )
 from batteryop.host_registry.admission import INVALID_ADDRESS_EVENT_REASON, Refusal
-from batteryop.host_registry.controller import REMOVE_REFUSED_EVENT_REASON
+from batteryop.host_registry.inventory.hosts import REMOVE_REFUSED_EVENT_REASON
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.resources import CONFIGMAPS, EVENTS
 from batteryop.testing import exposition
@@ -447,14 +448,65 @@ async def flintlockd_hosts(
         yield targets
 
 
+@dataclass(frozen=True)
+class Drift:
+    """A battery that comes back other than the registry left it, and the repair expected."""
+
+    stems: tuple[str, str]
+    ips: tuple[str, str]
+    b_leaves: bool
+    """b's Node stops being a Host (and battery drops it) before battery restarts."""
+    restarts_with_all: bool
+    """battery comes back from a stale file naming both Hosts; else with no Host at all."""
+    action: str
+    repairs: int
+    logs: tuple[str, ...]
+    """Log lines expected, formatted with `a` and `b`."""
+    pool: bool
+    """A Pool names both Hosts (as the Pool controller would place it): it keeps them."""
+    back_within: float | None
+    """The Hosts are back in battery within this many seconds of its start."""
+
+
+DRIFTS = {
+    # battery comes back from a lost database and an empty config file: no Host at all.
+    "hosts-a-restarted-battery-lost-are-added-again-and-never-leave-the-host-set": Drift(
+        stems=("lost-a", "lost-b"),
+        ips=("127.0.0.64", "127.0.0.65"),
+        b_leaves=False,
+        restarts_with_all=False,
+        action="add",
+        repairs=2,
+        logs=("battery lost Host {a}; adding it again", "battery lost Host {b}; adding it again"),
+        pool=True,
+        back_within=10.0,
+    ),
+    # battery comes back from a stale config file that still names b, which the registry removed.
+    "a-host-the-registry-removed-is-removed-again-when-battery-brings-it-back": Drift(
+        stems=("keep", "gone"),
+        ips=("127.0.0.66", "127.0.0.67"),
+        b_leaves=True,
+        restarts_with_all=True,
+        action="remove",
+        repairs=1,
+        logs=("battery holds Host {b}, which the registry removed",),
+        pool=False,
+        back_within=None,
+    ),
+}
+
+
 @pytest.mark.req("IN-105", "IN-106", "IN-107")
-async def test_hosts_a_restarted_battery_lost_are_added_again_and_never_leave_the_host_set(
-    kube: KubeClient, namespace: str, registry_kubeconfig: Path
+@pytest.mark.parametrize("case", DRIFTS.values(), ids=DRIFTS.keys())
+async def test_a_restarted_battery_is_repaired_by_reconnect_and_the_host_set_never_changes(
+    kube: KubeClient, namespace: str, registry_kubeconfig: Path, case: Drift
 ) -> None:
-    a, b = unique("lost-a", namespace), unique("lost-b", namespace)
+    a, b = (unique(stem, namespace) for stem in case.stems)
+    repairs = f'drift_repairs_total{{action="{case.action}"}}'
+    reconnect = 'host_list_checks_total{trigger="reconnect"}'
     async with (
         BatteryPod.start(kube, namespace, host_api=True) as pod,
-        flintlockd_hosts(pod, kube, {a: "127.0.0.64", b: "127.0.0.65"}) as targets,
+        flintlockd_hosts(pod, kube, {a: case.ips[0], b: case.ips[1]}) as targets,
         # Checked at start and on reconnect only: the period is far beyond the test.
         RegistryProcess.start(
             pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
@@ -464,63 +516,43 @@ async def test_hosts_a_restarted_battery_lost_are_added_again_and_never_leave_th
         before = await until_configmap(kube, namespace, has(a, b))
         # IN-107: battery's config records what AddHost put into battery.
         assert configfile.hosts_of(before["data"]["config.json"]) == targets
-        await client.create_pool(pool_spec((a, b)))  # as the Pool controller would
-        reconnects = sample(registry.metrics(), 'host_list_checks_total{trigger="reconnect"}')
+        if case.pool:
+            await client.create_pool(pool_spec((a, b)))  # as the Pool controller would
+        stays = {a, b}
+        if case.b_leaves:
+            await set_labelled(kube, b, False)
+            await until_battery_has(client, {a}, timeout=20)
+            # IN-107: the record follows RemoveHost.
+            before = await until_configmap(
+                kube,
+                namespace,
+                lambda cm: configfile.hosts_of(cm["data"]["config.json"]) == {a: targets[a]},
+            )
+            assert published(before) == {a: targets[a]}
+            stays = {a}
+        reconnects = sample(registry.metrics(), reconnect)
 
-        # battery comes back from a lost database and an empty config file: no Host at all.
-        started = await pod.restart(hosts={})
-        await until_battery_has(client, {a, b}, timeout=20)
-        took = time.monotonic() - started.at
-        assert took < 10, f"the Hosts were back {took:.1f}s after battery started"
-        metrics = await until_sample(registry, 'drift_repairs_total{action="add"}', 2, timeout=5)
-        assert sample(metrics, 'drift_repairs_total{action="add"}') == 2, metrics
-        assert sample(metrics, 'host_list_checks_total{trigger="reconnect"}') > reconnects
+        started = await pod.restart(hosts=targets if case.restarts_with_all else {})
+        if case.back_within is not None:
+            await until_battery_has(client, stays, timeout=20)
+            took = time.monotonic() - started.at
+            assert took < case.back_within, f"the Hosts were back {took:.1f}s after it started"
+        timeout = 5 if case.back_within is not None else 20
+        metrics = await until_sample(registry, repairs, case.repairs, timeout=timeout)
+        await until_battery_has(client, stays, timeout=5)
+        assert sample(metrics, repairs) == case.repairs, metrics
+        assert sample(metrics, reconnect) > reconnects
         logs = registry.logs()
-        assert f"battery lost Host {a}; adding it again" in logs, logs[-3000:]
-        assert f"battery lost Host {b}; adding it again" in logs, logs[-3000:]
-        # The Pool keeps its Hosts: the Host set never lost one, so the Pool controller never
-        # took one out of battery's Pool.
-        assert [
-            p for p in await publications_since(kube, namespace, before) if set(p) != {a, b}
-        ] == []
-        assert [p.spec.flintlock_hosts for p in await client.list_pools("drain")] == [(a, b)]
+        for line in case.logs:
+            assert line.format(a=a, b=b) in logs, logs[-3000:]
+        # IN-106: every Host set published meanwhile is exactly the Hosts that stay: a Host
+        # battery lost never left it (so the Pool controller never took one out of battery's
+        # Pool), and a Host the registry removed never came back.
+        published_since = await publications_since(kube, namespace, before)
+        assert [p for p in published_since if set(p) != stays] == []
+        if case.pool:
+            assert [p.spec.flintlock_hosts for p in await client.list_pools("drain")] == [(a, b)]
         assert len(pod.starts) == 2
-
-
-@pytest.mark.req("IN-105", "IN-106", "IN-107")
-async def test_a_host_the_registry_removed_is_removed_again_when_battery_brings_it_back(
-    kube: KubeClient, namespace: str, registry_kubeconfig: Path
-) -> None:
-    a, b = unique("keep", namespace), unique("gone", namespace)
-    async with (
-        BatteryPod.start(kube, namespace, host_api=True) as pod,
-        flintlockd_hosts(pod, kube, {a: "127.0.0.66", b: "127.0.0.67"}) as targets,
-        RegistryProcess.start(
-            pod, kubeconfig=registry_kubeconfig, host_resync_interval="1h"
-        ) as registry,
-        battery_client(pod) as client,
-    ):
-        await until_configmap(kube, namespace, has(a, b))
-        await set_labelled(kube, b, False)
-        await until_battery_has(client, {a}, timeout=20)
-        # IN-107: the record follows RemoveHost.
-        left = await until_configmap(
-            kube,
-            namespace,
-            lambda cm: configfile.hosts_of(cm["data"]["config.json"]) == {a: targets[a]},
-        )
-        assert published(left) == {a: targets[a]}
-
-        # battery comes back from a stale config file that still names b.
-        await pod.restart(hosts=targets)
-        metrics = await until_sample(
-            registry, 'drift_repairs_total{action="remove"}', 1, timeout=20
-        )
-        assert sample(metrics, 'drift_repairs_total{action="remove"}') == 1, metrics
-        await until_battery_has(client, {a}, timeout=5)
-        assert f"battery holds Host {b}, which the registry removed" in registry.logs()
-        # IN-106: b was never published again meanwhile.
-        assert [p for p in await publications_since(kube, namespace, left) if b in p] == []
 
 
 @pytest.mark.req("IN-105")

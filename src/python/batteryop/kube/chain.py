@@ -7,10 +7,12 @@ A controller's reconcile builds a scope (the object as read, the working status,
 - `last`: always, after the chain, stopped or not (a claim's `synced`, a Pool's
   `answered`), so the report of this reconcile's battery call is never skipped.
 
-Each step is an async function of the scope, in its own module, that never writes to the API
-server and never raises for a battery failure: it records what it decided in the scope. The
-two tuples are the one definition of a controller's order: the reconcile runs them, and the
-documentation renders them (`docs/operator.md`, through `docs_hook.py`). It lives beside
+Each step is an async function of the scope, in its own module. The operator's steps never
+write to the API server and never raise for a battery failure: they record what they decided
+in the scope (the host registry's write their ConfigMap themselves, ordered against battery
+calls: `host_registry/inventory/scope.py`). The two tuples are the one definition of a
+controller's order: the reconcile runs them, and the documentation renders them
+(`docs/operator.md`, `docs/host-registry.md`, through `batteryop.docsite`). It lives beside
 `kube.informer` and `kube.workqueue` so that every deployable's controllers take this shape.
 """
 

@@ -1,30 +1,26 @@
-"""An mkdocs hook (`hooks:` in mkdocs.yml): `docs/operator.md` lists both controllers' steps
-from the tuples the reconciles run (`CHAIN` and `LAST` in `claims/reconcile.py` and
-`pools/reconcile.py`), so the published order is the order the code runs.
+"""Each controller's steps as the documentation shows them, read from the code that runs them.
 
-The page holds a marker, `<!-- reconcile-steps: claims -->` or `... pools -->`, where the
-table goes. The hook reads the source (Python's `ast`), not the imported modules, so the
-site builds with mkdocs alone: no generated protobuf code, no gRPC, no Kubernetes client.
-`chain_test.py` checks that what it reads is what the imported tuples hold.
-
-`<!-- reconcile-diagram: claims -->` becomes a ```` ```dot claim-life ```` block: the claim's
-life drawn from the same tuples (`docs_diagram.py`), which `batteryop.figures`' hook, listed
-after this one, draws as SVG.
+`CONTROLLERS` names each chain the pages can show (`claims`, `pools`, `host-registry`) by
+its reconcile module. `read_steps` reads that module's `CHAIN` and `LAST` from the source
+(Python's `ast`), not the imported module, so the site builds with mkdocs alone;
+`steps_test.py` checks that what it reads is what the imported tuples hold. Each step comes
+with the first paragraph of its module's docstring, which opens with the module's name.
 """
 
 from __future__ import annotations
 
 import ast
-import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parents[1]  # src/python
-MARKER = re.compile(r"<!-- reconcile-steps: (claims|pools) -->")
-DIAGRAM = re.compile(r"<!-- reconcile-diagram: claims -->")
+SRC = Path(__file__).resolve().parents[2]  # src/python
+
+CONTROLLERS = {
+    "claims": "batteryop.operator.claims.reconcile",
+    "pools": "batteryop.operator.pools.reconcile",
+    "host-registry": "batteryop.host_registry.inventory.reconcile",
+}
+"""Each chain the pages show, by the name its marker gives, and the module that runs it."""
 
 
 @dataclass(frozen=True)
@@ -42,16 +38,27 @@ class StepDoc:
         """`module.function`, the module's last part only."""
         return f"{self.module.rsplit('.', 1)[-1]}.{self.function}"
 
+    @property
+    def package(self) -> str:
+        """The step's controller package (`batteryop.operator.claims`)."""
+        return self.module.rpartition(".")[0]
+
+
+def module_path(module: str) -> Path:
+    """The source file of the dotted `module`."""
+    return SRC.joinpath(*module.split(".")).with_suffix(".py")
+
 
 def _summary(module: str) -> str:
-    path = SRC.joinpath(*module.split(".")).with_suffix(".py")
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    doc = ast.get_docstring(ast.parse(module_path(module).read_text())) or ""
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def read_steps(controller: str) -> dict[str, list[StepDoc]]:
-    """`CHAIN` and `LAST` of `<controller>/reconcile.py`, each step with its module's summary."""
-    tree = ast.parse((HERE / controller / "reconcile.py").read_text())
+    """`CHAIN` and `LAST` of the controller's reconcile module, each step with its module's
+    summary. An unknown controller raises KeyError (the site build fails on it)."""
+    module = CONTROLLERS[controller]
+    tree = ast.parse(module_path(module).read_text())
     imported = {
         alias.asname or alias.name: node.module
         for node in tree.body
@@ -80,17 +87,3 @@ def steps_table(controller: str) -> str:
             summary = doc.summary.replace("|", "\\|")
             rows.append(f"| {label.format(n=n)} | `{doc.name}` | {summary} |")
     return "\n".join(rows)
-
-
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    markdown = MARKER.sub(lambda m: steps_table(m.group(1)), markdown)
-    return DIAGRAM.sub(lambda _m: f"```dot claim-life\n{_claim_life_dot()}```\n", markdown)
-
-
-def _claim_life_dot() -> str:
-    # The diagram module reads the same tuples through this module; imported here, where the
-    # package is importable (mkdocs loads this file by its path).
-    sys.path.insert(0, str(SRC))
-    from batteryop.operator.docs_diagram import claim_life_dot
-
-    return claim_life_dot()

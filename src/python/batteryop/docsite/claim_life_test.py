@@ -1,7 +1,7 @@
 """The claim's life is read from the steps' code: what it says matches what the steps do."""
 
-from batteryop.operator.docs_diagram import battery_methods, claim_life_dot, effects
-from batteryop.operator.docs_hook import read_steps
+from batteryop.docsite.claim_life import battery_methods, claim_life_dot, effects
+from batteryop.docsite.steps import read_steps
 
 
 def _effects_by_name() -> dict[str, object]:

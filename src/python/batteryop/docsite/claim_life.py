@@ -1,7 +1,7 @@
 """A claim's life as the operator runs it, drawn for `docs/operator.md` from the code.
 
 The steps and their order come from `CHAIN` and `LAST` of `claims/reconcile.py`, read by
-`docs_hook.read_steps` (the same reading as the steps table). What each step does is read
+`steps.read_steps` (the same reading as the steps table). What each step does is read
 from its module's source (Python's `ast`) and from each function it imports from another module
 of its controller (`bind` reaches `ClaimVM` through `cordoned`, `renew` expires a claim through `expiry.expire`);
 a step that runs other steps says so (`after_bind` runs `agent` and `host_ready`):
@@ -12,17 +12,16 @@ a step that runs other steps says so (`after_bind` runs `agent` and `host_ready`
 - the finalizer it adds or removes (`outcome.add_finalizer`, `outcome.remove_finalizer`).
 
 The diagram is Graphviz `dot` source; `batteryop.figures` draws it when the site is built.
-`docs_diagram_test.py` checks what it reads against the code's behaviour.
+`claim_life_test.py` checks what it reads against the code's behaviour.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import Path
 
 from batteryop.api import conditions
-from batteryop.operator.docs_hook import SRC, StepDoc, read_steps
+from batteryop.docsite.steps import CONTROLLERS, SRC, StepDoc, module_path, read_steps
 
 _ENUMS = ("ClaimConditionType", "ClaimReason", "EventReason")
 _NOT_SCAFFOLDING = {"scope", "deps"}
@@ -46,10 +45,6 @@ class StepEffects:
     """Other steps it runs itself (`after_bind` runs `agent` and `host_ready`)."""
 
 
-def _module_path(module: str) -> Path:
-    return SRC.joinpath(*module.split(".")).with_suffix(".py")
-
-
 def battery_methods() -> dict[str, str]:
     """`BatteryClient`'s public async methods, each with its gRPC name (`claim_vm`: `ClaimVM`)."""
     tree = ast.parse((SRC / "batteryop" / "battery" / "client.py").read_text())
@@ -64,11 +59,11 @@ def battery_methods() -> dict[str, str]:
 def _scanned(doc: StepDoc, controller: str) -> tuple[list[ast.AST], tuple[str, ...]]:
     """What to read for the step `doc`: its module, and each function it imports from another
     module of its controller (not its scope or deps); and the steps it runs itself."""
-    package = f"batteryop.operator.{controller}"
+    package = CONTROLLERS[controller].rpartition(".")[0]
     steps = {
         (s.module, s.function): s.name for group in read_steps(controller).values() for s in group
     }
-    tree = ast.parse(_module_path(doc.module).read_text())
+    tree = ast.parse(module_path(doc.module).read_text())
     nodes: list[ast.AST] = [tree]
     runs: list[str] = []
     for node in tree.body:
@@ -79,7 +74,7 @@ def _scanned(doc: StepDoc, controller: str) -> tuple[list[ast.AST], tuple[str, .
             continue
         wanted = {alias.name for alias in node.names}
         runs += [steps[(node.module, n)] for n in sorted(wanted) if (node.module, n) in steps]
-        imported = ast.parse(_module_path(node.module).read_text())
+        imported = ast.parse(module_path(node.module).read_text())
         nodes += [
             fn
             for fn in imported.body
