@@ -5,8 +5,8 @@ library, so the alert rules, the dashboard and the reference can name them), and
 component's metrics module makes them on the registry its entry point created (`counter`,
 `gauge`, `histogram`, or `gauge_family` for a collector read at scrape time). Nothing in a deployable calls
 `prometheus_client`'s constructors itself (`tests/repo/metrics_reference_test.py` checks the
-source), so the metrics reference (`docs/metrics.md`, rendered by `reference` when the site is
-built) lists every metric a component can export: a metric cannot be added without its line.
+source), so the metrics reference (`docs/metrics.md`, rendered by `reference` through
+`docsite/metrics_hook.py` when the site is built) lists every metric a component can export: a metric cannot be added without its line.
 """
 
 from __future__ import annotations
