@@ -432,6 +432,8 @@ class FakeBattery:
         for host in self.store.hosts.values():
             await host.close()
         self.store.flush()
+        if self.db is not None:
+            self.db.close()
 
     async def restart(self) -> None:
         """Simulate a poolmgrd restart that keeps its database.
@@ -466,7 +468,7 @@ class FakeBattery:
 
         Without a database the store keeps what it holds (the in-process restart's memory),
         and only Hosts not yet known are added. With one, the store is read back from the file
-        (TD-005: one file of our own format, no migrations) and Hosts are built from the config,
+        (SQLite, `db.py`; an old-format file is migrated first) and Hosts are built from the config,
         each with its stored row's cordon state (v0.4.0 seeds its `hosts` table from the config
         and keeps the cordon state); with `host_api`, Hosts stored but not in the config come
         back too (battery main: the database is the only source of Hosts).
