@@ -51,6 +51,7 @@ from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
     agent_certificates,
+    new_agent_certificates,
     running,
     tls_secret,
 )
@@ -221,15 +222,7 @@ def test_a_renewal_installed_while_grpc_fetches_the_serving_config_is_not_lost(
 def _agent_certs(
     c: Cluster, kube: KubeClient, node: str, cert_dir: Path, **kw: object
 ) -> AgentCertificates:
-    return AgentCertificates(
-        kube,
-        node=node,
-        trust_domain=TRUST_DOMAIN,
-        address=ADDRESS,
-        namespace=c.namespace,
-        cert_dir=cert_dir,
-        **kw,  # type: ignore[arg-type]
-    )
+    return new_agent_certificates(c, kube, node, ADDRESS, cert_dir, **kw)
 
 
 async def _requests_for(c: Cluster, node: str) -> list[dict[str, Any]]:

@@ -405,6 +405,22 @@ async def running(
             await asyncio.wait_for(task, KOPF_STOP_SECONDS + STOP_MARGIN_SECONDS)
 
 
+def new_agent_certificates(
+    c: Cluster, kube: KubeClient, node: str, address: str, cert_dir: Path, **options: Any
+) -> AgentCertificates:
+    """The Exec Agent's certificates on `node` in `c`'s namespace and trust domain, not started,
+    requested through `kube`; `options` as AgentCertificates takes them."""
+    return AgentCertificates(
+        kube,
+        node=node,
+        trust_domain=TRUST_DOMAIN,
+        address=address,
+        namespace=c.namespace,
+        cert_dir=cert_dir,
+        **options,
+    )
+
+
 @contextlib.asynccontextmanager
 async def agent_certificates(
     c: Cluster, node: str, address: str, cert_dir: Path
@@ -413,14 +429,7 @@ async def agent_certificates(
     `cert_dir`), obtained by CSR as the agent's own identity on that Node, as the agent does at
     start; the approver must be running. Closed when the block ends."""
     async with c.client_as(node) as kube:
-        agent = AgentCertificates(
-            kube,
-            node=node,
-            trust_domain=TRUST_DOMAIN,
-            address=address,
-            namespace=c.namespace,
-            cert_dir=cert_dir,
-        )
+        agent = new_agent_certificates(c, kube, node, address, cert_dir)
         try:
             await asyncio.wait_for(agent.start(), 60)
             yield agent
