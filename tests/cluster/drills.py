@@ -4,8 +4,10 @@ through the API, and battery's own record of its Leases."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -169,8 +171,8 @@ def claim_statuses(node: KubeNode, prefix: str) -> dict[str, dict]:
 def battery_leases(node: KubeNode) -> dict[str, str]:
     """Lease id -> MicroVM uid, as battery's database on its volume holds them (BA-060)."""
     db = node.state / "volumes" / install.BATTERY_VOLUME / "poolmgr.db"
-    state = json.loads(db.read_text().splitlines()[1])
-    return {row["lease_id"]: row["vm_uid"] for row in state["leases"]}
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return dict(conn.execute("SELECT lease_id, vm_uid FROM leases").fetchall())
 
 
 def wait_restarted(node: KubeNode, pod: str, container: str, restarts: int) -> None:

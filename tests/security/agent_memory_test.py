@@ -23,22 +23,18 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
-from kubernetes import client as k8s
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc import (
     MicroVMExecStub,
 )
 from batteryop.api import names
-from batteryop.testing.controlplane import ControlPlane, admin_client, pod_bound_token
-from batteryop.testing.controlplane.server import free_port
+from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.exec_agent import (
     AGENT_ADDRESS,
-    AGENT_NAMESPACE,
-    NODE,
     Holders,
     Pki,
-    healthy_host,
+    agent_process_args,
 )
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.polling import wait_until
@@ -150,32 +146,12 @@ async def agent_in_cgroup(
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, MemoryCgroup, str, list[str]]]:
     """The agent's process with its default limits in a fresh memory cgroup of `limit` bytes:
     (process, cgroup, its target, its log lines so far)."""
-    api = admin_client(cluster)
-    try:
-        with contextlib.suppress(k8s.ApiException):
-            k8s.CoreV1Api(api).create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=NODE)))
-        token = pod_bound_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME, NODE)
-    finally:
-        api.close()
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "agent.kubeconfig", token=token)
-    host = healthy_host(tmp_path / "host")
-    port = free_port(AGENT_ADDRESS)
+    args, port = agent_process_args(cluster, pki, flintlockd.target, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PEX") and k != "PYTHONPATH"}
     argv = [
         sys.executable,
         str(AGENT_PEX),
-        f"--host-node={NODE}",
-        f"--address={AGENT_ADDRESS}",
-        f"--port={port}",
-        f"--flintlockd={flintlockd.target}",
-        *(f"--{key.replace('_', '-')}={path}" for key, path in pki.files.items()),
-        f"--kubeconfig={kubeconfig}",
-        f"--not-ready-dir={host.not_ready_dir}",
-        f"--kvm-device={host.kvm_device}",
-        f"--kvm-sysfs-dir={host.kvm_sysfs_dir}",
-        f"--sys-block-dir={host.sys_block_dir}",
-        f"--guard-namespace={AGENT_NAMESPACE}",
-        "--log-format=json",
+        *args,
         # One Holder here stands for every Holder on the Host: the memory bound must hold when
         # all `--max-streams` run, however many Holders share them, so the per-Holder cap
         # (EA-123, a bound of its own) is lifted above the total.

@@ -15,7 +15,6 @@ bundle ConfigMap publishes for an Exec Agent.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,8 +27,8 @@ from batteryop.api import names
 from batteryop.client import ExecError, ExecUnavailableError
 from batteryop.client._exec import ExecRequest
 from batteryop.client._transport import EXEC_METHOD, GrpcExecTransport
-from batteryop.exec_agent.certs import EXEC_SERVING, FLINTLOCKD_SERVING, AgentCertificates
-from batteryop.testing.csr_approver_env import TRUST_DOMAIN, Cluster, running
+from batteryop.exec_agent.certs import EXEC_SERVING, FLINTLOCKD_SERVING
+from batteryop.testing.csr_approver_env import Cluster, agent_certificates, running
 
 ADDRESS = "127.0.0.63"
 OPEN_TIMEOUT = 5.0
@@ -86,19 +85,7 @@ async def test_flintlockds_serving_key_cannot_pass_as_the_exec_agent(
     c = csr_cluster
     node = await c.node("host-s", ADDRESS)
     cert_dir = tmp_path / "flintlockd"
-    async with running(c), c.client_as(node) as kube:
-        agent = AgentCertificates(
-            kube,
-            node=node,
-            trust_domain=TRUST_DOMAIN,
-            address=ADDRESS,
-            namespace=c.namespace,
-            cert_dir=cert_dir,
-        )
-        try:
-            await asyncio.wait_for(agent.start(), 60)
-        finally:
-            await agent.aclose()
+    async with running(c), agent_certificates(c, node, ADDRESS, cert_dir) as agent:
         current = agent.current
         bundle = agent.ca_bundle
 

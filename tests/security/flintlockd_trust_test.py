@@ -16,9 +16,6 @@ cluster-signed client certificate instead: the CSR approver denies `flintlockd-c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -29,10 +26,10 @@ from google.protobuf import empty_pb2
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from batteryop.api import names
 from batteryop.api.conditions import CSRCondition, CSRReason
-from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
+    agent_certificates,
     condition,
     decided,
     running,
@@ -44,27 +41,6 @@ from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 ADDRESS_A = "127.0.0.61"
 ADDRESS_B = "127.0.0.62"
 HANDSHAKE_SECONDS = 10.0
-
-
-@contextlib.asynccontextmanager
-async def host_agent(
-    c: Cluster, node: str, address: str, cert_dir: Path
-) -> AsyncIterator[AgentCertificates]:
-    """The agent's certificates on `node`, as the agent obtains them at start."""
-    async with c.client_as(node) as kube:
-        agent = AgentCertificates(
-            kube,
-            node=node,
-            trust_domain=TRUST_DOMAIN,
-            address=address,
-            namespace=c.namespace,
-            cert_dir=cert_dir,
-        )
-        try:
-            await asyncio.wait_for(agent.start(), 60)
-            yield agent
-        finally:
-            await agent.aclose()
 
 
 def flintlockd_files(cert_dir: Path) -> TLSFiles:
@@ -109,8 +85,8 @@ async def test_an_agents_credential_opens_its_own_hosts_flintlockd_only(
     dir_a, dir_b = tmp_path / "host-a", tmp_path / "host-b"
     async with (
         running(c),
-        host_agent(c, node_a, ADDRESS_A, dir_a) as agent_a,
-        host_agent(c, node_b, ADDRESS_B, dir_b) as agent_b,
+        agent_certificates(c, node_a, ADDRESS_A, dir_a) as agent_a,
+        agent_certificates(c, node_b, ADDRESS_B, dir_b) as agent_b,
         FakeFlintlockd.start(address=ADDRESS_A, tls=flintlockd_files(dir_a)) as fl_a,
         FakeFlintlockd.start(address=ADDRESS_B, tls=flintlockd_files(dir_b)) as fl_b,
     ):

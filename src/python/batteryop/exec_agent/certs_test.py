@@ -50,6 +50,8 @@ from batteryop.obs.supervisor import Supervisor
 from batteryop.testing.csr_approver_env import (
     TRUST_DOMAIN,
     Cluster,
+    agent_certificates,
+    new_agent_certificates,
     running,
     tls_secret,
 )
@@ -220,15 +222,7 @@ def test_a_renewal_installed_while_grpc_fetches_the_serving_config_is_not_lost(
 def _agent_certs(
     c: Cluster, kube: KubeClient, node: str, cert_dir: Path, **kw: object
 ) -> AgentCertificates:
-    return AgentCertificates(
-        kube,
-        node=node,
-        trust_domain=TRUST_DOMAIN,
-        address=ADDRESS,
-        namespace=c.namespace,
-        cert_dir=cert_dir,
-        **kw,  # type: ignore[arg-type]
-    )
+    return new_agent_certificates(c, kube, node, ADDRESS, cert_dir, **kw)
 
 
 async def _requests_for(c: Cluster, node: str) -> list[dict[str, Any]]:
@@ -271,14 +265,9 @@ async def test_agent_obtains_its_serving_certificates_by_csr_and_signs_its_clien
     c = csr_cluster
     node = await c.node("certs", ADDRESS)
     cert_dir = tmp_path / "flintlockd"
-    async with running(c), c.client_as(node) as kube:
-        agent = _agent_certs(c, kube, node, cert_dir)
-        try:
-            await asyncio.wait_for(agent.start(), 60)
-            bundle = agent.ca_bundle
-            current = agent.current
-        finally:
-            await agent.aclose()
+    async with running(c), agent_certificates(c, node, ADDRESS, cert_dir) as agent:
+        bundle = agent.ca_bundle
+        current = agent.current
 
     requests = await _requests_for(c, node)
     assert sorted(str(o["spec"]["signerName"]) for o in requests) == sorted(

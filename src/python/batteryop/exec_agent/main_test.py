@@ -36,6 +36,7 @@ from batteryop.testing.exec_agent import (
     NODE,
     Holders,
     Pki,
+    agent_process_args,
     healthy_host,
     joined,
     run_exec,
@@ -108,30 +109,7 @@ async def agent_process(argv: list[str]) -> AsyncIterator[AgentProcess]:
 async def test_the_agent_process_serves_execs_reports_its_node_and_stops_cleanly(
     cluster: ControlPlane, pki: Pki, flintlockd: FakeFlintlockd, holders: Holders, tmp_path: Path
 ) -> None:
-    api = admin_client(cluster)
-    try:
-        with contextlib.suppress(k8s.ApiException):
-            k8s.CoreV1Api(api).create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=NODE)))
-        token = pod_bound_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME, NODE)
-    finally:
-        api.close()
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "agent.kubeconfig", token=token)
-    host = healthy_host(tmp_path / "host")
-    port = free_port(AGENT_ADDRESS)
-    argv = [
-        f"--host-node={NODE}",
-        f"--address={AGENT_ADDRESS}",
-        f"--port={port}",
-        f"--flintlockd={flintlockd.target}",
-        *(f"--{key.replace('_', '-')}={path}" for key, path in pki.files.items()),
-        f"--kubeconfig={kubeconfig}",
-        f"--not-ready-dir={host.not_ready_dir}",
-        f"--kvm-device={host.kvm_device}",
-        f"--kvm-sysfs-dir={host.kvm_sysfs_dir}",
-        f"--sys-block-dir={host.sys_block_dir}",
-        f"--guard-namespace={AGENT_NAMESPACE}",
-        "--log-format=json",
-    ]
+    argv, port = agent_process_args(cluster, pki, flintlockd.target, tmp_path)
     holding = await holders.hold()
     async with agent_process(argv) as agent:
         await agent.logged("Exec API listening")

@@ -4,7 +4,8 @@
 RBAC to create and read CSRs (as the Manifests will give it: EA-067), the three CA Secrets in the
 `kubernetes.io/tls` layout, and Nodes with InternalIP addresses. The approver runs in this
 process (`running` starts it; it acts as the admin unless given other credentials) or as its pex
-(`ApproverProcess`).
+(`ApproverProcess`). `agent_certificates` obtains the Exec Agent's certificates by CSR, as the
+agent does at start, for the tests of what they open and what they do not.
 
 How a request gets the Exec Agent's identity and its Node: `agent_client(node)` creates a Pod of
 the Exec Agent's ServiceAccount on that Node and asks TokenRequest for a token bound to the Pod.
@@ -38,6 +39,7 @@ from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.csr_approver.controller import KOPF_STOP_SECONDS, Approver
 from batteryop.csr_approver.metrics import ApproverMetrics
+from batteryop.exec_agent.certs import AgentCertificates
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import (
@@ -401,6 +403,38 @@ async def running(
             # The approver gives kopf up to KOPF_STOP_SECONDS to wind down, then stops its other
             # tasks: a bound no longer than that one failed under load (CI, 2026-12-06).
             await asyncio.wait_for(task, KOPF_STOP_SECONDS + STOP_MARGIN_SECONDS)
+
+
+def new_agent_certificates(
+    c: Cluster, kube: KubeClient, node: str, address: str, cert_dir: Path, **options: Any
+) -> AgentCertificates:
+    """The Exec Agent's certificates on `node` in `c`'s namespace and trust domain, not started,
+    requested through `kube`; `options` as AgentCertificates takes them."""
+    return AgentCertificates(
+        kube,
+        node=node,
+        trust_domain=TRUST_DOMAIN,
+        address=address,
+        namespace=c.namespace,
+        cert_dir=cert_dir,
+        **options,
+    )
+
+
+@contextlib.asynccontextmanager
+async def agent_certificates(
+    c: Cluster, node: str, address: str, cert_dir: Path
+) -> AsyncIterator[AgentCertificates]:
+    """The Exec Agent's certificates on `node` (its address `address`, flintlockd's files in
+    `cert_dir`), obtained by CSR as the agent's own identity on that Node, as the agent does at
+    start; the approver must be running. Closed when the block ends."""
+    async with c.client_as(node) as kube:
+        agent = new_agent_certificates(c, kube, node, address, cert_dir)
+        try:
+            await asyncio.wait_for(agent.start(), 60)
+            yield agent
+        finally:
+            await agent.aclose()
 
 
 # -- the approver as its own process ------------------------------------------------------------

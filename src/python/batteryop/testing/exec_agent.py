@@ -58,8 +58,10 @@ from batteryop.testing.controlplane import (
     admin_client,
     ensure_service_account,
     install_crd,
+    pod_bound_token,
     request_token,
 )
+from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import FakeFlintlockd, TLSFiles
 from batteryop.testing.fake_flintlock.testkit import make_spec
 from batteryop.testing.processes import module_command
@@ -421,6 +423,40 @@ def healthy_host(root: Path) -> HostPaths:
         thin_pool="flintlock-thinpool",
         sys_block_dir=root / "sys/block",
     )
+
+
+def agent_process_args(
+    cluster: ControlPlane, pki: Pki, flintlockd_target: str, root: Path
+) -> tuple[list[str], int]:
+    """The flags of an Exec Agent process on NODE, as its DaemonSet passes them, and the port
+    it will listen on (AGENT_ADDRESS): a kubeconfig with a Pod-bound token (the Node made if
+    missing), the PKI's files, a healthy Host under `root`, the drain guard in AGENT_NAMESPACE,
+    JSON logs."""
+    api = admin_client(cluster)
+    try:
+        with contextlib.suppress(k8s.ApiException):
+            k8s.CoreV1Api(api).create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=NODE)))
+        token = pod_bound_token(api, AGENT_NAMESPACE, names.EXEC_AGENT_NAME, NODE)
+    finally:
+        api.close()
+    kubeconfig = cluster.write_kubeconfig(root / "agent.kubeconfig", token=token)
+    host = healthy_host(root / "host")
+    port = free_port(AGENT_ADDRESS)
+    argv = [
+        f"--host-node={NODE}",
+        f"--address={AGENT_ADDRESS}",
+        f"--port={port}",
+        f"--flintlockd={flintlockd_target}",
+        *(f"--{key.replace('_', '-')}={path}" for key, path in pki.files.items()),
+        f"--kubeconfig={kubeconfig}",
+        f"--not-ready-dir={host.not_ready_dir}",
+        f"--kvm-device={host.kvm_device}",
+        f"--kvm-sysfs-dir={host.kvm_sysfs_dir}",
+        f"--sys-block-dir={host.sys_block_dir}",
+        f"--guard-namespace={AGENT_NAMESPACE}",
+        "--log-format=json",
+    ]
+    return argv, port
 
 
 # --- calling the agent ---------------------------------------------------------------------------

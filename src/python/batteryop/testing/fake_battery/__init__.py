@@ -18,14 +18,17 @@ reads poolmgrd's v0.4.0 config file (`-config`) or `--host` flags, keeps its sta
 inspection.
 
 Deliberate differences from poolmgrd v0.4.0 (TD-005; also docs/dev/fake-battery.md):
-- With `-db PATH` (`db=`) the state (Pools, VMs, Leases, the event outbox and its next id,
-  Host rows with their cordon state) is kept in one file of our own format (`db.py`), not
-  SQLite, replaced atomically (fsync, rename) before any answer that follows a change leaves,
-  with writes coalesced (`Store.commit`); it survives a killed process (BA-060). A file of
-  another format or version is refused at start; there are no migrations (no BA-109).
-  Without `-db` the state lives in memory and survives only `restart()` (poolmgrd would
-  default to `./poolmgr.db`). Hosts in the file but not in the config are dropped at start
-  unless `host_api` is on.
+- With `-db PATH` (`db=`) the state (Pools, VMs, Leases, the event outbox, Host rows with
+  their cordon state) is kept in SQLite as poolmgrd keeps it, in its tables and columns, but
+  for `pools`, which keeps each spec whole as protobuf JSON (`db.py`); the schema version is in
+  `user_version` and the file is marked as the fake's by `application_id`. Changes are written
+  in one transaction before any answer that follows them leaves, with writes coalesced
+  (`Store.commit`); they survive a killed process (BA-060). A file of the fake's old format of
+  its own is migrated in place on first open (`db_legacy.py`); a foreign database, a newer
+  schema or a corrupt file is refused at start. poolmgrd's own migrations from v0.3.3 are not
+  reproduced (no BA-109). Without `-db` the state lives in memory and survives only
+  `restart()` (poolmgrd would default to `./poolmgr.db`). Hosts in the file but not in the
+  config are dropped at start unless `host_api` is on.
 - Provisioning polls GetMicroVM and waits for the guest agent every 50 ms of real time
   (poolmgrd: 2 s and 1 s); the 60 s / 30 s / 5 s caps are the same, in real time. Only
   timestamps, the sweep, the warning window and the reconcilers' tick use the injectable clock.

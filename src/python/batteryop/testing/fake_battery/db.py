@@ -1,22 +1,24 @@
-"""The fake battery's database file: what survives a restart of its process (BA-060, `-db`).
+"""The fake battery's database: what survives a restart of its process (BA-060, `-db`).
 
 poolmgrd keeps its Pools, VMs, Leases, event outbox and Host rows in SQLite, the file `-db`
-names. The fake keeps the same state in one file of its own format, replaced whole and atomically
-after each change (temporary file, fsync, rename; `Store.commit` says when). Host connections
-are not stored: Hosts come from the config; only their rows (address, TLS, cordon state) are,
-as poolmgrd's `hosts` table keeps them. Placements are not stored: poolmgrd clears them at start.
+names (battery-api.md §6); so does the fake, through Python's `sqlite3`, in tables and columns
+named as poolmgrd's: `vms`, `leases`, `events` (`id` an AUTOINCREMENT, the outbox's numbering),
+`hosts` (with main's four TLS columns), times in Unix nanoseconds, `phase` and `type` as their
+enum numbers, so the read-only query battery-api.md suggests for orphans works on both. One
+difference: `pools` keeps each spec whole, as protobuf JSON in `spec`, where poolmgrd spreads it
+over columns. Host connections and placements are not stored (poolmgrd clears placements at
+start).
 
-Format, version 1 (`FORMAT_VERSION`):
+As poolmgrd: one connection, WAL journal, `PRAGMA user_version` holding the schema version,
+`MIGRATIONS[i]` taking version i to i+1 in one transaction with its bump, and a database newer
+than this code refused. Ours only: `PRAGMA application_id` marks the file as the fake's (a
+foreign database is refused rather than read), and a file in the fake's old format of its own
+(`db_legacy.py`) is migrated in place on first open: a complete new database is written beside
+it and renamed over it, so a failed migration leaves the old file.
 
-    batteryop-fake-battery-db 1
-    {"next_event_id": 8, "pools": [...], "vms": [...], "leases": [...], "hosts": [...]}
-    {"id": "1", "pool_namespace": "ns", ...}      one line per outbox event, in id order
-
-Pools, Hosts and events are protobuf messages in protobuf's JSON mapping (`PoolSpec`, `Host`,
-`Event`), as poolmgrd stores its templates as protojson; VM and Lease rows are JSON objects with
-their timestamps in Unix nanoseconds, poolmgrd's column encoding. A file whose first line is not
-this header, or names another version, is refused with a `DatabaseError` naming the path: there
-are no migrations (TD-005).
+`save(store)` writes what changed since the last write, in one transaction (`Store.commit`
+says when: before any answer that follows a change leaves), with `synchronous=FULL`, so a
+committed change survives a killed process and the machine's crash alike.
 """
 
 from __future__ import annotations
@@ -24,45 +26,92 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf import json_format, timestamp_pb2
 
 from battery_protos.poolmgr.v1alpha1 import types_pb2
+from batteryop.testing.fake_battery import db_legacy
 from batteryop.testing.fake_battery.hosts import HostConnection
-from batteryop.testing.fake_battery.store import LeaseRow, Phase, PoolKey, VmRow
+from batteryop.testing.fake_battery.snapshot import DatabaseError, Snapshot
+from batteryop.testing.fake_battery.store import LeaseRow, Phase, PoolKey, Store, VmRow
 
-if TYPE_CHECKING:
-    from batteryop.testing.fake_battery.store import Store
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Database", "DatabaseError", "Snapshot"]
 
-MAGIC = "batteryop-fake-battery-db"
-FORMAT_VERSION = 1
+APPLICATION_ID = 0x62617466  # "batf"
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: the tables.
+    """
+    CREATE TABLE pools (namespace TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL,
+                        PRIMARY KEY (namespace, name));
+    CREATE TABLE vms (uid TEXT PRIMARY KEY, flintlock_id TEXT NOT NULL,
+                      pool_namespace TEXT NOT NULL, pool_name TEXT NOT NULL,
+                      flintlock_host TEXT NOT NULL, phase INTEGER NOT NULL, lease_id TEXT,
+                      created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+    CREATE INDEX idx_vms_pool_phase ON vms (pool_namespace, pool_name, phase);
+    CREATE TABLE leases (lease_id TEXT PRIMARY KEY, vm_uid TEXT NOT NULL,
+                         pool_namespace TEXT NOT NULL, pool_name TEXT NOT NULL,
+                         claimed_at INTEGER NOT NULL, last_heartbeat_at INTEGER NOT NULL,
+                         expires_at INTEGER NOT NULL, request_id TEXT);
+    CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, pool_namespace TEXT NOT NULL,
+                         pool_name TEXT NOT NULL, vm_uid TEXT NOT NULL, type INTEGER NOT NULL,
+                         created_at INTEGER NOT NULL, payload_json TEXT NOT NULL);
+    CREATE TABLE hosts (name TEXT PRIMARY KEY, address TEXT NOT NULL, cordoned INTEGER NOT NULL,
+                        cordoned_reason TEXT NOT NULL, cordoned_at INTEGER,
+                        updated_at INTEGER NOT NULL, tls_insecure INTEGER NOT NULL,
+                        ca_file TEXT NOT NULL, cert_file TEXT NOT NULL, key_file TEXT NOT NULL);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# Each table's columns, its key columns first (`KEYS` of them).
+COLUMNS = {
+    "pools": ("namespace", "name", "spec"),
+    "vms": (
+        "uid",
+        "flintlock_id",
+        "pool_namespace",
+        "pool_name",
+        "flintlock_host",
+        "phase",
+        "lease_id",
+        "created_at",
+        "updated_at",
+    ),
+    "leases": (
+        "lease_id",
+        "vm_uid",
+        "pool_namespace",
+        "pool_name",
+        "claimed_at",
+        "last_heartbeat_at",
+        "expires_at",
+        "request_id",
+    ),
+    "hosts": (
+        "name",
+        "address",
+        "cordoned",
+        "cordoned_reason",
+        "cordoned_at",
+        "updated_at",
+        "tls_insecure",
+        "ca_file",
+        "cert_file",
+        "key_file",
+    ),
+}
+KEYS = {"pools": 2, "vms": 1, "leases": 1, "hosts": 1}
+_EVENT_COLUMNS = ("id", "pool_namespace", "pool_name", "vm_uid", "type", "created_at")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-R = TypeVar("R")
 
-
-class DatabaseError(Exception):
-    """The database file cannot be read or written; the message names the path."""
-
-    def __init__(self, path: Path, detail: str) -> None:
-        super().__init__(f"database {path}: {detail}")
-        self.path = path
-
-
-@dataclass
-class Snapshot:
-    """The durable state read back from a database file."""
-
-    pools: dict[PoolKey, types_pb2.PoolSpec] = field(default_factory=dict)
-    vms: dict[str, VmRow] = field(default_factory=dict)
-    leases: dict[str, LeaseRow] = field(default_factory=dict)
-    events: list[types_pb2.Event] = field(default_factory=list)
-    next_event_id: int = 1
-    hosts: dict[str, types_pb2.Host] = field(default_factory=dict)
+Row = tuple[Any, ...]
+Rows = dict[str, dict[Row, Row]]
+"""Table -> key -> the row's column values."""
 
 
 def _ns(when: datetime) -> int:
@@ -70,97 +119,23 @@ def _ns(when: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
-def _time(value: object, what: str) -> datetime:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{what} must be an integer of Unix nanoseconds")
+def _time(value: object) -> datetime:
+    if not isinstance(value, int):
+        raise ValueError(f"a time must be an integer of Unix nanoseconds, not {value!r}")
     return _EPOCH + timedelta(microseconds=value // 1000)
 
 
-def _str(row: dict[str, Any], name: str) -> str:
-    value = row[name]
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
-    return value
+def _timestamp(value: object) -> timestamp_pb2.Timestamp:
+    _time(value)  # ValueError unless an integer
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(value))  # type: ignore[call-overload]
+    return ts
 
 
-def _msg(message: Any) -> dict[str, Any]:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-Cached = dict[str, tuple[tuple[Any, ...], str]]
-
-
-def _encoded(
-    cache: Cached,
-    rows: Iterable[tuple[str, R]],
-    changing: Callable[[R], tuple[Any, ...]],
-    encode: Callable[[R], dict[str, Any]],
-) -> Cached:
-    """Each row's JSON, in order: the cached text while its changing fields are the same."""
-    out: Cached = {}
-    for ident, row in rows:
-        fields = changing(row)
-        old = cache.get(ident)
-        out[ident] = old if old is not None and old[0] == fields else (fields, _dumps(encode(row)))
-    return out
-
-
-def _vm_json(vm: VmRow) -> dict[str, Any]:
-    return {
-        "uid": vm.uid,
-        "flintlock_id": vm.flintlock_id,
-        "pool_namespace": vm.pool[0],
-        "pool_name": vm.pool[1],
-        "host": vm.host,
-        "phase": Phase.Name(vm.phase),
-        "lease_id": vm.lease_id,
-        "created_at": _ns(vm.created_at),
-        "updated_at": _ns(vm.updated_at),
-    }
-
-
-def _vm_row(row: dict[str, Any]) -> VmRow:
-    lease_id = row["lease_id"]
-    if lease_id is not None and not isinstance(lease_id, str):
-        raise ValueError("lease_id must be a string or null")
-    return VmRow(
-        uid=_str(row, "uid"),
-        flintlock_id=_str(row, "flintlock_id"),
-        pool=(_str(row, "pool_namespace"), _str(row, "pool_name")),
-        host=_str(row, "host"),
-        phase=Phase.Value(_str(row, "phase")),
-        lease_id=lease_id,
-        created_at=_time(row["created_at"], "created_at"),
-        updated_at=_time(row["updated_at"], "updated_at"),
-    )
-
-
-def _lease_json(lease: LeaseRow) -> dict[str, Any]:
-    return {
-        "lease_id": lease.lease_id,
-        "vm_uid": lease.vm_uid,
-        "pool_namespace": lease.pool[0],
-        "pool_name": lease.pool[1],
-        "claimed_at": _ns(lease.claimed_at),
-        "last_heartbeat_at": _ns(lease.last_heartbeat_at),
-        "expires_at": _ns(lease.expires_at),
-        "request_id": lease.request_id,
-    }
-
-
-def _lease_row(row: dict[str, Any]) -> LeaseRow:
-    return LeaseRow(
-        lease_id=_str(row, "lease_id"),
-        vm_uid=_str(row, "vm_uid"),
-        pool=(_str(row, "pool_namespace"), _str(row, "pool_name")),
-        claimed_at=_time(row["claimed_at"], "claimed_at"),
-        last_heartbeat_at=_time(row["last_heartbeat_at"], "last_heartbeat_at"),
-        expires_at=_time(row["expires_at"], "expires_at"),
-        request_id=_str(row, "request_id"),
+def _json(message: Any) -> str:
+    return json.dumps(
+        json_format.MessageToDict(message, preserving_proto_field_name=True),
+        separators=(",", ":"),
     )
 
 
@@ -185,154 +160,271 @@ def host_row(conn: HostConnection) -> types_pb2.Host:
     return host
 
 
+def _vm_values(vm: VmRow) -> Row:
+    times = (_ns(vm.created_at), _ns(vm.updated_at))
+    return (vm.uid, vm.flintlock_id, *vm.pool, vm.host, int(vm.phase), vm.lease_id, *times)
+
+
+def _lease_values(lease: LeaseRow) -> Row:
+    times = (_ns(lease.claimed_at), _ns(lease.last_heartbeat_at), _ns(lease.expires_at))
+    return (lease.lease_id, lease.vm_uid, *lease.pool, *times, lease.request_id or None)
+
+
+def _host_values(host: types_pb2.Host) -> Row:
+    cordoned_at = host.cordoned_at.ToNanoseconds() if host.HasField("cordoned_at") else None
+    tls = host.tls
+    cordon = (int(host.cordoned), host.cordoned_reason, cordoned_at)
+    files = (tls.ca_file, tls.cert_file, tls.key_file)
+    updated = host.updated_at.ToNanoseconds()
+    return (host.name, host.address, *cordon, updated, int(tls.insecure), *files)
+
+
+def _event_values(event: types_pb2.Event) -> Row:
+    pool = (event.pool_namespace, event.pool_name)
+    created = event.created_at.ToNanoseconds()
+    return (event.id, *pool, event.vm_uid, int(event.type), created, event.payload_json)
+
+
+def _keyed(table: str, rows: Iterator[Row]) -> dict[Row, Row]:
+    return {row[: KEYS[table]]: row for row in rows}
+
+
+def _snapshot_rows(snapshot: Snapshot) -> Rows:
+    return {
+        "pools": _keyed("pools", ((*k, _json(s)) for k, s in snapshot.pools.items())),
+        "vms": _keyed("vms", (_vm_values(vm) for vm in snapshot.vms.values())),
+        "leases": _keyed("leases", (_lease_values(x) for x in snapshot.leases.values())),
+        "hosts": _keyed("hosts", (_host_values(h) for h in snapshot.hosts.values())),
+    }
+
+
+def _read(conn: sqlite3.Connection) -> tuple[Snapshot, Rows]:
+    """The database's state, and its rows as `save` compares them (ValueError: corrupt)."""
+    rows: Rows = {
+        table: _keyed(table, iter(conn.execute(f"SELECT {', '.join(cols)} FROM {table}")))
+        for table, cols in COLUMNS.items()
+    }
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    snapshot = Snapshot(next_event_id=(seq[0] if seq else 0) + 1)
+    for namespace, name, spec in rows["pools"].values():
+        snapshot.pools[(namespace, name)] = json_format.Parse(spec, types_pb2.PoolSpec())
+    for uid, fl_id, ns, pool, host, phase, lease_id, created, updated in rows["vms"].values():
+        Phase.Name(phase)  # ValueError for a phase poolmgrd does not have
+        row = VmRow(uid, fl_id, (ns, pool), host, phase, lease_id, _time(created), _time(updated))
+        snapshot.vms[uid] = row
+    for lease_id, vm_uid, ns, pool, claimed, beat, expires, request in rows["leases"].values():
+        times = (_time(claimed), _time(beat), _time(expires))
+        snapshot.leases[lease_id] = LeaseRow(lease_id, vm_uid, (ns, pool), *times, request or "")
+    for name, address, cordoned, reason, cordoned_at, updated, *tls in rows["hosts"].values():
+        host = types_pb2.Host(name=name, address=address, cordoned=bool(cordoned))
+        host.cordoned_reason = reason
+        host.updated_at.CopyFrom(_timestamp(updated))
+        if cordoned_at is not None:
+            host.cordoned_at.CopyFrom(_timestamp(cordoned_at))
+        insecure, ca_file, cert_file, key_file = tls
+        host.tls.CopyFrom(types_pb2.HostTLS(insecure=bool(insecure), ca_file=ca_file))
+        host.tls.cert_file, host.tls.key_file = cert_file, key_file
+        snapshot.hosts[name] = host
+    query = f"SELECT {', '.join(_EVENT_COLUMNS)} FROM events ORDER BY id"
+    for event_id, ns, pool, vm_uid, kind, created in conn.execute(query):
+        types_pb2.EventType.Name(kind)
+        event = types_pb2.Event(id=event_id, pool_namespace=ns, pool_name=pool, vm_uid=vm_uid)
+        event.type = kind
+        event.created_at.CopyFrom(_timestamp(created))
+        snapshot.events.append(event)
+    return snapshot, rows
+
+
 class Database:
-    """One database file: `load()` it at start, `save(store)` after changes."""
+    """One database file: `load()` it at start, `save(store)` after changes, `close()` at exit."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        # Outbox events never change once recorded: each is encoded once (the outbox is never
-        # pruned, so re-encoding it on every write would grow without bound).
+        self._conn: sqlite3.Connection | None = None
+        # What the database holds, as written or read: `save` writes only rows that differ.
+        self._written: Rows = {table: {} for table in COLUMNS}
         self._events: list[types_pb2.Event] | None = None
-        self._event_lines: list[str] = []
+        self._events_written = 0
+        self._next_event_id = 1
         # Pool specs are replaced, never changed in place: one encoding per spec object.
-        self._pools: dict[PoolKey, tuple[types_pb2.PoolSpec, str]] = {}
-        # Rows are encoded again only when a field that changes has changed (a VM's phase, Lease
-        # and update time; a Lease's heartbeat and expiry; a Host's row): most writes change
-        # one or two rows of hundreds.
-        self._vms: Cached = {}
-        self._leases: Cached = {}
-        self._hosts: Cached = {}
+        self._specs: dict[PoolKey, tuple[types_pb2.PoolSpec, str]] = {}
 
-    def encode(self, store: Store) -> bytes:
-        """The file's bytes for the store's durable state."""
-        if store.events is not self._events or len(self._event_lines) > len(store.events):
-            self._events = store.events
-            self._event_lines = []
-        for event in store.events[len(self._event_lines) :]:
-            self._event_lines.append(_dumps(_msg(event)))
-        old_pools, self._pools = self._pools, {}
-        pool_rows = []
-        for key, spec in store.pools.items():
-            cached = old_pools.get(key)
-            if cached is None or cached[0] is not spec:
-                cached = (spec, _dumps(_msg(spec)))
-            self._pools[key] = cached
-            pool_rows.append(cached[1])
-        vms = _encoded(
-            self._vms,
-            store.vms.items(),
-            lambda vm: (vm.phase, vm.lease_id, vm.updated_at, vm.host, vm.pool),
-            _vm_json,
-        )
-        leases = _encoded(
-            self._leases,
-            store.leases.items(),
-            lambda lease: (lease.last_heartbeat_at, lease.expires_at, lease.vm_uid),
-            _lease_json,
-        )
-        hosts = _encoded(
-            self._hosts,
-            store.hosts.items(),
-            lambda c: (c.config, c.cordoned, c.cordoned_reason, c.cordoned_at, c.updated_at),
-            lambda c: _msg(host_row(c)),
-        )
-        self._vms, self._leases, self._hosts = vms, leases, hosts
-        state = (
-            f'{{"next_event_id":{int(store.next_event_id)},'
-            f'"pools":[{",".join(pool_rows)}],'
-            f'"vms":[{",".join(text for _, text in vms.values())}],'
-            f'"leases":[{",".join(text for _, text in leases.values())}],'
-            f'"hosts":[{",".join(text for _, text in hosts.values())}]}}'
-        )
-        lines = [f"{MAGIC} {FORMAT_VERSION}", state]
-        lines += self._event_lines
-        return ("\n".join(lines) + "\n").encode()
+    # -- opening: the schema and its migrations -------------------------------------------
 
-    def decode(self, data: bytes) -> Snapshot:
-        """The state in data; DatabaseError (naming the path) when it is not a version-1 file."""
-        head, _, rest = data.partition(b"\n")
-        magic, _, version = head.decode(errors="replace").partition(" ")
-        if magic != MAGIC:
-            raise DatabaseError(
-                self.path, f"not a fake battery database (its first line is {head[:40]!r})"
-            )
-        if version != str(FORMAT_VERSION):
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                self._migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
+        except sqlite3.Error as err:
+            raise DatabaseError(self.path, f"{type(err).__name__}: {err}") from err
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring conn's schema to SCHEMA_VERSION (DatabaseError for one not ours or newer)."""
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as err:
+            raise DatabaseError(self.path, f"not a fake battery database ({err})") from err
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app != APPLICATION_ID and (version or tables):
+            raise DatabaseError(self.path, "not a fake battery database (another application's)")
+        if version > SCHEMA_VERSION:
             raise DatabaseError(
                 self.path,
-                f"format version {version!r}, this fake battery reads version {FORMAT_VERSION} "
-                "only (no migrations)",
+                f"schema version {version} is newer than this fake battery supports "
+                f"({SCHEMA_VERSION})",
             )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        for step in range(version, SCHEMA_VERSION):
+            conn.executescript(
+                f"BEGIN IMMEDIATE; {MIGRATIONS[step]}; PRAGMA application_id={APPLICATION_ID};"
+                f" PRAGMA user_version={step + 1}; COMMIT;"
+            )
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._migrate_legacy()
+            self._conn = self._connect(self.path)
+        return self._conn
+
+    def _migrate_legacy(self) -> None:
+        """A file in the old format of our own becomes a database of the same state."""
         try:
-            text = rest.decode()
-            state_line, *event_lines = text.splitlines()
-            state = json.loads(state_line)
-            snapshot = Snapshot(next_event_id=int(state["next_event_id"]))
-            for raw in state["pools"]:
-                spec = json_format.ParseDict(raw, types_pb2.PoolSpec())
-                snapshot.pools[(spec.namespace, spec.name)] = spec
-            for raw in state["vms"]:
-                vm = _vm_row(raw)
-                snapshot.vms[vm.uid] = vm
-            for raw in state["leases"]:
-                lease = _lease_row(raw)
-                snapshot.leases[lease.lease_id] = lease
-            for raw in state["hosts"]:
-                host = json_format.ParseDict(raw, types_pb2.Host())
-                snapshot.hosts[host.name] = host
-            for line in event_lines:
-                snapshot.events.append(json_format.Parse(line, types_pb2.Event()))
-        except (ValueError, KeyError, TypeError, json_format.ParseError) as err:
-            # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
-            raise DatabaseError(self.path, f"corrupt: {type(err).__name__}: {err}") from err
-        if snapshot.events and snapshot.events[-1].id >= snapshot.next_event_id:
-            raise DatabaseError(self.path, "corrupt: next_event_id is not above the last event's")
-        return snapshot
+            with self.path.open("rb") as file:
+                if not db_legacy.is_legacy(file.read(64)):
+                    return
+            snapshot = db_legacy.read(self.path, self.path.read_bytes())
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise DatabaseError(self.path, err.strerror or str(err)) from err
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.migrating")
+        tmp.unlink(missing_ok=True)
+        try:
+            with contextlib.closing(self._connect(tmp)) as conn:
+                with self._transaction(conn):
+                    self._write(conn, {}, _snapshot_rows(snapshot), snapshot.events, 0)
+                    self._write_sequence(conn, snapshot.next_event_id)
+                conn.execute("PRAGMA journal_mode=DELETE")  # one file to rename
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _transaction(self, conn: sqlite3.Connection) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- reading and writing --------------------------------------------------------------
 
     def load(self) -> Snapshot | None:
-        """The stored state, or None when there is no file yet (a fresh database)."""
+        """The stored state, or None when there is no database yet (a fresh one is made)."""
+        self.close()
+        fresh = not self.path.exists()
+        conn = self._connection()
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            raise DatabaseError(self.path, err.strerror or str(err)) from err
-        snapshot = self.decode(data)
-        self._events = None
-        self._pools, self._vms, self._leases, self._hosts = {}, {}, {}, {}
-        return snapshot
+            snapshot, rows = _read(conn)
+        except (sqlite3.Error, ValueError, TypeError, json_format.ParseError) as err:
+            self.close()
+            raise DatabaseError(self.path, f"corrupt: {type(err).__name__}: {err}") from err
+        self._written = rows
+        self._events = snapshot.events
+        self._events_written = len(snapshot.events)
+        self._next_event_id = snapshot.next_event_id
+        self._specs = {}
+        return None if fresh else snapshot
 
     def save(self, store: Store) -> None:
-        """Replace the file with the store's durable state, atomically and durably.
-
-        As `batteryop.tls.write_atomic` does (temporary file in the same folder, fsync, rename),
-        written out here because importing `batteryop.tls` would put `cryptography` into the
-        fake battery's pex for ten lines."""
-        self._replace(self.encode(store))
-
-    def _replace(self, data: bytes) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        """Write what changed in the store's durable state, in one transaction."""
+        rows: Rows = {
+            "pools": _keyed("pools", ((*k, self._spec_json(k, s)) for k, s in store.pools.items())),
+            "vms": _keyed("vms", (_vm_values(vm) for vm in store.vms.values())),
+            "leases": _keyed("leases", (_lease_values(x) for x in store.leases.values())),
+            "hosts": _keyed("hosts", (_host_values(host_row(c)) for c in store.hosts.values())),
+        }
+        self._specs = {key: self._specs[key] for key in store.pools}
+        full = store.events is not self._events  # another store than the one last written
+        written = 0 if full else self._events_written
+        conn = self._connection()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise DatabaseError(self.path, f"write: {err.strerror or err}") from err
+            with self._transaction(conn):
+                if full:
+                    for table in COLUMNS:
+                        conn.execute(f"DELETE FROM {table}")
+                self._write(conn, {} if full else self._written, rows, store.events, written)
+                if full or store.next_event_id != self._next_event_id:
+                    self._write_sequence(conn, store.next_event_id)
+        except sqlite3.Error as err:
+            raise DatabaseError(self.path, f"write: {type(err).__name__}: {err}") from err
+        self._written = rows
+        self._events, self._events_written = store.events, len(store.events)
+        self._next_event_id = store.next_event_id
+
+    def _spec_json(self, key: PoolKey, spec: types_pb2.PoolSpec) -> str:
+        cached = self._specs.get(key)
+        if cached is None or cached[0] is not spec:
+            cached = self._specs[key] = (spec, _json(spec))
+        return cached[1]
+
+    @staticmethod
+    def _write(
+        conn: sqlite3.Connection,
+        before: Rows,
+        rows: Rows,
+        events: list[types_pb2.Event],
+        written: int,
+    ) -> None:
+        """Make the tables hold rows where they held before, and the outbox events."""
+        for table, current in rows.items():
+            old = before.get(table, {})
+            keys = COLUMNS[table][: KEYS[table]]
+            gone = [key for key in old if key not in current]
+            where = " AND ".join(f"{col} = ?" for col in keys)
+            conn.executemany(f"DELETE FROM {table} WHERE {where}", gone)
+            changed = [row for key, row in current.items() if old.get(key) != row]
+            marks = ", ".join("?" * len(COLUMNS[table]))
+            conn.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", changed)
+        if written == 0:
+            conn.execute("DELETE FROM events")
+        conn.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [_event_values(event) for event in events[written:]],
+        )
+
+    @staticmethod
+    def _write_sequence(conn: sqlite3.Connection, next_event_id: int) -> None:
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'events'")
+        conn.execute(
+            "INSERT INTO sqlite_sequence (name, seq) VALUES ('events', ?)", (next_event_id - 1,)
+        )
 
     def forget_hosts(self) -> None:
-        """Empty the file's Host rows and keep the rest (Pools, VMs, Leases, events): a battery
-        that lost its `hosts` table, for tests of what puts the Hosts back (TD-006). Run it
-        while no fake battery uses the file; DatabaseError for a file it cannot read."""
+        """Empty the database's Host rows and keep the rest (Pools, VMs, Leases, events): a
+        battery that lost its `hosts` table, for tests of what puts the Hosts back (TD-006).
+        Run it while no fake battery uses the file; DatabaseError for a file it cannot read."""
+        if not self.path.exists():
+            raise DatabaseError(self.path, "no such file")
         try:
-            data = self.path.read_bytes()
-        except OSError as err:
-            raise DatabaseError(self.path, err.strerror or str(err)) from err
-        self.decode(data)  # a version-1 file, or DatabaseError
-        head, state_line, rest = data.decode().split("\n", 2)
-        state = json.loads(state_line)
-        state["hosts"] = []
-        self._replace("\n".join([head, _dumps(state), rest]).encode())
+            conn = self._connection()
+            with self._transaction(conn):
+                conn.execute("DELETE FROM hosts")
+        except sqlite3.Error as err:
+            raise DatabaseError(self.path, f"write: {type(err).__name__}: {err}") from err
+        finally:
+            self.close()

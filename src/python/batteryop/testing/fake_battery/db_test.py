@@ -1,16 +1,20 @@
-"""Tests of the fake battery's database file (BA-060, TD-005): round trip, refusals, commits."""
+"""Tests of the fake battery's database (BA-060, TD-005): round trip, refusals, migrations,
+commits."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 
 from battery_protos.poolmgr.v1alpha1 import types_pb2
-from batteryop.testing.fake_battery.db import Database, DatabaseError
+from batteryop.testing.fake_battery.db import SCHEMA_VERSION, Database, DatabaseError, host_row
 from batteryop.testing.fake_battery.hosts import HostConfig, HostConnection, HostTLSConfig
 from batteryop.testing.fake_battery.store import (
     BACKGROUND_WRITE_DELAY,
@@ -114,7 +118,27 @@ def test_a_missing_file_is_a_fresh_database_and_saves_replace_the_file(tmp_path:
     assert got is not None
     assert (got.leases, sorted(got.pools)) == ({}, [("ns", "p")])
     assert got.events == store.events
+    db.close()
     assert [p.name for p in tmp_path.iterdir()] == ["poolmgr.db"]  # no temporary file left
+
+
+@pytest.mark.req("BA-060")
+def test_a_save_writes_only_what_changed_and_a_new_store_whole(tmp_path: Path) -> None:
+    db = Database(tmp_path / "poolmgr.db")
+    store = _store()
+    db.save(store)
+    statements: list[str] = []
+    assert db._conn is not None
+    db._conn.set_trace_callback(statements.append)
+    store.renew(store.leases["lease-1"], T0, T0 + timedelta(minutes=1))
+    db.save(store)
+    writes = [s for s in statements if s.split()[0] in ("INSERT", "DELETE", "UPDATE")]
+    assert len(writes) == 1 and writes[0].startswith("INSERT OR REPLACE INTO leases"), writes
+    other = _store(vm_count=2)
+    db.save(other)
+    got = Database(db.path).load()
+    assert got is not None and sorted(got.vms) == ["uid-0", "uid-1"]
+    assert (got.events, got.next_event_id) == (other.events, other.next_event_id)
 
 
 @pytest.mark.req("TD-005")
@@ -122,6 +146,7 @@ def test_a_missing_file_is_a_fresh_database_and_saves_replace_the_file(tmp_path:
     ("content", "says"),
     [
         (b"SQLite format 3\x00" + bytes(100), "not a fake battery database"),
+        (b"not a database at all, " * 40, "not a fake battery database"),
         (b"batteryop-fake-battery-db 2\n{}\n", "format version '2'"),
         (b'batteryop-fake-battery-db 1\n{"pools": [\n', "corrupt"),
         (b"batteryop-fake-battery-db 1\n", "corrupt"),
@@ -135,18 +160,119 @@ def test_a_foreign_or_corrupt_file_is_refused_naming_it(
     with pytest.raises(DatabaseError) as info:
         Database(path).load()
     assert str(path) in str(info.value) and says in str(info.value)
+    assert path.read_bytes() == content  # refused, not changed
 
 
 @pytest.mark.req("TD-005")
-def test_a_corrupt_row_is_refused() -> None:
-    db = Database("x.db")
-    good = db.encode(_store()).decode()
-    bad = good.replace('"phase":"PROVISIONING"', '"phase":"SLEEPING"', 1)
-    assert bad != good
-    with pytest.raises(DatabaseError, match="corrupt"):
-        db.decode(bad.encode())
-    with pytest.raises(DatabaseError, match="corrupt"):
-        db.decode(good.replace('"created_at":', '"created_at":"soon","x":', 1).encode())
+@pytest.mark.parametrize(
+    ("pragmas", "says"),
+    [
+        ("PRAGMA user_version=1", "not a fake battery database (another application's)"),
+        ("CREATE TABLE vms (uid TEXT)", "not a fake battery database (another application's)"),
+        (
+            f"PRAGMA application_id={0x62617466}; PRAGMA user_version={SCHEMA_VERSION + 1}",
+            f"schema version {SCHEMA_VERSION + 1} is newer than this fake battery supports",
+        ),
+    ],
+)
+def test_a_foreign_or_newer_sqlite_database_is_refused(
+    tmp_path: Path, pragmas: str, says: str
+) -> None:
+    path = tmp_path / "poolmgr.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(pragmas)
+    conn.close()
+    with pytest.raises(DatabaseError, match="poolmgr.db") as info:
+        Database(path).load()
+    assert says in str(info.value)
+
+
+@pytest.mark.req("TD-005")
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("UPDATE vms SET phase = 99 WHERE uid = 'uid-1'", "corrupt"),
+        ("UPDATE vms SET created_at = 'soon' WHERE uid = 'uid-1'", "corrupt"),
+        ('UPDATE pools SET spec = \'{"size": "many"}\'', "corrupt"),
+    ],
+)
+def test_a_corrupt_row_is_refused(tmp_path: Path, change: str, says: str) -> None:
+    path = tmp_path / "poolmgr.db"
+    db = Database(path)
+    db.save(_store())
+    db.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(change)
+    conn.close()
+    with pytest.raises(DatabaseError, match=says):
+        Database(path).load()
+
+
+def _old_format(store: Store) -> bytes:
+    """store's state in the fake's old file format (`db_legacy.py`), as an older fake wrote it."""
+
+    def msg(message: object) -> dict[str, object]:
+        return json_format.MessageToDict(message, preserving_proto_field_name=True)  # type: ignore[arg-type]
+
+    def ns(when: datetime) -> int:
+        return int((when - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)) * 1000
+
+    state = {
+        "next_event_id": store.next_event_id,
+        "pools": [msg(spec) for spec in store.pools.values()],
+        "vms": [
+            {
+                "uid": vm.uid,
+                "flintlock_id": vm.flintlock_id,
+                "pool_namespace": vm.pool[0],
+                "pool_name": vm.pool[1],
+                "host": vm.host,
+                "phase": Phase.Name(vm.phase),
+                "lease_id": vm.lease_id,
+                "created_at": ns(vm.created_at),
+                "updated_at": ns(vm.updated_at),
+            }
+            for vm in store.vms.values()
+        ],
+        "leases": [
+            {
+                "lease_id": x.lease_id,
+                "vm_uid": x.vm_uid,
+                "pool_namespace": x.pool[0],
+                "pool_name": x.pool[1],
+                "claimed_at": ns(x.claimed_at),
+                "last_heartbeat_at": ns(x.last_heartbeat_at),
+                "expires_at": ns(x.expires_at),
+                "request_id": x.request_id,
+            }
+            for x in store.leases.values()
+        ],
+        "hosts": [msg(host_row(conn)) for conn in store.hosts.values()],
+    }
+    lines = ["batteryop-fake-battery-db 1", json.dumps(state)]
+    lines += [json.dumps(msg(event)) for event in store.events]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.req("BA-060", "TD-005")
+def test_a_file_of_the_old_format_is_migrated_on_first_open_keeping_everything(
+    tmp_path: Path,
+) -> None:
+    store = _store()
+    store.next_event_id += 3  # ids the old file had given out stay given out
+    path = tmp_path / "poolmgr.db"
+    path.write_bytes(_old_format(store))
+    got = Database(path).load()
+    assert got is not None
+    assert (got.pools, got.vms, got.leases) == (store.pools, store.vms, store.leases)
+    assert (got.events, got.next_event_id) == (store.events, store.next_event_id)
+    assert got.hosts == {name: host_row(conn) for name, conn in store.hosts.items()}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        leases = conn.execute("SELECT lease_id, vm_uid FROM leases").fetchall()
+    conn.close()
+    assert leases == [("lease-1", "uid-0")]  # poolmgrd's table and columns
+    assert sorted(p.name for p in tmp_path.iterdir() if "migrating" in p.name) == []
 
 
 @pytest.mark.req("BA-060")

@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import NoReturn, TypeAlias
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 import grpc
 from google.protobuf import empty_pb2
@@ -27,7 +27,6 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2_grpc,
     types_pb2,
 )
-from batteryop.testing.fake_battery.battery import FakeBattery
 from batteryop.testing.fake_battery.hosts import (
     FlintlockVersionError,
     HostConfig,
@@ -49,6 +48,9 @@ from batteryop.testing.fake_battery.validation import (
     missing_duration,
     validate_pool_spec,
 )
+
+if TYPE_CHECKING:
+    from batteryop.testing.fake_battery.battery import FakeBattery
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                     f"pool {pool_label(key)} already exists",
                 )
             self._b.store.put_pool(key, stored)
-            self._b.start_reconciler(key, stored)
+            self._b.schedule.start_reconciler(key, stored)
             return types_pb2.Pool(spec=stored, status=types_pb2.PoolStatus())
 
     async def UpdatePool(
@@ -121,7 +123,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                 )
             self._b.store.put_pool(key, stored)
             # BA-074: the old reconciler's cancelled provisions get the old spec's policy.
-            self._b.start_reconciler(key, stored)
+            self._b.schedule.start_reconciler(key, stored)
             return self._pool(key)
 
     async def DeletePool(
@@ -154,12 +156,12 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
                 )
             spec = store.pools[key]
             try:
-                await b.stop_reconciler(key)
+                await b.schedule.stop_reconciler(key)
             except asyncio.CancelledError:
-                b.start_reconciler(key, spec)
+                b.schedule.start_reconciler(key, spec)
                 raise
             if not request.force and (n := leased()):
-                b.start_reconciler(key, spec)
+                b.schedule.start_reconciler(key, spec)
                 await _abort(
                     context,
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -180,7 +182,7 @@ class PoolAdminService(pooladmin_pb2_grpc.PoolAdminServicer):
     async def _drain(self, key: PoolKey, vms: list[VmRow]) -> None:
         for vm in vms:
             self._b.store.emit(types_pb2.VM_DELETED_ON_POOL_DELETE, key, vm.uid)
-        done = await asyncio.gather(*(self._b._delete_on_host(vm) for vm in vms))
+        done = await asyncio.gather(*(self._b.deleter.delete_on_host(vm) for vm in vms))
         for vm, ok in zip(vms, done, strict=True):
             if ok:
                 self._b.store.remove_vm(vm.uid)
@@ -249,13 +251,15 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             if host is None:
                 failure: str | None = f"host {vm.host} is not registered"
             else:
-                failure = await b._run_hook(vm, host, spec.pre_lease_commands, "pre_lease")
+                failure = await b.provisioner.run_hook(
+                    vm, host, spec.pre_lease_commands, "pre_lease"
+                )
         except asyncio.CancelledError:
             if not b.crashing:
-                await asyncio.shield(b._hook_failed(vm, spec, "claim cancelled"))
+                await asyncio.shield(b.provisioner.hook_failed(vm, spec, "claim cancelled"))
             raise
         if failure is not None:
-            await asyncio.shield(b._hook_failed(vm, spec, failure))
+            await asyncio.shield(b.provisioner.hook_failed(vm, spec, failure))
             await _abort(context, grpc.StatusCode.INTERNAL, f"pre-lease hook: {failure}")
 
         # Commit: the Lease row and the VM's LEASED phase together.
@@ -291,7 +295,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
             # beside its RPCs; in this one event loop its pass, over every MicroVM of the
             # Pool, and the CreateMicroVM it starts would hold the answer back (its
             # GetMicroVM awaits meanwhile): 3.4 ms of ClaimVM at 2,000 MicroVMs a Pool.
-            b.notify(key, "claimed")
+            b.schedule.notify(key, "claimed")
 
     async def _answer(
         self, lease: LeaseRow, key: PoolKey, context: Context
@@ -369,7 +373,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         if vm is None:
             store.remove_lease(lease.lease_id)
             return empty_pb2.Empty()
-        confirmed = await asyncio.shield(b._delete_on_host(vm))
+        confirmed = await asyncio.shield(b.deleter.delete_on_host(vm))
         # BA-031: flintlockd did not confirm: UNAVAILABLE, the Lease stays, the sweep retries.
         if not confirmed:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "vm cleanup pending, retry later")
@@ -378,7 +382,7 @@ class LeaseService(lease_pb2_grpc.LeaseServicer):
         store.remove_lease(lease.lease_id)
         if removed:
             store.emit(types_pb2.VM_DELETED_ON_RELEASE, vm.pool, vm.uid)
-            b.notify(vm.pool, "deleted")
+            b.schedule.notify(vm.pool, "deleted")
         return empty_pb2.Empty()
 
     async def ListLeases(

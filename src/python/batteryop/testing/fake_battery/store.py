@@ -2,8 +2,8 @@
 
 It stands in for poolmgrd's SQLite database. Every change happens between two awaits on the
 one event loop, so each method below is as atomic as one of poolmgrd's transactions (BA-005).
-Every change that such a transaction would commit ends in `commit()`; with a database file
-(`-db`, `db.Database`) that is what makes it durable (BA-060), see `commit()`.
+Every change that such a transaction would commit ends in `commit()`; with a database
+(`-db`, SQLite, `db.Database`) that is what makes it durable (BA-060), see `commit()`.
 """
 
 from __future__ import annotations
@@ -211,22 +211,18 @@ class Store:
         """A change that one of poolmgrd's transactions would commit: wake the waiters and,
         with a database, make it durable before anyone can learn of it.
 
-        BA-060, CL-061: the file is written (whole, atomically, fsync'd) before any RPC answer
-        leaves: the server's interceptor awaits `synced()` after every handler and before every
-        streamed event, so a SIGKILL after an answer never loses what was answered, a ClaimVM's
-        Lease above all. Writes are coalesced (a group commit): `synced()` schedules one write
-        at the end of the event-loop turn, which every answer ready in that turn shares, and a
-        change nobody waits for (provisioning, the sweep) is written at most
-        BACKGROUND_WRITE_DELAY later. Writing at every change costs one fsync per change (four
-        per ClaimVM: VM out of AVAILABLE, hook running, Lease and LEASED, event); even one write
-        per claim made a burst of 100 concurrent claims take 1970 ms instead of 229 ms in
-        memory (a write is ~7 ms here, fsync included; encoding 300 VMs 0.7 ms), where the
-        group commit makes 27 writes and takes 487 ms (tests/bench/fake_battery_db_bench.py,
-        two busy cores). Everything between two awaits is one transaction
-        in any case (BA-005), so no write holds a state poolmgrd could not have committed; a
-        crash before the write loses only changes nobody was told of, as a crash before COMMIT
-        does. The write blocks the event loop, as poolmgrd's one database connection
-        serialises every access.
+        BA-060, CL-061: the change is written (one SQLite transaction, `db.Database.save`)
+        before any RPC answer leaves: the server's interceptor awaits `synced()` after every
+        handler and before every streamed event, so a SIGKILL after an answer never loses what
+        was answered, a ClaimVM's Lease above all. Writes are coalesced (a group commit):
+        `synced()` schedules one write at the end of the event-loop turn, which every answer
+        ready in that turn shares, and a change nobody waits for (provisioning, the sweep) is
+        written at most BACKGROUND_WRITE_DELAY later. A write per change would cost one fsync
+        per change (four per ClaimVM); tests/bench/fake_battery_db_bench.py measures both.
+        Everything between two awaits is one transaction in any case (BA-005), so no write
+        holds a state poolmgrd could not have committed; a crash before the write loses only
+        changes nobody was told of, as a crash before COMMIT does. The write blocks the event
+        loop, as poolmgrd's one database connection serialises every access.
         """
         self.touch()
         if self._persist is None:

