@@ -97,7 +97,7 @@ async def test_a_flintlockd_serving_request_is_approved_pinned_and_signed(cluste
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
     ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    assert ku.digital_signature and ku.key_encipherment
+    assert ku.digital_signature and not ku.key_encipherment  # an EC key (`batteryop.tls.leaf`)
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     # one hour asked, backdated five minutes
     assert lifetime == datetime.timedelta(hours=1, minutes=5)
