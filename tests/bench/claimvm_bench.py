@@ -27,12 +27,12 @@ from bench.stats import FULL, latency_figures
 from batteryop.battery import (
     BatteryClient,
     BatteryConfig,
+    BatteryPoolExhaustedError,
     HookFailurePolicy,
     InterfaceType,
     Kernel,
     MicroVMTemplate,
     NetworkInterface,
-    PoolExhaustedError,
     PoolRef,
     PoolSpec,
     Replenishment,
@@ -97,7 +97,7 @@ async def measure(target: str, hosts: list[str], runs: int) -> dict[str, object]
             started = time.perf_counter()
             try:
                 claimed = await client.claim_vm(spec.ref, request_id=str(uuid.uuid4()))
-            except PoolExhaustedError:
+            except BatteryPoolExhaustedError:
                 exhausted += 1  # replenishment fell behind; wait for a warm MicroVM, untimed
                 await _wait_available(client, spec.ref, 1)
                 continue

@@ -206,7 +206,7 @@ class BatteryClient:
         return await self._unary("CreatePool", self._pools.CreatePool, request, wire.pool_from_pb)
 
     async def update_pool(self, spec: PoolSpec) -> Pool:
-        """Replace a Pool's whole spec; `NotFoundError` if battery has no such Pool."""
+        """Replace a Pool's whole spec; `BatteryNotFoundError` if battery has no such Pool."""
         request = pooladmin_pb2.UpdatePoolRequest(spec=_spec_to_pb("UpdatePool", spec))
         return await self._unary("UpdatePool", self._pools.UpdatePool, request, wire.pool_from_pb)
 
@@ -214,7 +214,7 @@ class BatteryClient:
         """Drain and delete a Pool.
 
         Without `force`, battery refuses (`PreconditionFailedError`) while MicroVMs are
-        leased; `NotFoundError` once the Pool is gone.
+        leased; `BatteryNotFoundError` once the Pool is gone.
         """
         request = pooladmin_pb2.DeletePoolRequest(ref=wire.pool_ref_to_pb(pool), force=force)
         await self._unary("DeletePool", self._pools.DeletePool, request, _nothing)
@@ -242,7 +242,7 @@ class BatteryClient:
 
         `request_id` makes the claim idempotent: the Operator passes the claim's
         `metadata.uid` (CL-060), so a retry after a lost answer gets the same Lease back
-        (CL-061). Raises `PoolExhaustedError`, `NotFoundError`, `ClaimAbortedError` (the
+        (CL-061). Raises `BatteryPoolExhaustedError`, `BatteryNotFoundError`, `ClaimAbortedError` (the
         Lease for this request id is ending: CL-062) or `BatteryUnavailableError`.
         """
         size = len(request_id.encode())
@@ -260,7 +260,7 @@ class BatteryClient:
         )
 
     async def heartbeat(self, lease_id: str) -> datetime:
-        """Renew a Lease; returns its new expiry. `NotFoundError` if the Lease is gone."""
+        """Renew a Lease; returns its new expiry. `BatteryNotFoundError` if the Lease is gone."""
         request = lease_pb2.HeartbeatRequest(lease_id=lease_id)
         return await self._unary(
             "Heartbeat", self._leases.Heartbeat, request, wire.heartbeat_expiry_from_pb
@@ -270,7 +270,7 @@ class BatteryClient:
         """End a Lease; battery deletes the MicroVM.
 
         `BatteryUnavailableError` also when battery could not yet confirm the deletion
-        (it keeps the Lease and retries); `NotFoundError` once the Lease is gone.
+        (it keeps the Lease and retries); `BatteryNotFoundError` once the Lease is gone.
         """
         request = lease_pb2.ReleaseVMRequest(lease_id=lease_id)
         await self._unary("ReleaseVM", self._leases.ReleaseVM, request, _nothing)

@@ -26,9 +26,9 @@ from batteryop.battery.config import BatteryConfig, TLSConfig
 from batteryop.battery.conftest import Answer, ClientFactory, RecordingObserver, Served, serve
 from batteryop.battery.errors import (
     BatteryInternalError,
+    BatteryNotFoundError,
     BatteryUnavailableError,
     InvalidArgumentError,
-    NotFoundError,
 )
 from batteryop.battery.models import (
     ClaimedVM,
@@ -124,7 +124,7 @@ async def test_calls_reach_battery_under_its_wire_method_names(
 ) -> None:
     served.battery.answer("GetHost", code=grpc.StatusCode.NOT_FOUND)
     served.battery.answer("ReleaseVM")
-    with pytest.raises(NotFoundError):
+    with pytest.raises(BatteryNotFoundError):
         await battery.get_host("h1")
     await battery.release_vm("lease-1")
     assert served.battery.wire_methods == [
@@ -412,7 +412,7 @@ async def test_observer_sees_each_call_with_its_code_and_duration(
     served.battery.answer("ReleaseVM", code=grpc.StatusCode.NOT_FOUND)
     async with client_for(observer=observer) as battery:
         await battery.heartbeat("l")
-        with pytest.raises(NotFoundError):
+        with pytest.raises(BatteryNotFoundError):
             await battery.release_vm("l")
     assert [(rpc, code) for rpc, code, _ in observer.calls] == [
         ("Heartbeat", "OK"),

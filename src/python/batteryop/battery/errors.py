@@ -7,12 +7,12 @@ the gRPC status code's name (`code`, e.g. ``"NOT_FOUND"``) and battery's message
 
     Exception
     ├── BatteryError                     a battery call failed: .rpc, .code, .message
-    │   ├── NotFoundError                NOT_FOUND: no such Pool, Lease or Host
+    │   ├── BatteryNotFoundError         NOT_FOUND: no such Pool, Lease or Host
     │   ├── AlreadyExistsError           ALREADY_EXISTS: CreatePool / AddHost of a known name
     │   ├── InvalidArgumentError         INVALID_ARGUMENT, OUT_OF_RANGE: battery refused the request
     │   ├── PreconditionFailedError      FAILED_PRECONDITION: e.g. DeletePool of a Pool with leased
     │   │                                MicroVMs, cordoning an unregistered Host
-    │   ├── PoolExhaustedError           RESOURCE_EXHAUSTED: no AVAILABLE MicroVM to claim
+    │   ├── BatteryPoolExhaustedError    RESOURCE_EXHAUSTED: no AVAILABLE MicroVM to claim
     │   ├── ClaimAbortedError            ABORTED: the Lease's MicroVM is being deleted; retry later
     │   ├── UnimplementedError           UNIMPLEMENTED: this battery lacks the RPC (AddHost and
     │   │                                friends on v0.4.0); the host registry falls back on it
@@ -58,8 +58,14 @@ class BatteryError(Exception):
         return f"battery {self.rpc} failed with {self.code}: {self.message or '(no message)'}"
 
 
-class NotFoundError(BatteryError):
+class BatteryNotFoundError(BatteryError):
     """battery does not know the Pool, Lease or Host named in the request (NOT_FOUND)."""
+
+
+NotFoundError = BatteryNotFoundError
+"""Deprecated name of `BatteryNotFoundError` (issue 46: `batteryop.kube.errors.NotFoundError` is
+the API server's): only `host_registry.controller` still imports it, until its split lands;
+remove it then."""
 
 
 class AlreadyExistsError(BatteryError):
@@ -74,7 +80,7 @@ class PreconditionFailedError(BatteryError):
     """battery's state forbids the call now (FAILED_PRECONDITION)."""
 
 
-class PoolExhaustedError(BatteryError):
+class BatteryPoolExhaustedError(BatteryError):
     """The Pool has no AVAILABLE MicroVM to lease (RESOURCE_EXHAUSTED)."""
 
 
@@ -118,12 +124,12 @@ class BatteryConfigError(ValueError):
 
 
 _BY_CODE: dict[grpc.StatusCode, type[BatteryError]] = {
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.NOT_FOUND: BatteryNotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
     grpc.StatusCode.FAILED_PRECONDITION: PreconditionFailedError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: PoolExhaustedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: BatteryPoolExhaustedError,
     grpc.StatusCode.ABORTED: ClaimAbortedError,
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
     grpc.StatusCode.UNAUTHENTICATED: AccessDeniedError,

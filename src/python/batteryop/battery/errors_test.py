@@ -23,11 +23,11 @@ from batteryop.battery.errors import (
     AlreadyExistsError,
     BatteryError,
     BatteryInternalError,
+    BatteryNotFoundError,
+    BatteryPoolExhaustedError,
     BatteryUnavailableError,
     ClaimAbortedError,
     InvalidArgumentError,
-    NotFoundError,
-    PoolExhaustedError,
     PreconditionFailedError,
     UnimplementedError,
     from_rpc_error,
@@ -38,12 +38,12 @@ from batteryop.battery.models import HostTLS, PoolRef
 REF = PoolRef(namespace="ci", name="runners")
 
 CODE_TO_ERROR: list[tuple[grpc.StatusCode, type[BatteryError]]] = [
-    (grpc.StatusCode.NOT_FOUND, NotFoundError),
+    (grpc.StatusCode.NOT_FOUND, BatteryNotFoundError),
     (grpc.StatusCode.ALREADY_EXISTS, AlreadyExistsError),
     (grpc.StatusCode.INVALID_ARGUMENT, InvalidArgumentError),
     (grpc.StatusCode.OUT_OF_RANGE, InvalidArgumentError),
     (grpc.StatusCode.FAILED_PRECONDITION, PreconditionFailedError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, PoolExhaustedError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, BatteryPoolExhaustedError),
     (grpc.StatusCode.ABORTED, ClaimAbortedError),
     (grpc.StatusCode.UNIMPLEMENTED, UnimplementedError),
     (grpc.StatusCode.UNAUTHENTICATED, AccessDeniedError),
@@ -100,7 +100,7 @@ async def test_every_rpc_maps_its_failure_and_names_itself(
     call: Callable[[BatteryClient], Awaitable[Any]],
 ) -> None:
     served.battery.answer(rpc, code=grpc.StatusCode.NOT_FOUND, details="gone")
-    with pytest.raises(NotFoundError) as caught:
+    with pytest.raises(BatteryNotFoundError) as caught:
         await call(battery)
     assert caught.value.rpc == rpc
 
@@ -186,8 +186,10 @@ async def test_deadline_exceeded_is_unavailable_and_names_the_rpc(
 
 
 def test_errors_survive_pickling_with_their_fields() -> None:
-    err = pickle.loads(pickle.dumps(PoolExhaustedError("ClaimVM", "RESOURCE_EXHAUSTED", "none")))
-    assert isinstance(err, PoolExhaustedError)
+    err = pickle.loads(
+        pickle.dumps(BatteryPoolExhaustedError("ClaimVM", "RESOURCE_EXHAUSTED", "none"))
+    )
+    assert isinstance(err, BatteryPoolExhaustedError)
     assert (err.rpc, err.code, err.message) == ("ClaimVM", "RESOURCE_EXHAUSTED", "none")
 
 

@@ -15,8 +15,10 @@ the address pins (CT-015, CT-016), `publish` writes the CA bundle ConfigMap (CT-
 refuses to start without a trust domain (CT-020).
 
 Modules: `request` (a CSR object read once), `checks` (pure checks), `signing` (CAs and
-certificates), `pins`, `publish`, `controller` (reviews, decisions, retries), `kopf_driver`
-(how kopf runs its watch of the requests), `config`, `main`.
+certificates), `pins`, `publish`, `inputs` (the newest copy of each request), `review` (one
+review of a request as a chain of steps: read the Node, read the pins, check, decide, sign),
+`controller` (the inputs, when a review runs, retries), `kopf_driver` (how kopf runs its watch
+of the requests), `config`, `main`.
 
 Its Deployment, ServiceAccount and least-privilege RBAC are in the Manifests
 (`batteryop.manifests.csr_approver`); the cert-manager resources that issue the CAs it signs

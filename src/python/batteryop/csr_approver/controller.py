@@ -1,9 +1,11 @@
-"""`Approver`: approves, denies, fails and signs requests; kopf drives it.
+"""`Approver`: follows the requests and the CAs, and runs a review of a request when one is due;
+kopf drives it.
 
 Inputs: the CertificateSigningRequests, all of them, listed and watched by kopf
 (`kopf_driver`: it writes nothing to them; only the three signers' reach the approver, the
-others are never touched: CT-102); the three CA Secrets (by name) and the CA bundle ConfigMap (by
-name, so an edit of it is put right), each followed by `batteryop.kube.informer.list_watch`.
+others are never touched: CT-102), kept as their newest copies in `inputs.Requests`; the three
+CA Secrets (by name) and the CA bundle ConfigMap (by name, so an edit of it is put right), each
+followed by `batteryop.kube.informer.list_watch`.
 
 A request is reviewed in kopf's event handler (`on_request`), at once, one event at a time per
 request. What that review could not finish is reviewed again by the approver's `WorkQueue`: at
@@ -15,20 +17,9 @@ under an `obs.supervisor.Supervisor`, as the other watches and the queues' worke
 one that fails is logged with its traceback, named in `/readyz` while it is down, and started
 again with backoff.
 
-One review (`_review`), from the newest copy of the request:
-
-1. Done already (a certificate, `Denied` or `Failed`): nothing (CT-003).
-2. Read the facts: the requester's Node and, for a serving signer, the address pins, fresh from
-   the API server. Run `checks.review`.
-3. Not yet Approved: a failure is written as `Denied` with the check's reason and message
-   (CT-013), a pass as `Approved` (reason `ExecAgentOwnNode`) through `/approval`.
-4. Approved, by us a moment ago or by anyone else: a failure is written as `Failed` through
-   `/status` and the request is never signed (CT-006, CT-008). A pass is signed with its CA
-   (CT-101, CT-103); its address is pinned (a Node without a pin) or its pin's expiry moved to the new
-   certificate's (CT-015, CT-016), then the certificate is written through `/status`.
-
-A serving request from a Node without a pin first releases the pins of gone Nodes whose
-certificates have all expired (CT-100; `pins` says why then, and not on a watch of Nodes).
+One review (`_handle_one`), from the newest copy of the request: done already (a certificate,
+`Denied` or `Failed`), nothing (CT-003); else the chain of `review.steps` (read the Node, read
+the pins, check, decide, sign: each step's module says what it owns and which requirements).
 
 Serving requests are reviewed one at a time (`_serving_lock`), so two Nodes asking for the same
 unpinned address are decided in order, the second denied, instead of both approved and the
@@ -43,9 +34,7 @@ CT-005: the CA certificates are published whenever a CA Secret or the bundle Con
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import copy
 import datetime
 import functools
 import logging
@@ -53,42 +42,25 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from cryptography.hazmat.primitives import serialization
-
-from batteryop.api import names
-from batteryop.api.conditions import CSRCondition, CSRReason
 from batteryop.csr_approver import kopf_driver
-from batteryop.csr_approver.checks import (
-    SERVING_SIGNERS,
-    Approval,
-    Facts,
-    Failure,
-    NodeFacts,
-    requester_node,
-    review,
-)
+from batteryop.csr_approver.checks import SERVING_SIGNERS
 from batteryop.csr_approver.config import ApproverConfig
+from batteryop.csr_approver.inputs import Requests, finished
 from batteryop.csr_approver.metrics import ApproverMetrics
-from batteryop.csr_approver.pins import Pins, pin_certificate, read_pins, release_gone
 from batteryop.csr_approver.publish import bundle, publish
 from batteryop.csr_approver.request import Request
-from batteryop.csr_approver.signing import CA, CAError, ca_secret_for, issue
+from batteryop.csr_approver.review.deps import ReviewDeps
+from batteryop.csr_approver.review.scope import ReviewScope
+from batteryop.csr_approver.review.steps import review_request
+from batteryop.csr_approver.signing import CA, CAError
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.errors import ConflictError, NotFoundError
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import (
-    CERTIFICATE_SIGNING_REQUESTS,
-    CONFIGMAPS,
-    NODES,
-    SECRETS,
-)
+from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, SECRETS
 from batteryop.kube.workqueue import WorkQueue
 from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-APPROVED_MESSAGE = "The Exec Agent requested a certificate for its own Node"
-FAILED_PREFIX = "Approved, but not signed: "
 
 PUBLISH_KEY = "publish"
 
@@ -113,14 +85,6 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _rfc3339(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _finished(request: Request) -> bool:
-    return request.issued or request.denied or request.failed
-
-
 class Approver:
     """Reviews, decides and signs the requests of the three signers; publishes the CAs."""
 
@@ -136,10 +100,7 @@ class Approver:
         self._kube = kube
         self._metrics = metrics
         self._clock = clock
-        self._requests: dict[str, Object] = {}
-        # resourceVersions of our requests that a write of ours has replaced: their watch
-        # events arrive after the write's answer and must not bring the older copy back.
-        self._superseded: dict[str, set[str]] = {}
+        self._requests = Requests()
         self._cas: dict[str, CA | None] = {
             config.serving_ca_secret: None,
             config.client_ca_secret: None,
@@ -149,8 +110,6 @@ class Approver:
         """Set by kopf, in its own thread (`kopf_driver.run`), once it has started."""
         self._stop = asyncio.Event()
         self._serving_lock = asyncio.Lock()
-        self._reviewing: dict[str, asyncio.Lock] = {}
-        """One lock per request: kopf's handler and the queue never review it at once."""
         self._workers = asyncio.Semaphore(config.workers)
         """`--workers`: requests reviewed at once, by kopf's handler and the queue together."""
         self._queue: WorkQueue[str] = WorkQueue(
@@ -162,6 +121,14 @@ class Approver:
         name each in `/readyz`."""
         for task in self._tasks():
             self.supervisor.add(task)
+        self._deps = ReviewDeps(
+            config=config,
+            kube=kube,
+            metrics=metrics,
+            clock=clock,
+            ca=self._cas.get,
+            remember=self._requests.remember,
+        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -240,9 +207,9 @@ class Approver:
         """kopf's handler: one event of a request of ours (`kind` None: listed), one at a time
         per request. Reviews it now if it is open and this is its newest copy."""
         name = str(obj["metadata"]["name"])
-        if not self._on_request_event(kind or "ADDED", obj):
+        if not self._requests.on_event(kind or "ADDED", obj):
             return
-        async with self._reviewing.setdefault(name, asyncio.Lock()):
+        async with self._requests.lock(name):
             try:
                 again = await self._handle(name)
             except Exception:
@@ -252,26 +219,8 @@ class Approver:
             self._queue.add_after(name, again)
 
     async def _review_queued(self, name: str) -> float | None:
-        async with self._reviewing.setdefault(name, asyncio.Lock()):
+        async with self._requests.lock(name):
             return await self._handle(name)
-
-    def _on_request_event(self, kind: str, obj: Object) -> bool:
-        """Keep the newest copy of each request; True if it is open and should be reviewed."""
-        if (obj.get("spec") or {}).get("signerName") not in names.SIGNERS:
-            return False  # CT-102: never touched
-        name = str(obj["metadata"]["name"])
-        if kind == "DELETED":
-            self._requests.pop(name, None)
-            self._superseded.pop(name, None)
-            self._reviewing.pop(name, None)
-            return False
-        rv = str(obj["metadata"].get("resourceVersion") or "")
-        stale = self._superseded.get(name)
-        if stale and rv in stale:
-            stale.discard(rv)
-            return False
-        self._requests[name] = obj
-        return not _finished(Request.from_object(obj))
 
     def _on_ca(self, secret: str, obj: Object | None) -> None:
         ca: CA | None = None
@@ -289,9 +238,8 @@ class Approver:
             log.info(
                 "Loaded CA", extra={"secret": secret, "subject": ca.cert.subject.rfc4514_string()}
             )
-            for name, request in self._requests.items():
-                if not _finished(Request.from_object(request)):
-                    self._queue.add(name)
+            for name in self._requests.open():
+                self._queue.add(name)
 
     # -- the CA bundle (CT-005) --------------------------------------------------------------
 
@@ -322,7 +270,7 @@ class Approver:
         if obj is None:
             return None
         request = Request.from_object(obj)
-        if _finished(request):
+        if finished(request):
             return None  # CT-003
         started = time.monotonic()
         try:
@@ -346,197 +294,15 @@ class Approver:
                 self._metrics.review_seconds.observe(time.monotonic() - started)
         return None
 
-    async def _facts(self, request: Request) -> tuple[Facts, Pins]:
-        node: NodeFacts | None = None
-        node_name = requester_node(request)
-        serving = request.signer in SERVING_SIGNERS
-        # Serving requests need their Node (CT-010, CT-014); a client one is denied (CT-102).
-        if serving and isinstance(node_name, str):
-            try:
-                node = NodeFacts.from_object(await self._kube.get(NODES, node_name))
-            except NotFoundError:
-                node = None
-        pins = Pins()
-        if serving:
-            pins = await read_pins(
-                self._kube, self.config.namespace, self.config.address_pins_config_map
-            )
-            if node is not None and node.name not in pins.entries:
-                pins = await self._release_pins(pins)  # CT-100
-            self._count_pins(pins)
-        facts = Facts(
-            trust_domain=self.config.trust_domain,
-            exec_agent_username=self.config.exec_agent_username,
-            node=node,
-            pins=pins.addresses,
-        )
-        return facts, pins
-
-    async def _release_pins(self, pins: Pins) -> Pins:
-        """CT-100: before a Node without a pin is reviewed (it may be about to pin, or ask for an
-        address a gone Node held), drop the pins of gone Nodes whose certificates expired."""
-        pins, released = await release_gone(
-            self._kube,
-            self.config.namespace,
-            self.config.address_pins_config_map,
-            pins,
-            now=self._clock(),
-            unknown_expiry=self.config.certificate_max_duration,
-        )
-        for node, pin in released.items():
-            log.info(
-                "Released address pin",
-                extra={
-                    "node": node,
-                    "address": pin.address,
-                    "not_after": pin.not_after.isoformat() if pin.not_after else None,
-                },
-            )
-            if self._metrics:
-                self._metrics.address_pins_released.inc()
-        return pins
-
-    def _count_pins(self, pins: Pins) -> None:
-        if self._metrics:
-            self._metrics.address_pins.set(len(pins.entries))
-
     async def _review(self, name: str, request: Request, obj: Object) -> None:
-        facts, pins = await self._facts(request)
-        verdict = review(request, facts)
-        extra = {"csr": name, "signer": request.signer}
-        if not request.approved:
-            if isinstance(verdict, Failure):
-                # CT-013: denied, naming the check.
-                await self._condition(obj, CSRCondition.DENIED, verdict.reason, verdict.message)
-                self._count(request, "denied", verdict.check)
-                log.info(
-                    "Denied CertificateSigningRequest",
-                    extra={**extra, "check": verdict.check, "reason": verdict.message},
-                )
-                return
-            obj = await self._condition(
-                obj, CSRCondition.APPROVED, CSRReason.EXEC_AGENT_OWN_NODE, APPROVED_MESSAGE
-            )
-            self._count(request, "approved")
-            log.info("Approved CertificateSigningRequest", extra={**extra, "node": verdict.node})
-        elif isinstance(verdict, Failure):
-            # CT-006, CT-008: approved by someone, but a check fails: never signed.
-            await self._condition(
-                obj, CSRCondition.FAILED, verdict.reason, FAILED_PREFIX + verdict.message
-            )
-            self._count(request, "failed", verdict.check)
-            log.info(
-                "Failed CertificateSigningRequest",
-                extra={**extra, "check": verdict.check, "reason": verdict.message},
-            )
-            return
-        await self._sign(name, request, obj, verdict, pins)
-
-    async def _sign(
-        self, name: str, request: Request, obj: Object, approval: Approval, pins: Pins
-    ) -> None:
-        secret = ca_secret_for(
-            request.signer,
-            self.config.serving_ca_secret,
-            self.config.exec_agent_serving_ca_secret,
-        )  # CT-101, CT-103
-        ca = self._cas.get(secret)
-        if ca is None:
-            # Loading the CA queues every open request again.
-            log.info("Waiting for the CA to sign", extra={"csr": name, "secret": secret})
-            return
-        cert = issue(
-            ca,
-            approval,
-            request.signer,
-            now=self._clock(),
-            max_duration=self.config.certificate_max_duration,
-            requested_seconds=request.expiration_seconds,
-        )
-        if approval.ip is not None:
-            # CT-016: the pin, and its expiry (the newest certificate's), stored before the
-            # certificate, so a pin never expires before a certificate signed under it (CT-100).
-            pins = await pin_certificate(
-                self._kube,
-                self.config.namespace,
-                self.config.address_pins_config_map,
-                pins,
-                approval.node,
-                str(approval.ip),
-                cert.not_valid_after_utc,
-            )
-            self._count_pins(pins)
-            if approval.pin:
-                log.info(
-                    "Pinned address", extra={"node": approval.node, "address": str(approval.ip)}
-                )
-        body = copy.deepcopy(obj)
-        body.setdefault("status", {})["certificate"] = base64.b64encode(
-            cert.public_bytes(serialization.Encoding.PEM)
-        ).decode()
-        answer = await self._kube.replace(
-            CERTIFICATE_SIGNING_REQUESTS, name, body, subresource="status"
-        )
-        self._remember(answer)
-        self._count(request, "signed")
-        log.info(
-            "Signed CertificateSigningRequest",
-            extra={
-                "csr": name,
-                "signer": request.signer,
-                "node": approval.node,
-                "not_after": cert.not_valid_after_utc.isoformat(),
-            },
-        )
-
-    # -- writes --------------------------------------------------------------------------------
-
-    async def _condition(
-        self, obj: Object, type: CSRCondition, reason: CSRReason, message: str
-    ) -> Object:
-        """Append a True condition; Approved and Denied through `/approval`, Failed `/status`."""
-        now = _rfc3339(self._clock())
-        body = copy.deepcopy(obj)
-        status = body.setdefault("status", {})
-        status.setdefault("conditions", [])
-        status["conditions"].append(
-            {
-                "type": str(type),
-                "status": "True",
-                "reason": str(reason),
-                "message": message,
-                "lastUpdateTime": now,
-                "lastTransitionTime": now,
-            }
-        )
-        sub = "status" if type == CSRCondition.FAILED else "approval"
-        name = str(body["metadata"]["name"])
-        answer = await self._kube.replace(CERTIFICATE_SIGNING_REQUESTS, name, body, subresource=sub)
-        self._remember(answer)
-        return answer
-
-    def _remember(self, answer: Object) -> None:
-        # Only a request still known: a write's answer never brings back a deleted one.
-        name = str(answer["metadata"]["name"])
-        before = self._requests.get(name)
-        if before is None:
-            return
-        old_rv = str(before["metadata"].get("resourceVersion") or "")
-        new_rv = str(answer["metadata"].get("resourceVersion") or "")
-        if old_rv != new_rv:
-            self._superseded.setdefault(name, set()).add(old_rv)
-        self._requests[name] = answer
+        await review_request(ReviewScope(name=name, request=request, obj=obj, deps=self._deps))
 
     async def _refresh(self, name: str) -> bool:
         """Read the request again; False if it is gone."""
         try:
             fresh = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
         except NotFoundError:
-            self._requests.pop(name, None)
+            self._requests.forget(name)
             return False
-        self._remember(fresh)
+        self._requests.remember(fresh)
         return True
-
-    def _count(self, request: Request, outcome: str, check: str = "") -> None:
-        if self._metrics:
-            self._metrics.outcome(request.signer, outcome, check)

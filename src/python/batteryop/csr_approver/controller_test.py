@@ -97,7 +97,7 @@ async def test_a_flintlockd_serving_request_is_approved_pinned_and_signed(cluste
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
     ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    assert ku.digital_signature and ku.key_encipherment
+    assert ku.digital_signature and not ku.key_encipherment  # an EC key (`batteryop.tls.leaf`)
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     # one hour asked, backdated five minutes
     assert lifetime == datetime.timedelta(hours=1, minutes=5)
@@ -492,23 +492,34 @@ async def test_a_request_denied_by_someone_else_is_never_signed(cluster: Cluster
     assert [x["type"] for x in obj["status"]["conditions"]] == [CSRCondition.DENIED]
 
 
+async def foreign_then_ours(
+    cluster: Cluster, agent: KubeClient, node: str, address: str, prefix: str
+) -> tuple[str, str]:
+    """As `node`'s agent: a request to another signer, then a good one to ours, awaited until
+    it is signed (so the approver has seen the other first). The two requests' names."""
+    pem = request_pem(ec_key(), (agent_id(node),))
+    foreign = await cluster.create_csr(
+        agent,
+        csr_body(
+            cluster.name(f"{prefix}foreign"),
+            "example.test/other-signer",
+            pem,
+            usages=list(names.CLIENT_USAGES),
+        ),
+    )
+    good = request_pem(ec_key(), (address, agent_id(node)))
+    ours = await cluster.create_csr(
+        agent, csr_body(cluster.name(f"{prefix}ours"), AGENT_SERVING, good)
+    )
+    await until_csr(cluster.kube, ours, signed, "signed")
+    return foreign, ours
+
+
 @pytest.mark.req("CT-102")
 async def test_requests_for_other_signers_are_never_touched(cluster: Cluster) -> None:
     node = await cluster.node("host-h", "10.35.0.1")
     async with cluster.client_as(node) as agent, running(cluster):
-        pem = request_pem(ec_key(), (agent_id(node),))
-        foreign = await cluster.create_csr(
-            agent,
-            csr_body(
-                cluster.name("foreign"),
-                "example.test/other-signer",
-                pem,
-                usages=list(names.CLIENT_USAGES),
-            ),
-        )
-        ours = request_pem(ec_key(), ("10.35.0.1", agent_id(node)))
-        later = await cluster.create_csr(agent, csr_body(cluster.name("ours"), AGENT_SERVING, ours))
-        await until_csr(cluster.kube, later, signed, "signed")
+        foreign, _ = await foreign_then_ours(cluster, agent, node, "10.35.0.1", "")
     obj = await cluster.kube.get(CERTIFICATE_SIGNING_REQUESTS, foreign)
     assert not (obj.get("status") or {}).get("conditions")
     assert not signed(obj)
@@ -531,21 +542,7 @@ async def test_kopf_writes_nothing_to_the_requests_it_watches(cluster: Cluster) 
     only the approval and the certificate, other signers' nothing at all."""
     node = await cluster.node("host-k", "10.39.0.1")
     async with cluster.client_as(node) as agent, running(cluster):
-        pem = request_pem(ec_key(), (agent_id(node),))
-        foreign = await cluster.create_csr(
-            agent,
-            csr_body(
-                cluster.name("k-foreign"),
-                "example.test/other-signer",
-                pem,
-                usages=list(names.CLIENT_USAGES),
-            ),
-        )
-        good = request_pem(ec_key(), ("10.39.0.1", agent_id(node)))
-        ours = await cluster.create_csr(
-            agent, csr_body(cluster.name("k-ours"), AGENT_SERVING, good)
-        )
-        await until_csr(cluster.kube, ours, signed, "signed")
+        foreign, ours = await foreign_then_ours(cluster, agent, node, "10.39.0.1", "k-")
         # Another Node's identity: denied by the approver.
         bad = request_pem(ec_key(), ("10.39.0.1", agent_id("elsewhere")))
         denied = await cluster.create_csr(

@@ -5,8 +5,10 @@ certificate first (any chain after it is ignored), `tls.key` its key. The certif
 CA (basic constraints) and the key must be its key; otherwise `CAError` names the Secret.
 
 `issue` makes the leaf (CT-004, CT-007): subject CN = the requester's Node, whatever the request
-asked; the SANs the checks approved; key usage digital signature and key encipherment, extended
-key usage server auth (only the serving signers are signed: CT-102); a random serial (cryptography's, 159 bits); not before = now minus five minutes, never before the CA's own; not
+asked; the SANs the checks approved; extended key usage server auth (only the serving signers
+are signed: CT-102); key usage, key identifiers and the rest as every leaf of ours has them
+(`batteryop.tls.leaf`: key encipherment only for an RSA key); a random serial (cryptography's,
+159 bits); not before = now minus five minutes, never before the CA's own; not
 after = now plus the shorter of `expirationSeconds` and the configured maximum, never after the
 CA's own. A CA that has expired signs nothing (`CAError`).
 
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
 from batteryop.csr_approver.checks import SERVING_SIGNERS, Approval
+from batteryop.tls.leaf import leaf_certificate
 
 BACKDATE: Final = datetime.timedelta(minutes=5)
 """How far before now a certificate becomes valid, for clocks a little behind ours."""
@@ -136,51 +139,20 @@ def issue(
     public = approval.csr.public_key()
     if signer not in SERVING_SIGNERS:
         raise ValueError(f"signer {signer!r} is never signed here (CT-102)")
-    usage = ExtendedKeyUsageOID.SERVER_AUTH
     assert isinstance(
         public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
     )  # checks.parse_request accepts only these
-    try:
-        aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
-            ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        )
-    except x509.ExtensionNotFound:
-        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key())
-    builder = (
-        x509.CertificateBuilder()
+    return leaf_certificate(
         # CT-007: the Node's name, whatever subject the request asked for.
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, approval.node)]))
-        .issuer_name(ca.cert.subject)
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .add_extension(aki, critical=False)
-        .add_extension(x509.SubjectAlternativeName(approval.subject_alt_names), critical=False)
+        subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, approval.node)]),
+        public_key=public,
+        issuer=ca.cert,
+        issuer_key=ca.key,
+        not_before=not_before,
+        not_after=not_after,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=approval.subject_alt_names,
     )
-    algorithm = (
-        None
-        if isinstance(ca.key, ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey)
-        else hashes.SHA256()
-    )
-    return builder.sign(ca.key, algorithm)
 
 
 def ca_secret_for(signer: str, serving_secret: str, exec_agent_serving_secret: str) -> str:

@@ -8,14 +8,14 @@ import ipaddress
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
 from batteryop.csr_approver.checks import Approval, Facts, NodeFacts, review
 from batteryop.csr_approver.request import Request
 from batteryop.csr_approver.signing import BACKDATE, CA, CAError, ca_secret_for, issue, validity
-from batteryop.testing.csrs import csr_object, ec_key, request_pem
+from batteryop.testing.csrs import SigningKey, csr_object, ec_key, request_pem
 from batteryop.tls import CertificateAuthority
 
 TD = "example.test"
@@ -40,13 +40,15 @@ def make_ca(name: str = "serving", days: float = 3650) -> CA:
     return CA.from_secret(tls_secret(name, made.cert_pem, made.pair.key_pem))
 
 
-def approval(signer: str = names.FLINTLOCKD_SERVING_SIGNER) -> Approval:
+def approval(
+    signer: str = names.FLINTLOCKD_SERVING_SIGNER, key: SigningKey | None = None
+) -> Approval:
     node = "host-a"
     if signer == names.EXEC_AGENT_SERVING_SIGNER:
         sans: tuple[str, ...] = ("10.0.0.5", names.spiffe_exec_agent_id(TD, node))
     else:
         sans = ("10.0.0.5", names.spiffe_host_id(TD, node))
-    pem = request_pem(ec_key(), sans, common_name="asked-for-something-else")
+    pem = request_pem(key or ec_key(), sans, common_name="asked-for-something-else")
     obj = csr_object(signer, pem, username=AGENT, extra={names.NODE_NAME_EXTRA: [node]})
     facts = Facts(TD, AGENT, NodeFacts(node, (ipaddress.ip_address("10.0.0.5"),)))
     result = review(Request.from_object(obj), facts)
@@ -138,7 +140,8 @@ def test_a_serving_certificate_names_the_node_and_only_the_approved_names() -> N
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
     ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    assert ku.digital_signature and ku.key_encipherment and not ku.key_cert_sign
+    # An EC key: no key encipherment (RFC 8813; `batteryop.tls.leaf` says why).
+    assert ku.digital_signature and not ku.key_encipherment and not ku.key_cert_sign
     assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert cert.not_valid_after_utc == now + datetime.timedelta(hours=2)
     assert isinstance(ca.cert.public_key(), ec.EllipticCurvePublicKey)
@@ -152,3 +155,43 @@ def test_a_client_certificate_is_never_issued() -> None:
     with pytest.raises(ValueError, match="never signed here"):
         issue(ca, approval(names.EXEC_AGENT_SERVING_SIGNER), names.FLINTLOCKD_CLIENT_SIGNER,
               now=now, max_duration=WEEK, requested_seconds=None)  # fmt: skip
+
+
+def extensions(cert: x509.Certificate) -> dict[x509.ObjectIdentifier, tuple[bool, object]]:
+    """Each extension's (criticality, value), with the values that name this certificate's own
+    key, issuer or names (key identifiers, SANs) replaced by their type."""
+    own = (x509.SubjectKeyIdentifier, x509.AuthorityKeyIdentifier, x509.SubjectAlternativeName)
+    return {
+        e.oid: (e.critical, type(e.value) if isinstance(e.value, own) else e.value)
+        for e in cert.extensions
+    }
+
+
+def test_the_approver_and_the_local_pki_issue_leaves_with_the_same_extensions() -> None:
+    """One leaf builder (`batteryop.tls.leaf`): a serving certificate the CSR approver signs and
+    one the local stack's pki issues carry the same extensions, key identifiers included."""
+    made = CertificateAuthority.create("serving", validity=datetime.timedelta(days=10))
+    ca = CA.from_secret(tls_secret("serving", made.cert_pem, made.pair.key_pem))
+    now = ca.cert.not_valid_before_utc + datetime.timedelta(hours=1)
+    approved = issue(ca, approval(), names.FLINTLOCKD_SERVING_SIGNER, now=now, max_duration=WEEK,
+                     requested_seconds=None)  # fmt: skip
+    local = x509.load_pem_x509_certificate(
+        made.issue("host-a", hosts=["10.0.0.5"], server=True).cert_pem
+    )
+    assert extensions(approved) == extensions(local)
+    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    for cert in (approved, local):
+        aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+        assert aki.key_identifier == ca_ski.digest  # RFC 5280 4.2.1.1: MUST
+        ski = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        assert ski == x509.SubjectKeyIdentifier.from_public_key(cert.public_key())
+        cert.verify_directly_issued_by(ca.cert)
+
+
+def test_only_an_rsa_key_gets_key_encipherment() -> None:
+    ca = make_ca()
+    now = ca.cert.not_valid_before_utc + datetime.timedelta(hours=1)
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = issue(ca, approval(key=rsa_key), names.FLINTLOCKD_SERVING_SIGNER, now=now,
+                 max_duration=WEEK, requested_seconds=None)  # fmt: skip
+    assert cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_encipherment

@@ -67,9 +67,6 @@ identity a token of its bucket (step 2).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -94,6 +91,7 @@ from batteryop.exec_agent.timing import Phase, PhaseObserver, observe
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError, NotFoundError
 from batteryop.kube.resources import CLAIMS, TOKEN_REVIEWS
+from batteryop.kube.tokens import token_payload
 
 CREDENTIAL_ID_EXTRA: Final = names.CREDENTIAL_ID_EXTRA
 """TokenReview `user.extra` key of a service-account token's `JTI=<jti>` (Kubernetes 1.29+)."""
@@ -157,20 +155,6 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
     if not token:
         raise RefusedError(UNAUTHENTICATED, Check.BEARER_TOKEN, "the Bearer token is empty")
     return token
-
-
-def token_payload(token: str) -> Mapping[str, Any] | None:
-    """The JSON payload of a JWT, unverified; None when `token` is not a JWT."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    segment = parts[1]
-    try:
-        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-        payload = json.loads(raw)
-    except (binascii.Error, ValueError):
-        return None
-    return payload if isinstance(payload, Mapping) else None
 
 
 def issued_at(payload: Mapping[str, Any] | None) -> datetime | None:

@@ -7,7 +7,7 @@ flintlockd is asked afterwards whether anything ran.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
 import grpc
@@ -39,6 +39,7 @@ from batteryop.testing.exec_agent import (
     OTHER_NODE,
     Agent,
     Holders,
+    Holding,
     Pki,
     drain,
     joined,
@@ -297,69 +298,61 @@ async def reviewed_unauthenticated(api: k8s.ApiClient, token: str, timeout: floa
             await asyncio.sleep(0.05)  # polling the API server's verdict, not synchronising
 
 
-@pytest.mark.req("EA-013")
-async def test_an_expired_claim_is_denied(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
-) -> None:
-    holding = await holders.hold(expires_in=timedelta(minutes=-1))
-    error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == (
-        f"claim: claim {holders.namespace}/{holding.claim} has an expired lease"
-    )
-    await assert_nothing_ran(flintlockd)
-
-
-@pytest.mark.req("EA-013")
-async def test_a_bound_claim_without_a_lease_expiry_yet_is_denied(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
-) -> None:
-    holding = await holders.hold(expires_in=None)
-    error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == (
-        f"claim: claim {holders.namespace}/{holding.claim} has no lease expiry yet"
-    )
-    await assert_nothing_ran(flintlockd)
-
-
-@pytest.mark.req("EA-013")
-async def test_a_pending_claim_is_denied(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
-) -> None:
-    holding = await holders.hold(phase=ClaimPhase.PENDING)
-    error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == (
-        f"claim: claim {holders.namespace}/{holding.claim} is Pending, not Bound"
-    )
-    await assert_nothing_ran(flintlockd)
-
-
-@pytest.mark.req("EA-013")
-async def test_a_claim_on_another_host_is_denied(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
-) -> None:
-    holding = await holders.hold(node=OTHER_NODE)
-    error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == (
-        f"claim: claim {holders.namespace}/{holding.claim} is not on Host {agent.config.node_name}"
-    )
-    await assert_nothing_ran(flintlockd)
-
-
-@pytest.mark.req("EA-013")
-async def test_a_deleted_claim_is_denied(
-    agent: Agent, holders: Holders, flintlockd: FakeFlintlockd
-) -> None:
+async def deleted_after_binding(holders: Holders) -> Holding:
+    """A claim held as usual, then deleted before the exec."""
     holding = await holders.hold()
     k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
         names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
     )
+    return holding
+
+
+# Each claim that does not qualify: how it is held, and the refusal's detail (`{claim}` is the
+# claim's namespace/name, `{node}` the agent's Host).
+CLAIM_REFUSALS = [
+    pytest.param(
+        lambda h: h.hold(expires_in=timedelta(minutes=-1)),
+        "claim: claim {claim} has an expired lease",
+        id="an_expired_claim",
+    ),
+    pytest.param(
+        lambda h: h.hold(expires_in=None),
+        "claim: claim {claim} has no lease expiry yet",
+        id="a_bound_claim_without_a_lease_expiry_yet",
+    ),
+    pytest.param(
+        lambda h: h.hold(phase=ClaimPhase.PENDING),
+        "claim: claim {claim} is Pending, not Bound",
+        id="a_pending_claim",
+    ),
+    pytest.param(
+        lambda h: h.hold(node=OTHER_NODE),
+        "claim: claim {claim} is not on Host {node}",
+        id="a_claim_on_another_host",
+    ),
+    pytest.param(
+        deleted_after_binding,
+        "claim lookup: there is no claim {claim}",
+        id="a_deleted_claim",
+    ),
+]
+
+
+@pytest.mark.req("EA-013")
+@pytest.mark.parametrize(("hold", "detail"), CLAIM_REFUSALS)
+async def test_a_claim_that_does_not_qualify_is_denied(
+    agent: Agent,
+    holders: Holders,
+    flintlockd: FakeFlintlockd,
+    hold: Callable[[Holders], Awaitable[Holding]],
+    detail: str,
+) -> None:
+    holding = await hold(holders)
     error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == f"claim lookup: there is no claim {holders.namespace}/{holding.claim}"
+    assert error.details() == detail.format(
+        claim=f"{holders.namespace}/{holding.claim}", node=agent.config.node_name
+    )
     await assert_nothing_ran(flintlockd)
 
 

@@ -250,6 +250,14 @@ async def until(guard: DrainGuard, predicate: Callable[[DrainGuard], bool]) -> N
     await asyncio.wait_for(guard.wait_for(predicate), 20)
 
 
+async def drain_begun(host: Host, guard: DrainGuard) -> None:
+    """A claim "held" Bound on the Host, the guard up, then the Host cordoned: a drain started."""
+    await host.claim("held", host.node)
+    await until(guard, lambda g: bool(g.held))
+    await host.cordon(True)
+    await until(guard, lambda g: g.drain_started is not None)
+
+
 @pytest_asyncio.fixture
 async def host(installed: ControlPlane, namespace: str) -> AsyncIterator[Host]:
     async with KubeClient(KubeConfig.from_dict(installed.kubeconfig())) as admin:
@@ -352,11 +360,7 @@ async def test_cordon_records_the_drain_start_and_the_timeout_releases_the_guard
 ) -> None:
     clock = FakeClock()
     async with host.running(clock) as guard:
-        await host.claim("held", host.node)
-        await until(guard, lambda g: bool(g.held))
-
-        await host.cordon(True)
-        await until(guard, lambda g: g.drain_started is not None)
+        await drain_begun(host, guard)
         started = clock.now()
         assert await host.drain_started() == format_rfc3339_nano(started)
 
@@ -400,10 +404,7 @@ async def test_a_restarted_agent_adopts_the_guard_and_counts_from_the_recorded_s
 ) -> None:
     first = FakeClock()
     async with host.running(first) as guard:
-        await host.claim("held", host.node)
-        await until(guard, lambda g: bool(g.held))
-        await host.cordon(True)
-        await until(guard, lambda g: g.drain_started is not None)
+        await drain_begun(host, guard)
     started = parse_time(str(await host.drain_started()))
     _, pod = await host.guard_objects()
     assert pod is not None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -91,68 +91,101 @@ def patch_status(holders: Holders, holding: Holding, status: dict[str, object]) 
     )
 
 
-@pytest.mark.req("EA-106", "EA-013", "EA-102")
-async def test_a_running_command_ends_when_its_claim_is_released(
-    agent: Agent, holders: Holders
-) -> None:
-    holding = await holders.hold()
+def claim_object(holders: Holders, holding: Holding) -> tuple[str, str, str, str, str]:
+    """The custom-objects API's arguments naming the claim."""
+    return names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
+
+
+def hold_with_a_finalizer(holders: Holders, holding: Holding) -> None:
     custom = k8s.CustomObjectsApi(holders.api)
-    args = (names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim)
-    custom.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": ["test/hold"]}})
-    async with long_command(agent, holding) as (call, pid):
-        released = time.monotonic()
-        custom.delete_namespaced_custom_object(*args)  # being released: the finalizer holds it
-        error = await ended(call)
-        took = time.monotonic() - released
-        async with asyncio.timeout(10):
-            await process_exit(pid)
-    print(f"released -> stream ended in {took * 1000:.0f} ms")
-    assert took <= ENDED_WITHIN
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    where = f"{holders.namespace}/{holding.claim}"
-    assert error.details() == (
-        f"claim: claim {where} is being released; the running command was ended"
-    )
-    custom.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": None}})
+    patch = {"metadata": {"finalizers": ["test/hold"]}}
+    custom.patch_namespaced_custom_object(*claim_object(holders, holding), patch)
 
 
-@pytest.mark.req("EA-106", "EA-013")
-async def test_a_running_command_ends_when_its_claim_is_deleted(
-    agent: Agent, holders: Holders
-) -> None:
-    holding = await holders.hold()
-    async with long_command(agent, holding) as (call, pid):
-        deleted = time.monotonic()
-        k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
-            names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
-        )
-        error = await ended(call)
-        took = time.monotonic() - deleted
-        async with asyncio.timeout(10):
-            await process_exit(pid)
-    print(f"deleted -> stream ended in {took * 1000:.0f} ms")
-    assert took <= ENDED_WITHIN
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details() == (
-        f"claim lookup: there is no claim {holders.namespace}/{holding.claim}; "
-        "the running command was ended"
+def let_go(holders: Holders, holding: Holding) -> None:
+    custom = k8s.CustomObjectsApi(holders.api)
+    patch = {"metadata": {"finalizers": None}}
+    custom.patch_namespaced_custom_object(*claim_object(holders, holding), patch)
+
+
+def delete_claim(holders: Holders, holding: Holding) -> None:
+    k8s.CustomObjectsApi(holders.api).delete_namespaced_custom_object(
+        *claim_object(holders, holding)
     )
 
 
+def expire_claim(holders: Holders, holding: Holding) -> None:
+    patch_status(holders, holding, {"phase": ClaimPhase.EXPIRED.value})
+
+
+def nothing(holders: Holders, holding: Holding) -> None:
+    return None
+
+
+Change = Callable[[Holders, Holding], None]
+
+# How a claim stops allowing its running command: (before the command starts, the change, after
+# the stream ended, the refusal's detail with `{claim}` for the claim's namespace/name, whether
+# the command's process is seen to exit).
+CLAIM_ENDS = [
+    pytest.param(
+        hold_with_a_finalizer,
+        delete_claim,  # being released: the finalizer holds it
+        let_go,
+        "claim: claim {claim} is being released; the running command was ended",
+        True,
+        marks=pytest.mark.req("EA-102"),
+        id="released",
+    ),
+    pytest.param(
+        nothing,
+        delete_claim,
+        nothing,
+        "claim lookup: there is no claim {claim}; the running command was ended",
+        True,
+        id="deleted",
+    ),
+    pytest.param(
+        nothing,
+        expire_claim,
+        nothing,
+        "is Expired, not Bound; the running command was ended",
+        False,
+        id="expired",
+    ),
+]
+
+
 @pytest.mark.req("EA-106", "EA-013")
-async def test_a_running_command_ends_when_its_claim_expires(
-    agent: Agent, holders: Holders
+@pytest.mark.parametrize(("before", "change", "after", "detail", "exits"), CLAIM_ENDS)
+async def test_a_running_command_ends_when_its_claim_stops_allowing_it(
+    agent: Agent,
+    holders: Holders,
+    before: Change,
+    change: Change,
+    after: Change,
+    detail: str,
+    exits: bool,
 ) -> None:
     holding = await holders.hold()
-    async with long_command(agent, holding) as (call, _):
-        expired = time.monotonic()
-        patch_status(holders, holding, {"phase": ClaimPhase.EXPIRED.value})
+    before(holders, holding)
+    async with long_command(agent, holding) as (call, pid):
+        changed = time.monotonic()
+        change(holders, holding)
         error = await ended(call)
-        took = time.monotonic() - expired
-    print(f"phase Expired -> stream ended in {took * 1000:.0f} ms")
+        took = time.monotonic() - changed
+        if exits:
+            async with asyncio.timeout(10):
+                await process_exit(pid)
+    print(f"{change.__name__} -> stream ended in {took * 1000:.0f} ms")
     assert took <= ENDED_WITHIN
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert error.details().endswith("is Expired, not Bound; the running command was ended")
+    expected = detail.format(claim=f"{holders.namespace}/{holding.claim}")
+    if "{claim}" in detail:
+        assert error.details() == expected
+    else:
+        assert error.details().endswith(expected)
+    after(holders, holding)
 
 
 @pytest.mark.req("EA-106", "EA-013")

@@ -22,7 +22,6 @@ import base64
 import binascii
 import contextlib
 import datetime
-import json
 import os
 import ssl
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ import yaml
 from batteryop.api._compat import UTC
 from batteryop.kube.errors import KubeConfigError
 from batteryop.kube.exec_plugin import ExecCredential, ExecPlugin
+from batteryop.kube.tokens import token_payload
 
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a Pod's ServiceAccount token, CA and namespace are mounted."""
@@ -328,10 +328,8 @@ def _write_private(path: Path, data: bytes) -> str:
 
 def token_expiry(token: str) -> datetime.datetime | None:
     """The `exp` claim of a JWT, unverified (only to know when to log in again), else None."""
-    with contextlib.suppress(ValueError, IndexError, TypeError, OverflowError, binascii.Error):
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        exp = claims.get("exp") if isinstance(claims, dict) else None
-        if isinstance(exp, int | float):
+    exp = (token_payload(token) or {}).get("exp")
+    if isinstance(exp, int | float):
+        with contextlib.suppress(ValueError, OverflowError, OSError):
             return datetime.datetime.fromtimestamp(exp, tz=UTC)
     return None

@@ -9,6 +9,12 @@ the email package it brings) took 100-130 ms of a 300 ms `battery run` budget on
 development machine, more than everything the command does on the network
 (docs/dev/client-performance.md); nothing of aiohttp's server side or its other features was
 used. The deployables' own HTTP servers (`obs.health`) still use aiohttp's server.
+Measured again for issue 46 (`python -X importtime`, aiohttp 3.14.5, bytecode cached, after
+`asyncio`, `ssl`, `zlib` and `json`, which both need, median of 11 runs on a 2-core machine at
+load 10): `import aiohttp` 1.61 s, `import batteryop.kube.http` 17 ms; most of aiohttp's is its
+connector building default TLS contexts from the system's CA store, which the client never uses
+(84 ms of aiohttp, 35 ms of it those contexts, at load 2 in docs/dev/client-performance.md).
+The `client-is-light` import contract (pyproject.toml) keeps aiohttp out of the client wheel.
 
     pool = ConnectionPool("https://10.0.0.1:6443", ssl_context, {"User-Agent": "me"})
     answer = await pool.request("GET", "/api/v1/namespaces", {}, None, timeout=30)

@@ -5,7 +5,7 @@ the real API server against a real token of the agent's ServiceAccount bound to 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -188,43 +188,45 @@ def nodes(admin: k8s.ApiClient) -> Iterator[tuple[str, str]]:
         yield own, other
 
 
+@pytest.fixture
+async def agent(
+    admin: k8s.ApiClient, controlplane: ControlPlane, installed: list[str], nodes: tuple[str, str]
+) -> AsyncIterator[k8s.ApiClient]:
+    """A client as the Exec Agent of the first of `nodes`, once the policy holds for it."""
+    own, _ = nodes
+    client = agent_on(admin, controlplane, own)
+    try:
+        await policy_active(client, own)
+        yield client
+    finally:
+        client.close()
+
+
 @pytest.mark.controlplane
 @pytest.mark.req("EA-051")
 async def test_the_agent_may_change_only_our_annotations_of_its_own_node(
-    admin: k8s.ApiClient,
-    controlplane: ControlPlane,
-    installed: list[str],
-    nodes: tuple[str, str],
+    admin: k8s.ApiClient, agent: k8s.ApiClient, nodes: tuple[str, str]
 ) -> None:
     own, other = nodes
-    agent = agent_on(admin, controlplane, own)
-    try:
-        await policy_active(agent, own)
-        ours = {names.EXEC_AGENT_READY_ANNOTATION: "true"}
-        patch_node(agent, own, {"metadata": {"annotations": ours}})
-        patch_node(
-            agent, own, {"metadata": {"annotations": {names.EXEC_AGENT_READY_ANNOTATION: None}}}
-        )
+    ours = {names.EXEC_AGENT_READY_ANNOTATION: "true"}
+    patch_node(agent, own, {"metadata": {"annotations": ours}})
+    patch_node(agent, own, {"metadata": {"annotations": {names.EXEC_AGENT_READY_ANNOTATION: None}}})
 
-        assert "only change annotations under" in refusal(
-            lambda: patch_node(agent, own, {"metadata": {"annotations": {"example.com/x": "1"}}})
-        )
-        assert "only change annotations under" in refusal(
-            lambda: patch_node(
-                agent, own, {"metadata": {"annotations": {"example.com/kept": None}}}
-            )
-        )
-        assert "labels, owners, finalizers or spec" in refusal(
-            lambda: patch_node(agent, own, {"metadata": {"labels": {names.HOST_LABEL: "false"}}})
-        )
-        assert "labels, owners, finalizers or spec" in refusal(
-            lambda: patch_node(agent, own, {"spec": {"unschedulable": True}})
-        )
-        assert "only change its own Node" in refusal(
-            lambda: patch_node(agent, other, {"metadata": {"annotations": ours}})
-        )
-    finally:
-        agent.close()
+    assert "only change annotations under" in refusal(
+        lambda: patch_node(agent, own, {"metadata": {"annotations": {"example.com/x": "1"}}})
+    )
+    assert "only change annotations under" in refusal(
+        lambda: patch_node(agent, own, {"metadata": {"annotations": {"example.com/kept": None}}})
+    )
+    assert "labels, owners, finalizers or spec" in refusal(
+        lambda: patch_node(agent, own, {"metadata": {"labels": {names.HOST_LABEL: "false"}}})
+    )
+    assert "labels, owners, finalizers or spec" in refusal(
+        lambda: patch_node(agent, own, {"spec": {"unschedulable": True}})
+    )
+    assert "only change its own Node" in refusal(
+        lambda: patch_node(agent, other, {"metadata": {"annotations": ours}})
+    )
     node = k8s.CoreV1Api(admin).read_node(own)
     assert node.metadata.labels[names.HOST_LABEL] == names.HOST_LABEL_VALUE
     assert node.metadata.annotations.get("example.com/kept") == "1"
@@ -270,74 +272,64 @@ def guard_budget(name: str, node: str) -> dict[str, Any]:
 @pytest.mark.controlplane
 @pytest.mark.req("EA-041", "EA-051")
 async def test_the_agent_may_only_create_and_delete_its_own_nodes_drain_guard(
-    admin: k8s.ApiClient,
-    controlplane: ControlPlane,
-    installed: list[str],
-    nodes: tuple[str, str],
+    admin: k8s.ApiClient, agent: k8s.ApiClient, nodes: tuple[str, str]
 ) -> None:
     own, other = nodes
-    agent = agent_on(admin, controlplane, own)
     core, policy = k8s.CoreV1Api(agent), k8s.PolicyV1Api(agent)
     guard = names.drain_guard_name(own)
-    try:
-        await policy_active(agent, own)
-        # Its own guard: the budget, then the Pod, then both removed.
-        policy.create_namespaced_pod_disruption_budget(NS, guard_budget(guard, own))
-        core.create_namespaced_pod(NS, guard_pod(admin, own))
+    # Its own guard: the budget, then the Pod, then both removed.
+    policy.create_namespaced_pod_disruption_budget(NS, guard_budget(guard, own))
+    core.create_namespaced_pod(NS, guard_pod(admin, own))
 
-        not_its_guard = "only create and delete the drain guard of its own Node"
-        assert not_its_guard in refusal(
-            lambda: core.create_namespaced_pod(NS, guard_pod(admin, other))
+    not_its_guard = "only create and delete the drain guard of its own Node"
+    assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, guard_pod(admin, other)))
+    assert not_its_guard in refusal(
+        lambda: policy.create_namespaced_pod_disruption_budget(
+            NS, guard_budget(names.drain_guard_name(other), other)
         )
-        assert not_its_guard in refusal(
-            lambda: policy.create_namespaced_pod_disruption_budget(
-                NS, guard_budget(names.drain_guard_name(other), other)
-            )
+    )
+    renamed = guard_pod(admin, own)
+    renamed["metadata"]["name"] = f"{guard}-2"
+    assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, renamed))
+    assert not_its_guard in refusal(
+        lambda: policy.create_namespaced_pod_disruption_budget(NS, guard_budget("pdb", own))
+    )
+    # Its own guard's name, but bound to another Node, or with a token, or a volume.
+    core.delete_namespaced_pod(guard, NS)
+    assert "must be bound to its own Node" in refusal(
+        lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, nodeName=other))
+    )
+    assert "must not mount a ServiceAccount token" in refusal(
+        lambda: core.create_namespaced_pod(
+            NS, guard_pod(admin, own, automountServiceAccountToken=True)
         )
-        renamed = guard_pod(admin, own)
-        renamed["metadata"]["name"] = f"{guard}-2"
-        assert not_its_guard in refusal(lambda: core.create_namespaced_pod(NS, renamed))
-        assert not_its_guard in refusal(
-            lambda: policy.create_namespaced_pod_disruption_budget(NS, guard_budget("pdb", own))
+    )
+    empty_dir = [{"name": "scratch", "emptyDir": {}}]
+    assert "must have no volumes" in refusal(
+        lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, volumes=empty_dir))
+    )
+    # Never changed once made, even where RBAC allows it (EXTRA_ROLE).
+    core.create_namespaced_pod(NS, guard_pod(admin, own))
+    never_changed = "only create and delete its drain guard, never change it"
+    relabel = {"metadata": {"labels": {"example.com/x": "1"}}}
+    assert never_changed in refusal(lambda: core.patch_namespaced_pod(guard, NS, relabel))
+    assert never_changed in refusal(
+        lambda: core.patch_namespaced_pod_status(guard, NS, {"status": {"phase": "Failed"}})
+    )
+    assert never_changed in refusal(
+        lambda: policy.patch_namespaced_pod_disruption_budget(
+            guard, NS, {"spec": {"minAvailable": 0}}
         )
-        # Its own guard's name, but bound to another Node, or with a token, or a volume.
-        core.delete_namespaced_pod(guard, NS)
-        assert "must be bound to its own Node" in refusal(
-            lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, nodeName=other))
-        )
-        assert "must not mount a ServiceAccount token" in refusal(
-            lambda: core.create_namespaced_pod(
-                NS, guard_pod(admin, own, automountServiceAccountToken=True)
-            )
-        )
-        empty_dir = [{"name": "scratch", "emptyDir": {}}]
-        assert "must have no volumes" in refusal(
-            lambda: core.create_namespaced_pod(NS, guard_pod(admin, own, volumes=empty_dir))
-        )
-        # Never changed once made, even where RBAC allows it (EXTRA_ROLE).
-        core.create_namespaced_pod(NS, guard_pod(admin, own))
-        never_changed = "only create and delete its drain guard, never change it"
-        relabel = {"metadata": {"labels": {"example.com/x": "1"}}}
-        assert never_changed in refusal(lambda: core.patch_namespaced_pod(guard, NS, relabel))
-        assert never_changed in refusal(
-            lambda: core.patch_namespaced_pod_status(guard, NS, {"status": {"phase": "Failed"}})
-        )
-        assert never_changed in refusal(
-            lambda: policy.patch_namespaced_pod_disruption_budget(
-                guard, NS, {"spec": {"minAvailable": 0}}
-            )
-        )
-        # Nor may it delete a Pod that is not its guard: here, the Pod its own token is bound to.
-        (own_pod,) = (
-            p.metadata.name
-            for p in k8s.CoreV1Api(admin).list_namespaced_pod(NS).items
-            if p.spec.node_name == own and p.metadata.name != guard
-        )
-        assert not_its_guard in refusal(lambda: core.delete_namespaced_pod(own_pod, NS))
-        core.delete_namespaced_pod(guard, NS)
-        policy.delete_namespaced_pod_disruption_budget(guard, NS)
-    finally:
-        agent.close()
+    )
+    # Nor may it delete a Pod that is not its guard: here, the Pod its own token is bound to.
+    (own_pod,) = (
+        p.metadata.name
+        for p in k8s.CoreV1Api(admin).list_namespaced_pod(NS).items
+        if p.spec.node_name == own and p.metadata.name != guard
+    )
+    assert not_its_guard in refusal(lambda: core.delete_namespaced_pod(own_pod, NS))
+    core.delete_namespaced_pod(guard, NS)
+    policy.delete_namespaced_pod_disruption_budget(guard, NS)
     admin_core = k8s.CoreV1Api(admin)
     assert [p.metadata.name for p in admin_core.list_namespaced_pod(NS).items].count(guard) == 0
     budgets = k8s.PolicyV1Api(admin).list_namespaced_pod_disruption_budget(NS).items

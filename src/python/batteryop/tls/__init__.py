@@ -1,5 +1,6 @@
 """TLS helpers shared by the deployables and the test harnesses."""
 
+from batteryop.tls.leaf import leaf_certificate
 from batteryop.tls.pki import (
     CertificateAuthority,
     KeyPair,
@@ -20,6 +21,7 @@ __all__ = [
     "UnsafeDirectoryError",
     "cert_pem",
     "key_pem",
+    "leaf_certificate",
     "make_csr",
     "new_key",
     "private_dir",

@@ -3,7 +3,8 @@
 Used wherever the project needs certificates it makes itself: the test control
 plane (serving certs, the service-account signing key, client certs for
 `system:masters`), the fake flintlockd's TLS (TD-012), the exec agent's serving
-certificate request. Keys are EC P-256: fast to make and accepted by Go's and
+certificate request. Leaf certificates are built by `leaf.leaf_certificate`, as the CSR
+approver's are. Keys are EC P-256: fast to make and accepted by Go's and
 gRPC's TLS stacks. Nothing here writes a key anywhere but the path it is given,
 and files holding keys are created with mode 0600.
 """
@@ -24,6 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from batteryop.tls.leaf import leaf_certificate
 
 _VALIDITY = datetime.timedelta(days=1)
 _SKEW = datetime.timedelta(minutes=5)
@@ -275,39 +278,16 @@ class CertificateAuthority:
         validity: datetime.timedelta,
     ) -> x509.Certificate:
         now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(self.pair.cert.subject)
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _SKEW)
-            .not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.pair.key.public_key()),
-                critical=False,
-            )
+        return leaf_certificate(
+            subject=subject,
+            public_key=public,
+            issuer=self.pair.cert,
+            issuer_key=self.pair.key,
+            not_before=now - _SKEW,
+            not_after=now + validity,
+            usages=usages,
+            sans=_sans(hosts),
         )
-        sans = _sans(hosts)
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(self.pair.key, hashes.SHA256())
 
 
 def make_csr(

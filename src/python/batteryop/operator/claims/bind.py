@@ -57,10 +57,10 @@ from batteryop.api.conditions import (
 from batteryop.api.meta import ObjectMeta
 from batteryop.battery.errors import (
     BatteryError,
+    BatteryNotFoundError,
+    BatteryPoolExhaustedError,
     BatteryUnavailableError,
     ClaimAbortedError,
-    NotFoundError,
-    PoolExhaustedError,
 )
 from batteryop.battery.models import ClaimedVM
 from batteryop.operator.claims.cordoned import (
@@ -154,13 +154,13 @@ async def bind(scope: ClaimScope) -> None:
             scope.failed(err.error)
             scope.pending = PendingCause(ClaimReason.HOST_CORDONED, str(err))  # CL-104
             return
-        except PoolExhaustedError as err:
+        except BatteryPoolExhaustedError as err:
             scope.answered(err.rpc, err)
             scope.pending = PendingCause(  # CL-003
                 ClaimReason.POOL_EXHAUSTED, f"Pool {pool.name} has no available MicroVM"
             )
             return
-        except NotFoundError as err:
+        except BatteryNotFoundError as err:
             scope.answered(err.rpc, err)
             scope.pending = PendingCause(  # CL-004
                 ClaimReason.POOL_NOT_FOUND, f"battery does not hold Pool {pool.name}"

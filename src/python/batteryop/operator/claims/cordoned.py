@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from batteryop.battery.errors import BatteryError, NotFoundError
+from batteryop.battery.errors import BatteryError, BatteryNotFoundError
 from batteryop.battery.models import ClaimedVM, PoolRef
 
 GIVE_BACKS: Final = 3
@@ -112,7 +112,7 @@ async def claim_off_cordoned(
             return claimed
         try:
             await battery.release_vm(claimed.lease_id)  # CL-103: battery destroys the MicroVM
-        except NotFoundError:
+        except BatteryNotFoundError:
             pass  # the Lease is gone already: what the give-back wanted
         except BatteryError as err:
             raise GiveBackFailedError(claimed, err) from err  # CL-104

@@ -10,9 +10,9 @@ import pytest
 
 from batteryop.battery.errors import (
     BatteryError,
+    BatteryNotFoundError,
+    BatteryPoolExhaustedError,
     BatteryUnavailableError,
-    NotFoundError,
-    PoolExhaustedError,
 )
 from batteryop.battery.models import ClaimedVM, HostInfo, PoolRef
 from batteryop.operator.claims.cordoned import (
@@ -43,7 +43,7 @@ class Battery:
         n = len([c for c in self.calls if c[0] == "ClaimVM"])
         self.calls.append(("ClaimVM", request_id))
         if n >= len(self.hosts):
-            raise PoolExhaustedError("ClaimVM", "RESOURCE_EXHAUSTED", "no available vm")
+            raise BatteryPoolExhaustedError("ClaimVM", "RESOURCE_EXHAUSTED", "no available vm")
         host = self.hosts[n]
         return ClaimedVM(f"lease-{n}", f"vm-{n}", HostInfo(host, f"{host}:9090"))
 
@@ -107,14 +107,14 @@ async def test_the_give_backs_are_bounded_and_every_cordoned_lease_is_given_back
 async def test_claimvm_errors_after_a_give_back_pass_through() -> None:
     battery = Battery("host-a")
     given_back: list[ClaimedVM] = []
-    with pytest.raises(PoolExhaustedError):
+    with pytest.raises(BatteryPoolExhaustedError):
         await claim(battery, given_back)
     assert [c.lease_id for c in given_back] == ["lease-0"]
 
 
 @pytest.mark.req("CL-103")
 async def test_a_lease_already_gone_counts_as_given_back() -> None:
-    gone = NotFoundError("ReleaseVM", "NOT_FOUND", "lease not found")
+    gone = BatteryNotFoundError("ReleaseVM", "NOT_FOUND", "lease not found")
     battery = Battery("host-a", "host-b", release_error=gone)
     assert (await claim(battery)).host.name == "host-b"
 

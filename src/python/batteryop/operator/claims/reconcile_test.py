@@ -240,6 +240,15 @@ def reason(body: Mapping[str, Any], type: ClaimConditionType) -> tuple[Condition
     return c.status, c.reason
 
 
+def assert_pending(body: Mapping[str, Any], bound: str, synced: str = ClaimReason.SYNCED) -> None:
+    """The claim is Pending, Bound False for `bound`, and Synced for `synced` (True for SYNCED,
+    False for any other reason)."""
+    assert status(body).phase is ClaimPhase.PENDING
+    assert reason(body, ClaimConditionType.BOUND) == (ConditionStatus.FALSE, bound)
+    synced_status = ConditionStatus.TRUE if synced == ClaimReason.SYNCED else ConditionStatus.FALSE
+    assert reason(body, ClaimConditionType.SYNCED) == (synced_status, synced)
+
+
 def events(outcome: Outcome) -> list[tuple[EventType, str]]:
     return [(e.type, e.reason) for e in outcome.events]
 
@@ -459,16 +468,8 @@ async def test_a_lost_claim_vm_answer_is_retried_into_the_same_lease_and_microvm
     ref = await add_pool(env)
     outcome, body, uid, committed = await claim_with_lost_answer(env)
     assert env.calls.take() == ["ClaimVM"]
-    assert status(body).phase is ClaimPhase.PENDING
+    assert_pending(body, ClaimReason.BATTERY_UNAVAILABLE, synced=ClaimReason.BATTERY_UNAVAILABLE)
     assert status(body).lease_id is None
-    assert reason(body, ClaimConditionType.BOUND) == (
-        ConditionStatus.FALSE,
-        ClaimReason.BATTERY_UNAVAILABLE,
-    )
-    assert reason(body, ClaimConditionType.SYNCED) == (
-        ConditionStatus.FALSE,
-        ClaimReason.BATTERY_UNAVAILABLE,
-    )
     assert outcome.requeue_after == 1.0
 
     env.clock.advance(1)
@@ -514,12 +515,7 @@ async def test_an_exhausted_pool_keeps_the_claim_pending_with_a_growing_wait(env
     body = claim_body(env)
     outcome, body = await env.step(body)
     assert env.calls.take() == ["ClaimVM"]
-    assert status(body).phase is ClaimPhase.PENDING
-    assert reason(body, ClaimConditionType.BOUND) == (
-        ConditionStatus.FALSE,
-        ClaimReason.POOL_EXHAUSTED,
-    )
-    assert reason(body, ClaimConditionType.SYNCED) == (ConditionStatus.TRUE, ClaimReason.SYNCED)
+    assert_pending(body, ClaimReason.POOL_EXHAUSTED)
     assert events(outcome) == [(EventType.WARNING, ClaimReason.POOL_EXHAUSTED)]
     assert outcome.requeue_after == 1.0
 
@@ -646,15 +642,7 @@ async def test_claim_aborted_while_the_earlier_lease_is_released_then_a_fresh_cl
         env.clock.advance(1)
         outcome, body = await env.step(body)
         assert env.calls.take() == ["ClaimVM"]
-        assert status(body).phase is ClaimPhase.PENDING
-        assert reason(body, ClaimConditionType.BOUND) == (
-            ConditionStatus.FALSE,
-            ClaimReason.CLAIM_ABORTED,
-        )
-        assert reason(body, ClaimConditionType.SYNCED) == (
-            ConditionStatus.TRUE,
-            ClaimReason.SYNCED,
-        )
+        assert_pending(body, ClaimReason.CLAIM_ABORTED)
         assert events(outcome) == [(EventType.WARNING, ClaimReason.CLAIM_ABORTED)]
         assert outcome.requeue_after == 1.0
     finally:
@@ -748,16 +736,8 @@ async def test_a_failed_give_back_keeps_the_claim_pending_and_is_never_bound(env
     try:
         outcome, body = await env.step(body)
         assert env.calls.take() == ["ClaimVM", "ReleaseVM"]
-        assert status(body).phase is ClaimPhase.PENDING
+        assert_pending(body, ClaimReason.HOST_CORDONED, synced=ClaimReason.BATTERY_UNAVAILABLE)
         assert status(body).lease_id is None
-        assert reason(body, ClaimConditionType.BOUND) == (
-            ConditionStatus.FALSE,
-            ClaimReason.HOST_CORDONED,
-        )
-        assert reason(body, ClaimConditionType.SYNCED) == (
-            ConditionStatus.FALSE,
-            ClaimReason.BATTERY_UNAVAILABLE,
-        )
         assert len(leases_of(env, uid)) == 1
         env.clock.advance(2)
         outcome, body = await env.step(body)  # the Lease's MicroVM is being deleted

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from batteryop.api import names
 from batteryop.api.conditions import EventReason, EventType
-from batteryop.battery.errors import BatteryError, NotFoundError
+from batteryop.battery.errors import BatteryError, BatteryNotFoundError
 from batteryop.operator.claims.scope import ClaimScope
 
 
@@ -43,7 +43,7 @@ async def release(scope: ClaimScope) -> None:
         return
     try:
         await scope.deps.battery.release_vm(lease_id)
-    except NotFoundError as err:
+    except BatteryNotFoundError as err:
         scope.answered(err.rpc, err)
         _released(scope, f"battery no longer holds Lease {lease_id}")  # CL-020
         return

@@ -19,7 +19,7 @@ inside the Pool's expiry threshold (the Pool's heartbeat interval says how often
 
 from __future__ import annotations
 
-from batteryop.battery.errors import BatteryError, BatteryUnavailableError, NotFoundError
+from batteryop.battery.errors import BatteryError, BatteryNotFoundError, BatteryUnavailableError
 from batteryop.operator.claims.expiry import expire
 from batteryop.operator.claims.scope import ClaimScope
 
@@ -31,7 +31,7 @@ async def renew(scope: ClaimScope) -> None:
         return
     try:
         expires_at = await scope.deps.battery.heartbeat(lease_id)  # CL-019: the recorded Lease
-    except NotFoundError as err:
+    except BatteryNotFoundError as err:
         scope.answered(err.rpc, err)
         expire(scope, f"battery no longer holds Lease {lease_id}")  # CL-012
         return

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from batteryop.api.conditions import ClaimConditionType, ClaimReason, ConditionStatus, EventType
 from batteryop.battery.errors import (
+    BatteryNotFoundError,
+    BatteryPoolExhaustedError,
     BatteryUnavailableError,
     ClaimAbortedError,
-    NotFoundError,
-    PoolExhaustedError,
 )
 from batteryop.kube.outcome import backoff_since
 from batteryop.operator.claims.scope import ClaimScope
 
-ANSWERS = (NotFoundError, PoolExhaustedError, ClaimAbortedError)
+ANSWERS = (BatteryNotFoundError, BatteryPoolExhaustedError, ClaimAbortedError)
 """Errors that are battery's answer about the claim, acted on by a step: Synced stays True."""
 
 

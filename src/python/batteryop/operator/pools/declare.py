@@ -31,8 +31,8 @@ from batteryop.battery import models as battery
 from batteryop.battery.errors import (
     AlreadyExistsError,
     BatteryError,
+    BatteryNotFoundError,
     InvalidArgumentError,
-    NotFoundError,
     PreconditionFailedError,
 )
 from batteryop.battery.protocol import BatteryAPI
@@ -56,7 +56,7 @@ async def get_held(api: BatteryAPI, ref: battery.PoolRef) -> battery.Pool | None
     """battery's Pool, or None if battery does not hold it."""
     try:
         return await api.get_pool(ref)
-    except NotFoundError:
+    except BatteryNotFoundError:
         return None
 
 
@@ -111,7 +111,7 @@ async def _send(api: BatteryAPI, wanted: battery.PoolSpec, *, exists: bool) -> b
     if exists:
         try:
             return await api.update_pool(wanted)
-        except NotFoundError:
+        except BatteryNotFoundError:
             return await api.create_pool(wanted)
     try:
         return await api.create_pool(wanted)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from batteryop.api import names
 from batteryop.battery import models as battery
-from batteryop.battery.errors import BatteryError, NotFoundError, PreconditionFailedError
+from batteryop.battery.errors import BatteryError, BatteryNotFoundError, PreconditionFailedError
 from batteryop.operator.pools.battery_spec import drained_spec, is_drained
 from batteryop.operator.pools.declare import get_held
 from batteryop.operator.pools.scope import PoolScope
@@ -54,7 +54,7 @@ async def _delete(scope: PoolScope) -> None:
     key, api = scope.key, scope.deps.battery
     try:
         await api.delete_pool(key.ref)
-    except NotFoundError:
+    except BatteryNotFoundError:
         scope.logger.info("battery no longer holds deleted Pool", extra={"pool": str(key)})
         return _released(scope)
     except PreconditionFailedError as refusal:
@@ -64,7 +64,7 @@ async def _delete(scope: PoolScope) -> None:
         if not is_drained(held.spec):
             try:
                 held = await api.update_pool(drained_spec(held.spec))  # PO-042
-            except NotFoundError:
+            except BatteryNotFoundError:
                 return _released(scope)
             scope.logger.info("Drained Pool spec in battery", extra={"pool": str(key)})
         return _blocked(scope, held, refusal)

@@ -33,7 +33,7 @@ from batteryop.api.conditions import (
 from batteryop.api.pool import PoolStatus
 from batteryop.battery import (
     BatteryClient,
-    NotFoundError,
+    BatteryNotFoundError,
     Pool,
     PoolRef,
 )
@@ -180,7 +180,7 @@ async def filled(env: Env, body: dict[str, Any]) -> Pool:
 
 
 async def raises_not_found(call: Awaitable[Any]) -> None:
-    with pytest.raises(NotFoundError):
+    with pytest.raises(BatteryNotFoundError):
         await call
 
 
