@@ -504,7 +504,7 @@ class ClaimsMachine(RuleBasedStateMachine):
                 if loop.time() >= deadline:
                     raise
                 self.stats.seen["settle:battery asked for another pass"] += 1
-                self.fake.notify(key, "tick")
+                self.fake.schedule.notify(key, "tick")
 
     def _step(self, what: str) -> None:
         self.stats.steps += 1

@@ -62,12 +62,6 @@ class BatteryNotFoundError(BatteryError):
     """battery does not know the Pool, Lease or Host named in the request (NOT_FOUND)."""
 
 
-NotFoundError = BatteryNotFoundError
-"""Deprecated name of `BatteryNotFoundError` (issue 46: `batteryop.kube.errors.NotFoundError` is
-the API server's): only `host_registry.controller` still imports it, until its split lands;
-remove it then."""
-
-
 class AlreadyExistsError(BatteryError):
     """The object to create exists already (ALREADY_EXISTS)."""
 

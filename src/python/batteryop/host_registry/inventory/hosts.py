@@ -12,7 +12,11 @@ import logging
 from typing import Final
 
 from batteryop.battery import configfile
-from batteryop.battery.errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
+from batteryop.battery.errors import (
+    AlreadyExistsError,
+    BatteryNotFoundError,
+    PreconditionFailedError,
+)
 from batteryop.battery.models import HostTLS
 from batteryop.host_registry.inventory.scope import RegistryScope
 from batteryop.kube.events import WARNING
@@ -88,7 +92,7 @@ async def remove(scope: RegistryScope, name: str, *, drained: bool) -> bool:
     state = scope.state
     try:
         await scope.deps.battery.remove_host(name)
-    except NotFoundError:
+    except BatteryNotFoundError:
         pass
     except PreconditionFailedError as e:
         scope.deps.metrics.host_calls.labels("RemoveHost", "refused").inc()
