@@ -15,7 +15,6 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
 - `certs`: keys made on the Host, certificates by CSR, renewal (EA-060..EA-068).
 - `drain_guard`: while claims are Bound on the Host, a guard Pod and PodDisruptionBudget hold a
   drain of its Node open, for at most the drain timeout (EA-040, EA-041).
-- `clock`: the wall clock, injected where the agent waits for a time (certificates, drains).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 

@@ -65,7 +65,7 @@ threads, before handshakes; the loop publishes each new configuration with a gen
 in one store and the ask compares generations, so a renewal that lands during an ask is handed
 out at the next one (EA-129).
 
-Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
+Time comes from a `batteryop.api.clock.Clock`, so tests move it instead of waiting for certificates to age.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
-from batteryop.exec_agent.clock import Clock, SystemClock
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
@@ -655,7 +655,7 @@ class AgentCertificates:
         cert_dir: Path,
         ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP,
         duration: timedelta | None = None,
-        clock: Clock | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         on_client_renewed: Callable[[], None] | None = None,
         retry_max: float = 300.0,
@@ -671,7 +671,7 @@ class AgentCertificates:
         self._requester = CSRRequester(kube, node, duration=duration)
         self._bundle = CABundle(kube, namespace, ca_bundle_config_map)
         self._dir = CertDir(cert_dir)
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._rng = rng or random.SystemRandom()
         self._on_client_renewed = on_client_renewed
         self._retry_max = retry_max

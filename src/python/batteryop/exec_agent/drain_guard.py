@@ -44,7 +44,7 @@ first. The agent may only get, create and delete the Pod and create and delete t
 Role in the Manifests): it does not watch them, so a guard Pod someone else deletes comes back
 only after the agent restarts.
 
-Time comes from a `clock.Clock`, so tests move it past the timeout instead of waiting an hour.
+Time comes from a `batteryop.api.clock.Clock`, so tests move it past the timeout instead of waiting an hour.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ from typing import Any, Final
 
 from batteryop.api import drain_guard as shape
 from batteryop.api import names
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
-from batteryop.exec_agent.clock import Clock, SystemClock
 from batteryop.kube.client import KubeClient, Objects
 from batteryop.kube.errors import ConflictError, KubeError, NotFoundError
 from batteryop.kube.informer import list_watch
@@ -176,7 +176,7 @@ class DrainGuard:
         namespace: str,
         image: str = names.DRAIN_GUARD_IMAGE,
         timeout: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS),
-        clock: Clock | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._kube = kube
         self.node_name = node_name
@@ -184,7 +184,7 @@ class DrainGuard:
         self.name = names.drain_guard_name(node_name)
         self._image = image
         self._timeout = timeout
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
         self._bound: dict[str, str] = {}
         """uid -> namespace/name of every claim Bound on this Node."""
         self.claims_known = False

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from batteryop.api import names, samples
 from batteryop.api.claim import ClaimStatus
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
 from batteryop.exec_agent.drain_guard import DrainGuard, bound_on, guard_objects
@@ -47,7 +48,6 @@ from batteryop.testing.controlplane import (
     pod_bound_token,
 )
 from batteryop.testing.exec_agent_policy import NS, install_exec_agent
-from batteryop.testing.fake_battery.clock import FakeClock
 
 TIMEOUT = timedelta(hours=1)
 NO_CLAIMS_SA = "exec-agent-without-claims"

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Supervisor:
         backoff_min: float = 1.0,
         backoff_max: float = 30.0,
         sleep: Sleep = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._backoff_min = backoff_min
         self._backoff_max = backoff_max
@@ -112,13 +112,13 @@ class Supervisor:
         state = self._states[name]
         while True:
             state.down = None  # running (again), also after a stop() that caught it down
-            started = self._clock()
+            started = self._clock.monotonic()
             try:
                 await run()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                if self._clock() - started >= self._backoff_max:
+                if self._clock.monotonic() - started >= self._backoff_max:
                     state.failures = 0  # it ran well for a while: start the backoff over
                 state.failures += 1
                 state.down = f"{type(err).__name__}: {err}"

@@ -33,8 +33,8 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2_grpc,
     types_pb2,
 )
+from batteryop.api.clock import Clock, FakeClock, SystemClock
 from batteryop.obs.supervisor import Supervisor
-from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.db import Database, DatabaseError
 from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults
 from batteryop.testing.fake_battery.hosts import (
