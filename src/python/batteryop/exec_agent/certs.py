@@ -92,6 +92,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
+from batteryop.api.backoff import Backoff
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
@@ -108,6 +109,10 @@ RENEW_TO: Final = 0.65
 
 MIN_RENEW_AFTER: Final = timedelta(minutes=1)
 """Never request a replacement sooner than this after the certificate's notBefore."""
+
+ANSWER_POLL_MIN: Final = 0.05
+ANSWER_POLL_MAX: Final = 2.0
+"""Reads of a CSR until its signer answered back off from 50 ms to 2 s."""
 
 CLOCK_SKEW: Final = timedelta(minutes=5)
 """A certificate whose notBefore is at most this far ahead of our clock is accepted."""
@@ -480,7 +485,7 @@ class CSRRequester:
         log.info("Certificate requested", extra={"csr": name, "signer": want.signer})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._answer_timeout
-        pause = 0.05
+        pause = Backoff(ANSWER_POLL_MIN, ANSWER_POLL_MAX)
         obj = created
         while True:
             status = obj.get("status") or {}
@@ -497,8 +502,7 @@ class CSRRequester:
                 raise CertificateError(
                     want.kind, "NoAnswer", f"{name}: not signed within {self._answer_timeout}s"
                 )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            await asyncio.sleep(pause.next())
             obj = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
 
 
@@ -752,7 +756,7 @@ class AgentCertificates:
 
     async def _obtain(self, kind: str) -> Issued:
         """`_request(kind)`, retried until it succeeds (at start, EA-060)."""
-        backoff = 1.0
+        backoff = Backoff(1.0, self._retry_max)
         while True:
             try:
                 return await self._request(kind)
@@ -760,8 +764,7 @@ class AgentCertificates:
                 log.warning("Certificate not obtained, asking again: %s", e)
             except KubeError as e:
                 log.warning("Certificate request for %s failed, retrying: %s", kind, e)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._retry_max)
+            await asyncio.sleep(backoff.next())
 
     def _flintlockd_client_cas(self) -> str:
         """flintlockd's `client-ca.crt` (EA-128): battery's client CA, from the CA bundle, and

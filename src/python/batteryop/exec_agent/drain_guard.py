@@ -58,6 +58,7 @@ from typing import Any, Final
 
 from batteryop.api import drain_guard as shape
 from batteryop.api import names
+from batteryop.api.backoff import Backoff
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
@@ -70,7 +71,8 @@ from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS: Final = 30.0
+RETRY: Final = (1.0, 30.0)
+"""A failed pass is tried again after 1 s, doubling to 30 s (or at the next event)."""
 
 CLAIMS_WATCH_TASK: Final = "drain-guard-claims"
 NODE_WATCH_TASK: Final = "drain-guard-node"
@@ -267,7 +269,7 @@ class DrainGuard:
                 on_event=self._node_event,
             ),
         )
-        backoff = 1.0
+        backoff = Backoff(*RETRY)
         try:
             while not stop.is_set():
                 self._wake.clear()
@@ -275,15 +277,15 @@ class DrainGuard:
                 deadline: datetime | None = None
                 try:
                     deadline = await self.reconcile()
-                    backoff = 1.0
+                    backoff.reset()
                 except Exception as e:  # an API error or a bug: log, and try again
+                    retry = backoff.next()
                     log.warning(
                         "Could not bring the drain guard up to date; trying again",
                         # An API error is expected now and then; anything else is a bug.
                         exc_info=not isinstance(e, KubeError | GuardBusyError),
-                        extra={"node": self.node_name, "error": str(e), "retry_in": backoff},
+                        extra={"node": self.node_name, "error": str(e), "retry_in": retry},
                     )
-                    retry, backoff = backoff, min(MAX_BACKOFF_SECONDS, backoff * 2)
                 await self._wait(stop, deadline, retry)
         finally:
             await self.watches.stop()

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from batteryop.api.backoff import Backoff
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.obs.tasks import cancel_all
 
@@ -75,8 +76,7 @@ class WorkQueue(Generic[K]):
         self.name = name
         self._handler = handler
         self._workers = workers
-        self._backoff_min = backoff_min
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_min, backoff_max)
         self._clock = clock
         self._heap: list[_Entry[K]] = []
         self._due: dict[K, float] = {}
@@ -170,7 +170,7 @@ class WorkQueue(Generic[K]):
 
     def retry_delay(self, failures: int) -> float:
         """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""
-        return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
+        return self._backoff.delay(failures - 1)
 
     def _failed(self, key: K) -> float:
         """One more failure in a row for `key`; the delay it earns."""
