@@ -65,7 +65,8 @@ threads, before handshakes; the loop publishes each new configuration with a gen
 in one store and the ask compares generations, so a renewal that lands during an ask is handed
 out at the next one (EA-129).
 
-Time comes from a `batteryop.api.clock.Clock`, so tests move it instead of waiting for certificates to age.
+Time comes from a `batteryop.api.clock.Clock`, so tests move it instead of waiting for
+certificates to age.
 """
 
 from __future__ import annotations
@@ -99,7 +100,15 @@ from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
 from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
 from batteryop.obs.supervisor import Supervisor
-from batteryop.tls import cert_pem, key_pem, make_csr, new_key, private_dir, write_atomic
+from batteryop.tls import (
+    CertificateAuthority,
+    cert_pem,
+    key_pem,
+    make_csr,
+    new_key,
+    private_dir,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -349,19 +358,23 @@ def check_issued(
     raise refuse("UnknownIssuer", f"not signed by the CA published as {want.ca_key}")
 
 
+def _ca_common_name(node: str) -> str:
+    return f"exec-agent host CA {node}"
+
+
 def _ca_name(node: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"exec-agent host CA {node}")])
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(node))])
 
 
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
+def _client_key_usage() -> x509.KeyUsage:
     return x509.KeyUsage(
         digital_signature=True,
         content_commitment=False,
-        key_encipherment=not ca,
+        key_encipherment=True,
         data_encipherment=False,
         key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
+        key_cert_sign=False,
+        crl_sign=False,
         encipher_only=False,
         decipher_only=False,
     )
@@ -385,23 +398,11 @@ class HostCA:
     def self_signed(
         cls, key: ec.EllipticCurvePrivateKey, node: str, now: datetime.datetime
     ) -> HostCA:
-        name = _ca_name(node)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(now + HOST_CA_VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(ca=True), critical=True)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .sign(key, hashes.SHA256())
+        # D6: the one CA builder; path length 0, as it signs the agent's client certificates only.
+        ca = CertificateAuthority.create(
+            _ca_common_name(node), HOST_CA_VALIDITY, key=key, now=now, path_length=0
         )
-        return cls(key, cert)
+        return cls(key, ca.pair.cert)
 
     def fit(self, node: str, now: datetime.datetime) -> bool:
         """Its certificate is for its key, names `node`, and has more than a third of its
@@ -434,7 +435,7 @@ class HostCA:
             .not_valid_before(now - CLOCK_SKEW)
             .not_valid_after(min(now + duration, self.cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_key_usage(ca=False), critical=True)
+            .add_extension(_client_key_usage(), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),

@@ -44,7 +44,8 @@ first. The agent may only get, create and delete the Pod and create and delete t
 Role in the Manifests): it does not watch them, so a guard Pod someone else deletes comes back
 only after the agent restarts.
 
-Time comes from a `batteryop.api.clock.Clock`, so tests move it past the timeout instead of waiting an hour.
+Time comes from a `batteryop.api.clock.Clock`, so tests move it past the timeout instead of
+waiting an hour.
 """
 
 from __future__ import annotations
