@@ -17,6 +17,7 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
   the cluster's signer), `ca_bundle` (the CA bundle ConfigMap, watched).
 - `drain_guard`: while claims are Bound on the Host, a guard Pod and PodDisruptionBudget hold a
   drain of its Node open, for at most the drain timeout (EA-040, EA-041).
+  `guard_pair`: that Pod and budget on the API server (their shape, create, delete).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 

@@ -28,7 +28,8 @@ from batteryop.api.claim import ClaimStatus
 from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
-from batteryop.exec_agent.drain_guard import DrainGuard, bound_on, guard_objects
+from batteryop.exec_agent.drain_guard import DrainGuard, bound_on
+from batteryop.exec_agent.guard_pair import guard_objects
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
