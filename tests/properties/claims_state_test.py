@@ -440,10 +440,10 @@ class ClaimsMachine(RuleBasedStateMachine):
             workers=1,
         )
         # ListLeases shared as in the Operator; its newest answer serves for 2 s of the model's
-        # time, so checks after a short time step take a Lease from an earlier answer.
-        seconds = self._seconds
-        reads = LeaseReads(client, clock=seconds)
-        slots = ClaimSlots(3, clock=seconds)
+        # time (the parts read the model's clock, never the machine's), so checks after a short
+        # time step take a Lease from an earlier answer.
+        reads = LeaseReads(client, clock=self.clock.monotonic)
+        slots = ClaimSlots(3, clock=self.clock)
         op = Operator(client, calls, DeletedVMs(self.clock.now), claims, reads, slots)
         for body in self.api.objects.values():  # its watch starts with a listing
             claims.observe(None, copy.deepcopy(body))
@@ -452,10 +452,6 @@ class ClaimsMachine(RuleBasedStateMachine):
 
     def _config(self) -> BatteryConfig:
         return dataclasses.replace(battery_config(self.fake.target), call_timeout=CALL_TIMEOUT)
-
-    def _seconds(self) -> float:
-        """The model's clock as the Operator's parts read it (never the machine's)."""
-        return self.clock.now().timestamp()
 
     def _in_claim_order(
         self, leases: Iterable[types_pb2.LeaseRecord]

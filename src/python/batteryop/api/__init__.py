@@ -8,6 +8,10 @@
   (`meta` holds the metadata part, `times` the timestamp and duration formats).
 - `crds`: the two CRDs (`crds/*.yaml`), the single source for the Manifests and the tests.
 - `samples`: the sample Pool, the demo Pool and a claim.
+- `clock`: `Clock`, the one clock every deployable, the client and the fakes read time
+  from (wall, monotonic, a wait until a time), `SYSTEM_CLOCK` and the tests' `FakeClock`.
+- `backoff`: `Backoff`, the one retry backoff (minimum, maximum, factor, jitter, reset).
+- `closing`: `AsyncClosing`, the `async with` of the clients that close by `aclose()`.
 
 A Pool's translation into battery's PoolSpec lives with the operator
 (`batteryop.operator.pools.battery_spec`): this package imports nothing of ours, so the client

@@ -36,6 +36,7 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2,
     pooladmin_pb2_grpc,
 )
+from batteryop.api.closing import AsyncClosing
 from batteryop.battery import wire
 from batteryop.battery.config import BatteryConfig
 from batteryop.battery.errors import (
@@ -87,7 +88,7 @@ def channel_options(config: BatteryConfig) -> list[tuple[str, Any]]:
     return options
 
 
-class BatteryClient:
+class BatteryClient(AsyncClosing):
     """A connection to battery. Build it with `connect`; close it with `aclose`."""
 
     def __init__(
@@ -149,12 +150,6 @@ class BatteryClient:
             raise BatteryUnavailableError(
                 "Connect", "UNAVAILABLE", f"not connected to {self._config.target} after {seconds}s"
             ) from err
-
-    async def __aenter__(self) -> BatteryClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close every event subscription, then the channel (idempotent)."""

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
+from batteryop.api.backoff import Backoff
 from batteryop.battery.errors import BatteryConfigError
 
 TokenScheme = Literal["basic", "bearer"]
@@ -54,14 +55,19 @@ class ReconnectPolicy:
         if not 0.0 <= self.jitter <= 1.0:
             raise BatteryConfigError("reconnect.jitter", "must be between 0 and 1")
 
+    def backoff(self, rng: random.Random | None = None) -> Backoff:
+        """The policy as the shared `Backoff` (its jitter drawn from `rng`)."""
+        return Backoff(
+            self.initial.total_seconds(),
+            self.maximum.total_seconds(),
+            factor=self.multiplier,
+            jitter=self.jitter,
+            rng=rng,
+        )
+
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number `attempt` (0 for the first retry)."""
-        initial = self.initial.total_seconds()
-        maximum = self.maximum.total_seconds()
-        # Cap the exponent so a long outage cannot overflow the float.
-        base = min(maximum, initial * self.multiplier ** min(attempt, 64))
-        spread = (rng or random).uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return min(maximum, base * spread)
+        return self.backoff(rng).delay(attempt)
 
 
 @dataclass(frozen=True)

@@ -237,17 +237,16 @@ class EventSubscription:
 
     async def _run(self) -> None:
         try:
-            attempt = 0
+            backoff = self._policy.backoff(self._rng)
             while True:
                 started = time.monotonic()
                 delivered = await self._attempt()
                 lasted = time.monotonic() - started
                 # A stream that delivered something, or stayed open longer than the longest
                 # wait, was healthy: start the backoff again from its first step.
-                if delivered or lasted >= self._policy.maximum.total_seconds():
-                    attempt = 0
-                await asyncio.sleep(self._policy.delay(attempt, self._rng))
-                attempt += 1
+                if delivered or lasted >= backoff.maximum:
+                    backoff.reset()
+                await asyncio.sleep(backoff.next())
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug: hand it to the consumer rather than hang it

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from batteryop.api import names
 from batteryop.api._compat import TIMEOUT_ERRORS, UTC
 from batteryop.api.claim import MicroVMClaim
+from batteryop.api.closing import AsyncClosing
 from batteryop.api.conditions import ClaimReason
 from batteryop.api.errors import MalformedObjectError
 from batteryop.client import _core
@@ -159,7 +160,7 @@ class _BindProgress:
     wait_for_pool: bool = False
 
 
-class AsyncClient:
+class AsyncClient(AsyncClosing):
     """Claims MicroVMs from Pools in one namespace, and runs commands in them.
 
     Kubernetes credentials: `kube_config`, else the kubeconfig file `kubeconfig` (and
@@ -207,17 +208,6 @@ class AsyncClient:
         self._grpc: GrpcExecTransport | None = None
         self._claims: set[AsyncClaim] = set()
         self._cleanups: set[asyncio.Future[None]] = set()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop holding every claim this client returned (without releasing them) and close,

@@ -8,7 +8,6 @@ value stops the process at start with one line naming the flag and the rule (exi
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Final
 
 from batteryop.api import names
 from batteryop.csr_approver.checks import service_account_username
-from batteryop.obs.flags import FlagError, add_process_flags
+from batteryop.obs.flags import FlagError, add_process_flags, flag_adder
 from batteryop.obs.flags import duration as flag_duration
 
 PROG: Final = "csr-approver"
@@ -92,10 +91,6 @@ class ApproverConfig:
         return service_account_username(ns, self.exec_agent_service_account)
 
 
-def _env(flag: str) -> str:
-    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -105,13 +100,11 @@ def parser() -> argparse.ArgumentParser:
         "e.g. BATTERYOP_TRUST_DOMAIN.",
     )
 
-    def add(flag: str, default: object, help: str) -> None:
-        p.add_argument(flag, default=os.environ.get(_env(flag), default), help=help)
-
+    add = flag_adder(p, fallbacks={"--namespace": "POD_NAMESPACE"})
     d = ApproverConfig(trust_domain=names.DEFAULT_TRUST_DOMAIN)
     add("--trust-domain", "", "SPIFFE trust domain of every certificate (required)")
     add("--certificate-max-duration", "168h", "longest lifetime of a certificate")
-    add("--namespace", os.environ.get("POD_NAMESPACE", d.namespace), "the approver's namespace")
+    add("--namespace", d.namespace, "the approver's namespace")
     add("--serving-ca-secret", d.serving_ca_secret, "Secret of the serving CA")
     add("--client-ca-secret", d.client_ca_secret, "Secret of the client CA")
     add(

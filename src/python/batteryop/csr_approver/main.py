@@ -23,8 +23,7 @@ from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.obs.health import serving_probes
-from batteryop.obs.logging import configure_logging
-from batteryop.obs.process import run_until_signalled
+from batteryop.obs.process import run_deployable
 
 log = logging.getLogger("batteryop.csr_approver")
 
@@ -50,17 +49,16 @@ async def run(config: ApproverConfig, stop: asyncio.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except (ConfigError, ValueError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    # A bind address that does not parse is a ValueError: a flag's fault, exit 2.
-    code = run_until_signalled(PROG, lambda stop: run(config, stop), fatal={ValueError: 2})
-    if code == 0:
-        log.info("Stopped")
-    return code
+    return run_deployable(
+        PROG,
+        argv,
+        parse=parse,
+        run=run,
+        config_errors=(ConfigError, ValueError),
+        # A bind address that does not parse is a ValueError: a flag's fault, exit 2.
+        fatal={ValueError: 2},
+        log=log,
+    )
 
 
 if __name__ == "__main__":

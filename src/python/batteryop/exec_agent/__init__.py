@@ -13,9 +13,11 @@ authorized stream to the Host's own flintlockd over mutual TLS. Modules:
   turns into `HostReady` (EA-030..EA-035).
 - `identity`: at start, the agent's own identity must name its Host (EA-050).
 - `certs`: keys made on the Host, certificates by CSR, renewal (EA-060..EA-068).
+  Its parts: `host_ca` (the Host's client CA and flintlockd's files), `csr` (one request to
+  the cluster's signer), `ca_bundle` (the CA bundle ConfigMap, watched).
 - `drain_guard`: while claims are Bound on the Host, a guard Pod and PodDisruptionBudget hold a
   drain of its Node open, for at most the drain timeout (EA-040, EA-041).
-- `clock`: the wall clock, injected where the agent waits for a time (certificates, drains).
+  `guard_pair`: that Pod and budget on the API server (their shape, create, delete).
 - `errors`, `timing`, `metrics`: refusals, where the time goes, Prometheus.
 - `main`: the entry point (`exec-agent` pex).
 

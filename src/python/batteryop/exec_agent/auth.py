@@ -69,7 +69,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -78,6 +78,7 @@ import grpc
 
 from batteryop.api import names
 from batteryop.api.claim import MicroVMClaim
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.errors import MalformedObjectError
 from batteryop.exec_agent.errors import Check, RefusedError
@@ -206,7 +207,7 @@ class Authorizer:
     """Runs the checks of the module docstring against the API server, for every call.
 
     `kube` acts as the agent's identity, which needs `create tokenreviews` and `get
-    microvmclaims`; its timeout bounds every request (EA-014). `now` is the clock the lease
+    microvmclaims`; its timeout bounds every request (EA-014). `clock` is the clock the lease
     expiry is judged by.
     """
 
@@ -216,7 +217,7 @@ class Authorizer:
         *,
         node_name: str,
         audience: str = names.EXEC_AGENT_AUDIENCE,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = SYSTEM_CLOCK,
         observer: PhaseObserver | None = None,
         limiter: FailedAuthLimiter | None = None,
         identities: IdentityLimiter | None = None,
@@ -224,7 +225,7 @@ class Authorizer:
         self._kube = kube
         self._node_name = node_name
         self._audience = audience
-        self._now = now
+        self._clock = clock
         self._observer = observer
         self._limiter = limiter
         self._identities = identities
@@ -240,7 +241,7 @@ class Authorizer:
 
     def now(self) -> datetime:
         """The wall clock leases are judged by."""
-        return self._now()
+        return self._clock.now()
 
     async def authenticate(
         self,
@@ -299,7 +300,7 @@ class Authorizer:
     ) -> Caller:
         token = bearer_token(metadata)
         payload = token_payload(token)
-        refused = token_precheck(payload, audience=self._audience, now=self._now())  # EA-107
+        refused = token_precheck(payload, audience=self._audience, now=self._clock.now())  # EA-107
         if refused is not None:
             raise refused
         review = {
@@ -465,7 +466,7 @@ class Authorizer:
         if expires is None:
             # Bound a moment ago: the operator reads battery's expiry right after the bind.
             raise deny("has no lease expiry yet")
-        if expires <= self._now():
+        if expires <= self._clock.now():
             raise deny("has an expired lease")
         if not microvm_uid or status.microvm_uid != microvm_uid:
             raise deny(f"does not hold microvm {microvm_uid!r}")

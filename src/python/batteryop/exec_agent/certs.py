@@ -65,14 +65,18 @@ threads, before handshakes; the loop publishes each new configuration with a gen
 in one store and the ask compares generations, so a renewal that lands during an ask is handed
 out at the next one (EA-129).
 
-Time comes from a `Clock`, so tests move it instead of waiting for certificates to age.
+Modules: this one holds `AgentCertificates` (obtain, install, renew, readiness) and the checks
+on what a signer returns (`check_issued`); `host_ca` the Host CA and flintlockd's files
+(`HostCA`, `CertDir`), `csr` one request to the cluster's signer (`CSRRequester`, `Want`),
+`ca_bundle` the CA bundle ConfigMap (`CABundle`).
+
+Time comes from a `batteryop.api.clock.Clock`, so tests move it instead of waiting for
+certificates to age.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import datetime
 import functools
 import ipaddress
@@ -87,18 +91,22 @@ from typing import Any, Final
 import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from batteryop.api import names
-from batteryop.exec_agent.clock import Clock, SystemClock
+from batteryop.api.backoff import Backoff
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
+from batteryop.exec_agent.ca_bundle import CABundle
+from batteryop.exec_agent.csr import CertificateError, CSRRequester, Want
+from batteryop.exec_agent.host_ca import CLOCK_SKEW, CertDir, HostCA, public_bytes
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
-from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS
 from batteryop.obs.supervisor import Supervisor
-from batteryop.tls import cert_pem, key_pem, make_csr, new_key, private_dir, write_atomic
+from batteryop.tls import (
+    cert_pem,
+    key_pem,
+    new_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,17 +117,9 @@ RENEW_TO: Final = 0.65
 MIN_RENEW_AFTER: Final = timedelta(minutes=1)
 """Never request a replacement sooner than this after the certificate's notBefore."""
 
-CLOCK_SKEW: Final = timedelta(minutes=5)
-"""A certificate whose notBefore is at most this far ahead of our clock is accepted."""
-
 MIN_DURATION: Final = timedelta(minutes=10)
 """The API server's smallest `expirationSeconds`."""
 
-HOST_CA_VALIDITY: Final = timedelta(days=3650)
-"""Lifetime of the Host's client CA certificate (EA-126)."""
-HOST_CA_RENEW_LEFT: Final = 1 / 3
-"""The Host CA certificate is re-issued, for the same key, once less than this fraction of its
-validity is left (EA-126); what it signed before still verifies."""
 CLIENT_DURATION: Final = timedelta(hours=24)
 """Lifetime of the agent's flintlockd client certificate when `duration` is not given."""
 HOST_CA_BUNDLE_KEY: Final = "host-ca"
@@ -159,16 +159,6 @@ TASKS: Final = (CA_BUNDLE_TASK, CLIENT_CA_TASK, *(renew_task(kind) for kind in K
 """The certificates' long-lived tasks, by the name the `Supervisor` and `/readyz` give them."""
 
 
-class CertificateError(Exception):
-    """What a signer returned cannot be used, or a request was refused; `reason` says why."""
-
-    def __init__(self, kind: str, reason: str, detail: str) -> None:
-        super().__init__(f"{kind} certificate: {reason}: {detail}")
-        self.kind = kind
-        self.reason = reason
-        self.detail = detail
-
-
 class CertificateExpiringError(Exception):
     """A certificate in use is close to its expiry, or past it, and was not renewed."""
 
@@ -190,23 +180,6 @@ class CertificateMissingError(Exception):
     def __init__(self, kind: str) -> None:
         super().__init__(f"{kind} certificate not obtained yet")
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class Want:
-    """What one certificate must be: its signer, usages, and the names it carries."""
-
-    kind: str
-    signer: str
-    usages: tuple[str, ...]
-    uri: str
-    ip: str | None
-    ca_key: str
-    """Key of the CA certificate in the bundle ConfigMap that must have signed it."""
-
-    def request(self, key: ec.EllipticCurvePrivateKey, node: str) -> bytes:
-        hosts = [self.uri] if self.ip is None else [self.ip, self.uri]
-        return make_csr(key, node, hosts=hosts)
 
 
 def wants(node: str, trust_domain: str, address: str) -> dict[str, Want]:
@@ -288,14 +261,6 @@ def signed_by(leaf: x509.Certificate, cas: list[x509.Certificate]) -> bool:
     return False
 
 
-def _public(key: Any) -> bytes:
-    return bytes(
-        key.public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-
-
 def check_issued(
     want: Want,
     key: ec.EllipticCurvePrivateKey,
@@ -315,7 +280,7 @@ def check_issued(
     except ValueError as e:
         raise refuse("NotPEM", f"the signer's answer is not PEM certificates ({e})") from None
     leaf = chain[0]
-    if _public(leaf.public_key()) != _public(key.public_key()):
+    if public_bytes(leaf.public_key()) != public_bytes(key.public_key()):
         raise refuse("WrongKey", "the certificate is not for the key this agent made")
     try:
         sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -342,290 +307,6 @@ def check_issued(
     if signed_by(leaf, cas):
         return Issued(key, chain_pem, leaf, renew_fraction)
     raise refuse("UnknownIssuer", f"not signed by the CA published as {want.ca_key}")
-
-
-def _ca_name(node: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"exec-agent host CA {node}")])
-
-
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=not ca,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
-@dataclass(frozen=True)
-class HostCA:
-    """The Host's own client CA (EA-126): an ECDSA P-256 key made on the Host and kept in
-    flintlockd's folder (mode 0600), and a self-signed CA certificate naming the Node. It signs
-    this Host's agent's flintlockd client certificates; only this Host's flintlockd trusts it,
-    so an agent's client key opens no other Host's flintlockd."""
-
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-
-    @property
-    def cert_pem(self) -> bytes:
-        return cert_pem(self.cert)
-
-    @classmethod
-    def self_signed(
-        cls, key: ec.EllipticCurvePrivateKey, node: str, now: datetime.datetime
-    ) -> HostCA:
-        name = _ca_name(node)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(now + HOST_CA_VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(ca=True), critical=True)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .sign(key, hashes.SHA256())
-        )
-        return cls(key, cert)
-
-    def fit(self, node: str, now: datetime.datetime) -> bool:
-        """Its certificate is for its key, names `node`, and has more than a third of its
-        validity left (the renewal rule)."""
-        cert = self.cert
-        life = cert.not_valid_after_utc - cert.not_valid_before_utc
-        return (
-            _public(cert.public_key()) == _public(self.key.public_key())
-            and cert.subject == _ca_name(node)
-            and cert.not_valid_before_utc - CLOCK_SKEW <= now
-            and cert.not_valid_after_utc - now > life * HOST_CA_RENEW_LEFT
-        )
-
-    def sign_client(
-        self,
-        key: ec.EllipticCurvePrivateKey,
-        node: str,
-        uri: str,
-        now: datetime.datetime,
-        duration: timedelta,
-    ) -> bytes:
-        """The agent's flintlockd client certificate (EA-126): subject the Node, `uri` its only
-        SAN, client auth, valid `duration` (never past the CA)."""
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(min(now + duration, self.cert.not_valid_after_utc))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_key_usage(ca=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-            .add_extension(
-                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        return cert_pem(cert)
-
-
-class CSRRequester:
-    """Asks the cluster's signer for one certificate and reads the answer (EA-067)."""
-
-    def __init__(
-        self,
-        kube: KubeClient,
-        node: str,
-        *,
-        duration: timedelta | None = None,
-        answer_timeout: float = 60.0,
-    ) -> None:
-        self._kube = kube
-        self._node = node
-        self._duration = duration
-        self._answer_timeout = answer_timeout
-
-    async def request(self, want: Want, key: ec.EllipticCurvePrivateKey) -> bytes:
-        """The certificate chain the signer issued for `key`; CertificateError when the request
-        was denied, failed, or found no answer in time."""
-        spec: dict[str, Any] = {
-            "request": base64.b64encode(want.request(key, self._node)).decode(),
-            "signerName": want.signer,
-            "usages": list(want.usages),
-        }
-        if self._duration is not None:
-            spec["expirationSeconds"] = int(self._duration.total_seconds())
-        body = {
-            "apiVersion": CERTIFICATE_SIGNING_REQUESTS.api_version,
-            "kind": "CertificateSigningRequest",
-            "metadata": {"generateName": f"exec-agent-{self._node}-"},
-            "spec": spec,
-        }
-        created = await self._kube.create(CERTIFICATE_SIGNING_REQUESTS, body)
-        name = str(created["metadata"]["name"])
-        log.info("Certificate requested", extra={"csr": name, "signer": want.signer})
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._answer_timeout
-        pause = 0.05
-        obj = created
-        while True:
-            status = obj.get("status") or {}
-            for condition in status.get("conditions") or []:
-                if condition.get("type") in ("Denied", "Failed"):
-                    raise CertificateError(
-                        want.kind,
-                        f"{condition.get('type')}/{condition.get('reason') or ''}",
-                        f"{name}: {condition.get('message') or 'no message'}",
-                    )
-            if status.get("certificate"):
-                return base64.b64decode(status["certificate"])
-            if loop.time() >= deadline:
-                raise CertificateError(
-                    want.kind, "NoAnswer", f"{name}: not signed within {self._answer_timeout}s"
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            obj = await self._kube.get(CERTIFICATE_SIGNING_REQUESTS, name)
-
-
-class CABundle:
-    """The `flintlockd-ca` ConfigMap's CA certificates, followed by a watch (`run`)."""
-
-    def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
-        self._kube = kube
-        self._namespace = namespace
-        self._name = name
-        self.data: dict[str, str] = {}
-        self.version = 0
-        """Counts changes of `data`."""
-        self._changed = asyncio.Event()
-        """Set (and replaced by a fresh one) at each change: waiters wake, none is missed."""
-
-    async def run(self) -> None:
-        def on_list(items: list[dict[str, Any]]) -> None:
-            self._set(items[0] if items else None)
-
-        def on_event(kind: str, obj: dict[str, Any]) -> None:
-            self._set(None if kind == "DELETED" else obj)
-
-        await list_watch(
-            self._kube,
-            CONFIGMAPS,
-            namespace=self._namespace,
-            field_selector=f"metadata.name={self._name}",
-            on_list=on_list,
-            on_event=on_event,
-        )
-
-    def _set(self, obj: Mapping[str, Any] | None) -> None:
-        data = {str(k): str(v) for k, v in ((obj or {}).get("data") or {}).items()}
-        if data != self.data:
-            self.data = data
-            self.version += 1
-            changed, self._changed = self._changed, asyncio.Event()
-            changed.set()
-
-    async def wait_for(self, predicate: Callable[[dict[str, str]], bool]) -> None:
-        """Return once the bundle satisfies `predicate`."""
-        while not predicate(self.data):
-            await self._changed.wait()
-
-    async def changed(self, since: int) -> int:
-        """Wait until `version` is past `since`; the new version."""
-        while self.version <= since:
-            await self._changed.wait()
-        return self.version
-
-
-@dataclass(frozen=True)
-class CertDir:
-    """flintlockd's files on the Host (EA-064)."""
-
-    path: Path
-
-    @property
-    def cert(self) -> Path:
-        return self.path / names.TLS_CERT_FILE
-
-    @property
-    def key(self) -> Path:
-        return self.path / names.TLS_KEY_FILE
-
-    @property
-    def client_ca(self) -> Path:
-        return self.path / names.CLIENT_CA_BUNDLE_KEY
-
-    @property
-    def host_ca_cert(self) -> Path:
-        return self.path / names.HOST_CA_CERT_FILE
-
-    @property
-    def host_ca_key(self) -> Path:
-        return self.path / names.HOST_CA_KEY_FILE
-
-    def host_ca(self, node: str, now: datetime.datetime) -> tuple[HostCA, bool]:
-        """The Host's client CA from its files, made (key) or re-issued (certificate, same key)
-        when missing or unfit; and whether its certificate changed (EA-126)."""
-        private_dir(self.path)  # EA-125
-        key: Any = None
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            key = serialization.load_pem_private_key(self.host_ca_key.read_bytes(), password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            key = new_key()
-            write_atomic(self.host_ca_key, key_pem(key), mode=0o600)
-            log.info("Made the Host's client CA key", extra={"path": str(self.host_ca_key)})
-        cert: x509.Certificate | None = None
-        with contextlib.suppress(OSError, ValueError):
-            cert = x509.load_pem_x509_certificate(self.host_ca_cert.read_bytes())
-        if cert is not None and HostCA(key, cert).fit(node, now):
-            return HostCA(key, cert), False
-        ca = HostCA.self_signed(key, node, now)
-        write_atomic(self.host_ca_cert, ca.cert_pem)
-        log.info(
-            "Issued the Host's client CA certificate",
-            extra={"not_after": ca.cert.not_valid_after_utc.isoformat()},
-        )
-        return ca, True
-
-    def write(self, issued: Issued, client_ca_pem: str) -> None:
-        """Key first (0600), then the client CAs, then the certificate last: flintlockd starts
-        (and restarts) on `tls.crt`, by which time the key and CAs are in place."""
-        private_dir(self.path)  # EA-125
-        write_atomic(self.key, issued.key_pem, mode=0o600)
-        write_atomic(self.client_ca, client_ca_pem.encode())
-        write_atomic(self.cert, issued.chain_pem)
-
-    def write_client_ca(self, client_ca_pem: str) -> bool:
-        data = client_ca_pem.encode()
-        with contextlib.suppress(OSError):
-            if self.client_ca.read_bytes() == data:
-                return False
-        private_dir(self.path)  # EA-125
-        write_atomic(self.client_ca, data)
-        return True
-
-    def read(self) -> tuple[ec.EllipticCurvePrivateKey, bytes] | None:
-        """The key and chain on the Host, if both are there and the key is an EC key."""
-        try:
-            key = serialization.load_pem_private_key(self.key.read_bytes(), password=None)
-            chain = self.cert.read_bytes()
-        except (OSError, ValueError, TypeError):
-            return None
-        return (key, chain) if isinstance(key, ec.EllipticCurvePrivateKey) else None
 
 
 class AgentCertificates:
@@ -655,7 +336,7 @@ class AgentCertificates:
         cert_dir: Path,
         ca_bundle_config_map: str = names.CA_BUNDLE_CONFIG_MAP,
         duration: timedelta | None = None,
-        clock: Clock | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         on_client_renewed: Callable[[], None] | None = None,
         retry_max: float = 300.0,
@@ -671,7 +352,7 @@ class AgentCertificates:
         self._requester = CSRRequester(kube, node, duration=duration)
         self._bundle = CABundle(kube, namespace, ca_bundle_config_map)
         self._dir = CertDir(cert_dir)
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._rng = rng or random.SystemRandom()
         self._on_client_renewed = on_client_renewed
         self._retry_max = retry_max
@@ -752,7 +433,7 @@ class AgentCertificates:
 
     async def _obtain(self, kind: str) -> Issued:
         """`_request(kind)`, retried until it succeeds (at start, EA-060)."""
-        backoff = 1.0
+        backoff = Backoff(1.0, self._retry_max)
         while True:
             try:
                 return await self._request(kind)
@@ -760,8 +441,7 @@ class AgentCertificates:
                 log.warning("Certificate not obtained, asking again: %s", e)
             except KubeError as e:
                 log.warning("Certificate request for %s failed, retrying: %s", kind, e)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._retry_max)
+            await asyncio.sleep(backoff.next())
 
     def _flintlockd_client_cas(self) -> str:
         """flintlockd's `client-ca.crt` (EA-128): battery's client CA, from the CA bundle, and
@@ -802,7 +482,7 @@ class AgentCertificates:
             },
         )
         if kind == FLINTLOCKD_SERVING:  # EA-064
-            self._dir.write(issued, self._flintlockd_client_cas())
+            self._dir.write(issued.key_pem, issued.chain_pem, self._flintlockd_client_cas())
         elif kind == EXEC_SERVING:
             config = grpc.ssl_server_certificate_configuration([(issued.key_pem, issued.chain_pem)])
             self._server_latest = (config, self._server_latest[1] + 1)  # EA-129: one store

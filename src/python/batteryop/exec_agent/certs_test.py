@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from batteryop.api import names
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import CSRCondition
 from batteryop.exec_agent import certs
 from batteryop.exec_agent.certs import (
@@ -60,31 +61,6 @@ from batteryop.tls import CertificateAuthority, new_key
 
 ADDRESS = "127.0.0.43"
 SIGNED_BY_CSR = (FLINTLOCKD_SERVING, EXEC_SERVING)
-
-
-class ManualClock:
-    """Time that moves only when the test says; sleepers wake when it passes their time."""
-
-    def __init__(self) -> None:
-        self.time = datetime.datetime.now(UTC)
-        self._moved = asyncio.Condition()
-        self.sleepers = 0
-
-    def now(self) -> datetime.datetime:
-        return self.time
-
-    async def sleep_until(self, when: datetime.datetime) -> None:
-        async with self._moved:
-            self.sleepers += 1
-            try:
-                await self._moved.wait_for(lambda: self.time >= when)
-            finally:
-                self.sleepers -= 1
-
-    async def move_to(self, when: datetime.datetime) -> None:
-        async with self._moved:
-            self.time = when
-            self._moved.notify_all()
 
 
 # -- the checks on what a signer returns (no cluster) ---------------------------------------
@@ -330,7 +306,7 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
 ) -> None:
     c = csr_cluster
     node = await c.node("renew", ADDRESS)
-    clock = ManualClock()
+    clock = FakeClock()
     client_renewals = 0
 
     def on_client() -> None:
@@ -362,11 +338,11 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
             life = first[CLIENT].not_after - first[CLIENT].not_before
             # Until 55% of the life nothing is renewed: every keeper still sleeps.
             await _until(lambda: clock.sleepers == 3)
-            await clock.move_to(first[CLIENT].not_before + life * 0.54)
+            clock.set(first[CLIENT].not_before + life * 0.54)
             await asyncio.sleep(0)
             assert agent.renewals == 0 and clock.sleepers == 3
             # At two thirds every certificate has been replaced.
-            await clock.move_to(first[CLIENT].not_before + life * 2 / 3)
+            clock.set(first[CLIENT].not_before + life * 2 / 3)
             await asyncio.wait_for(agent.wait_renewals(3), 60)
             after = agent.current
             for kind in certs.KINDS:
@@ -536,7 +512,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
 ) -> None:
     c = csr_cluster
     node = await c.node("refused", ADDRESS)
-    clock = ManualClock()
+    clock = FakeClock()
     sleeps = Sleeps()
     registry = CollectorRegistry()
     gauge = "battery_operator_exec_agent_certificate_expiry_seconds"
@@ -568,7 +544,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
             async with _denying(c, node) as denied:
                 # Past every renewal point: each renewal is asked for, denied, and fails.
                 # The client certificate is signed here (EA-126): renewed, never denied.
-                await clock.move_to(first[EXEC_SERVING].not_before + life * 2 / 3)
+                clock.set(first[EXEC_SERVING].not_before + life * 2 / 3)
                 waits = [await sleeps.next(timeout=60) for _ in SIGNED_BY_CSR]
                 assert sleeps.delays == [1.0, 1.0]
                 down = agent.supervisor.down()
@@ -594,7 +570,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
                 assert sleeps.delays[2:] == [2.0, 2.0]
                 assert len(denied) == 4
                 # Within a fifth of its life of the end: not ready, naming the certificate.
-                await clock.move_to(first[EXEC_SERVING].not_after - life * 0.1)
+                clock.set(first[EXEC_SERVING].not_after - life * 0.1)
                 ready = await readiness()
                 for kind in SIGNED_BY_CSR:
                     expiring = ready[certificate_check(kind)]
@@ -605,7 +581,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
                 left = registry.get_sample_value(gauge, {"certificate": EXEC_SERVING})
                 assert left == (life * 0.1).total_seconds()
                 # Expired: still named, and the gauge goes negative.
-                await clock.move_to(first[EXEC_SERVING].not_after + timedelta(seconds=5))
+                clock.set(first[EXEC_SERVING].not_after + timedelta(seconds=5))
                 expired = (await readiness())[certificate_check(EXEC_SERVING)]
                 assert "expired at" in (expired.error or "")
                 assert registry.get_sample_value(gauge, {"certificate": EXEC_SERVING}) == -5.0
@@ -660,7 +636,7 @@ async def test_an_exec_serving_certificate_the_published_ca_did_not_sign_is_repl
     for a new one at once, not at its renewal point (the clock does not move here)."""
     c = csr_cluster
     node = await c.node("newexecca", ADDRESS)
-    clock = ManualClock()
+    clock = FakeClock()
     async with running(c, clock=clock.now) as approver, c.client_as(node) as kube:
         agent = _agent_certs(c, kube, node, tmp_path / "fl", clock=clock)
         try:

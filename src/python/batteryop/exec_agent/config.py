@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
-import os
 import re
 import socket
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,7 @@ from batteryop.exec_agent.memory import (
     stream_bytes,
     streams_that_fit,
 )
+from batteryop.obs.flags import flag_adder
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MIN_MESSAGE_BYTES", "AgentConfig", "ConfigError"]
 
@@ -345,13 +345,7 @@ _FALLBACK_ENV: Mapping[str, str] = {
 }
 
 
-def env_name(flag: str) -> str:
-    """The environment twin of a flag: `--call-timeout` -> `BATTERYOP_CALL_TIMEOUT`."""
-    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
-
-
 def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
-    env = os.environ if environ is None else environ
     p = argparse.ArgumentParser(
         prog="exec-agent",
         description="Runs claimed MicroVMs' commands on this Host, for their Holders only.",
@@ -360,11 +354,7 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "HOST_IP and POD_NAMESPACE.",
     )
 
-    def add(flag: str, default: object, help: str) -> None:
-        value = env.get(env_name(flag))
-        if value is None and flag in _FALLBACK_ENV:
-            value = env.get(_FALLBACK_ENV[flag])
-        p.add_argument(flag, default=value if value is not None else default, help=help)
+    add = flag_adder(p, environ=environ, fallbacks=_FALLBACK_ENV)
 
     add("--host-node", "", "this Host's Node name")
     add("--address", "", "this Host's internal IP address, where the exec API listens")

@@ -9,11 +9,11 @@ from batteryop.api import names
 from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import (
     ConfigError,
-    env_name,
     is_address_of_this_host,
     parse,
     split_endpoint,
 )
+from batteryop.obs.flags import env_name
 
 FILES = [
     "--tls-cert-file=/etc/agent/tls.crt",

@@ -44,33 +44,38 @@ first. The agent may only get, create and delete the Pod and create and delete t
 Role in the Manifests): it does not watch them, so a guard Pod someone else deletes comes back
 only after the agent restarts.
 
-Time comes from a `clock.Clock`, so tests move it past the timeout instead of waiting an hour.
+The pair's shape and its writes on the API server are `guard_pair.GuardPair`; this module
+decides when to hold and release.
+
+Time comes from a `batteryop.api.clock.Clock`, so tests move it past the timeout instead of
+waiting an hour.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from batteryop.api import drain_guard as shape
 from batteryop.api import names
+from batteryop.api.backoff import Backoff
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
-from batteryop.exec_agent.clock import Clock, SystemClock
+from batteryop.exec_agent.guard_pair import GuardBusyError, GuardPair
 from batteryop.kube.client import KubeClient, Objects
-from batteryop.kube.errors import ConflictError, KubeError, NotFoundError
+from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CLAIMS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from batteryop.kube.resources import CLAIMS, NODES
 from batteryop.obs.supervisor import Supervisor
 from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS: Final = 30.0
+RETRY: Final = (1.0, 30.0)
+"""A failed pass is tried again after 1 s, doubling to 30 s (or at the next event)."""
 
 CLAIMS_WATCH_TASK: Final = "drain-guard-claims"
 NODE_WATCH_TASK: Final = "drain-guard-node"
@@ -78,74 +83,6 @@ TASKS: Final = (CLAIMS_WATCH_TASK, NODE_WATCH_TASK)
 """The guard's two watches, run under `DrainGuard.watches` while `run` runs (DP-107)."""
 
 Object = dict[str, Any]
-
-
-class GuardBusyError(RuntimeError):
-    """The guard Pod's name is taken by a Pod that is being deleted; try again later."""
-
-
-def guard_labels(node: str) -> dict[str, str]:
-    """The labels of the guard Pod and budget; the budget selects the Pod by the first."""
-    return {names.DRAIN_GUARD_LABEL: node, names.MANAGED_BY_LABEL: names.MANAGED_BY}
-
-
-def guard_objects(*, node: str, node_uid: str, namespace: str, image: str) -> tuple[Object, Object]:
-    """The PodDisruptionBudget and the Pod of the guard of `node` (EA-041), in create order."""
-    name = names.drain_guard_name(node)
-    owner = {
-        "apiVersion": NODES.api_version,
-        "kind": "Node",
-        "name": node,
-        "uid": node_uid,
-        "controller": True,
-    }
-    metadata = {
-        "name": name,
-        "namespace": namespace,
-        "labels": guard_labels(node),
-        "ownerReferences": [owner],
-    }
-    budget: Object = {
-        "apiVersion": POD_DISRUPTION_BUDGETS.api_version,
-        "kind": "PodDisruptionBudget",
-        "metadata": metadata,
-        "spec": {
-            "minAvailable": 1,
-            "selector": {"matchLabels": {names.DRAIN_GUARD_LABEL: node}},
-        },
-    }
-    pod: Object = {
-        "apiVersion": PODS.api_version,
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "nodeName": node,  # EA-041: bound to this Host's Node, never scheduled elsewhere
-            "automountServiceAccountToken": False,  # no token (EA-051's policy checks it)
-            "enableServiceLinks": False,
-            "tolerations": [{"operator": "Exists"}],
-            "terminationGracePeriodSeconds": 0,
-            # EA-110: nothing the policy refuses. Every field below is one it checks.
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": shape.USER,
-                "runAsGroup": shape.USER,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": shape.CONTAINER,
-                    "image": image,
-                    "resources": {"requests": dict(shape.REQUESTS), "limits": dict(shape.LIMITS)},
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                }
-            ],
-        },
-    }
-    return budget, pod
 
 
 def bound_on(body: Mapping[str, Any], node: str) -> bool:
@@ -176,15 +113,15 @@ class DrainGuard:
         namespace: str,
         image: str = names.DRAIN_GUARD_IMAGE,
         timeout: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS),
-        clock: Clock | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._kube = kube
         self.node_name = node_name
         self.namespace = namespace
         self.name = names.drain_guard_name(node_name)
-        self._image = image
+        self._pair = GuardPair(kube, node_name=node_name, namespace=namespace, image=image)
         self._timeout = timeout
-        self._clock: Clock = clock or SystemClock()
+        self._clock = clock
         self._bound: dict[str, str] = {}
         """uid -> namespace/name of every claim Bound on this Node."""
         self.claims_known = False
@@ -267,7 +204,7 @@ class DrainGuard:
                 on_event=self._node_event,
             ),
         )
-        backoff = 1.0
+        backoff = Backoff(*RETRY)
         try:
             while not stop.is_set():
                 self._wake.clear()
@@ -275,15 +212,15 @@ class DrainGuard:
                 deadline: datetime | None = None
                 try:
                     deadline = await self.reconcile()
-                    backoff = 1.0
+                    backoff.reset()
                 except Exception as e:  # an API error or a bug: log, and try again
+                    retry = backoff.next()
                     log.warning(
                         "Could not bring the drain guard up to date; trying again",
                         # An API error is expected now and then; anything else is a bug.
                         exc_info=not isinstance(e, KubeError | GuardBusyError),
-                        extra={"node": self.node_name, "error": str(e), "retry_in": backoff},
+                        extra={"node": self.node_name, "error": str(e), "retry_in": retry},
                     )
-                    retry, backoff = backoff, min(MAX_BACKOFF_SECONDS, backoff * 2)
                 await self._wait(stop, deadline, retry)
         finally:
             await self.watches.stop()
@@ -384,34 +321,16 @@ class DrainGuard:
 
     async def _read_guard(self, *, adopting: bool = False) -> bool:
         """Whether the guard Pod is there and not being deleted."""
-        try:
-            pod = await self._kube.get(PODS, self.name, self.namespace)
-        except NotFoundError:
-            return False
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            return False
-        if adopting:
+        present = await self._pair.present()
+        if present and adopting:
             log.info(
                 "Adopted the drain guard",
                 extra={"node": self.node_name, "pod": f"{self.namespace}/{self.name}"},
             )
-        return True
+        return present
 
     async def _create(self, node: Object) -> None:
-        budget, pod = guard_objects(
-            node=self.node_name,
-            node_uid=str(node["metadata"]["uid"]),
-            namespace=self.namespace,
-            image=self._image,
-        )
-        for res, body in ((POD_DISRUPTION_BUDGETS, budget), (PODS, pod)):  # the budget first
-            try:
-                await self._kube.create(res, body, self.namespace)
-            except ConflictError as e:
-                if not e.already_exists:
-                    raise
-        if not await self._read_guard():  # an old guard Pod still going away
-            raise GuardBusyError(f"Pod {self.namespace}/{self.name} is being deleted")
+        await self._pair.create(node)
         self.held = True
         log.info(
             "Holding drains of the Node: claims are Bound on it",
@@ -419,9 +338,7 @@ class DrainGuard:
         )
 
     async def _remove(self, why: str) -> None:
-        for res in (PODS, POD_DISRUPTION_BUDGETS):  # the Pod first: never without its budget
-            with contextlib.suppress(NotFoundError):
-                await self._kube.delete(res, self.name, self.namespace)
+        await self._pair.delete()
         self.held = False
         log.info("Released the drain guard: " + why, extra={"node": self.node_name})
 

@@ -25,9 +25,11 @@ from prometheus_client import CollectorRegistry
 
 from batteryop.api import names, samples
 from batteryop.api.claim import ClaimStatus
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_rfc3339_nano, parse_time
-from batteryop.exec_agent.drain_guard import DrainGuard, bound_on, guard_objects
+from batteryop.exec_agent.drain_guard import DrainGuard, bound_on
+from batteryop.exec_agent.guard_pair import guard_objects
 from batteryop.exec_agent.metrics import AgentMetrics
 from batteryop.kube.client import KubeClient, Object
 from batteryop.kube.config import KubeConfig
@@ -47,7 +49,6 @@ from batteryop.testing.controlplane import (
     pod_bound_token,
 )
 from batteryop.testing.exec_agent_policy import NS, install_exec_agent
-from batteryop.testing.fake_battery.clock import FakeClock
 
 TIMEOUT = timedelta(hours=1)
 NO_CLAIMS_SA = "exec-agent-without-claims"

@@ -22,7 +22,6 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 import grpc
@@ -31,6 +30,7 @@ from google.protobuf import empty_pb2
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.api.closing import AsyncClosing
 from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import AgentConfig, ConfigError
 from batteryop.exec_agent.frames import read_frame
@@ -62,7 +62,7 @@ def channel_credentials(config: AgentConfig) -> grpc.ChannelCredentials:
     )
 
 
-class Flintlockd:
+class Flintlockd(AsyncClosing):
     """A channel to this Host's flintlockd. Build it with `connect`; close with `aclose`."""
 
     def __init__(
@@ -130,17 +130,6 @@ class Flintlockd:
         task = asyncio.get_running_loop().create_task(old.close(grace=self._drain_grace))
         self._retired.add(task)
         task.add_done_callback(self._retired.discard)
-
-    async def __aenter__(self) -> Flintlockd:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await self._channel.close()

@@ -47,7 +47,7 @@ expired (nor valid only later); else the call is UNAUTHENTICATED without a Token
 no verification (anyone can write such a token): it only keeps strings that cannot pass from
 costing the API server anything. The TokenReview still decides.
 
-Time is `time.monotonic` (injected in tests) for the buckets, the wall clock for the token.
+Time is the injected `Clock`'s monotonic reading for the buckets, the wall clock for the token.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ import asyncio
 import collections
 import hashlib
 import ipaddress
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,6 +63,7 @@ from typing import Any, Final
 
 import grpc
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.exec_agent.errors import Check, RefusedError
 
 RESOURCE_EXHAUSTED: Final = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -134,7 +134,7 @@ class TokenBuckets:
         rate: float,
         max_keys: int = 4096,
         max_held: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._burst = float(burst)
@@ -158,7 +158,7 @@ class TokenBuckets:
         if refusal is None or self.held >= self._max_held:
             return refusal
         bucket = self._buckets[key]
-        wait = (1.0 - self._level(bucket, self._clock())) / self._rate
+        wait = (1.0 - self._level(bucket, self._clock.monotonic())) / self._rate
         self.held += 1
         try:
             await self._sleep(min(wait, MAX_HOLD_SECONDS))
@@ -174,7 +174,7 @@ class TokenBuckets:
         bucket = self._buckets.get(key)
         if bucket is None:
             return None
-        level = self._level(bucket, self._clock())
+        level = self._level(bucket, self._clock.monotonic())
         return None if level >= 1.0 else self._refusal(key, level)
 
     def _refusal(self, key: str, level: float) -> RefusedError:
@@ -184,7 +184,7 @@ class TokenBuckets:
     def admit(self, key: str) -> None:
         """Take a token for a call keyed `key`; RefusedError(RESOURCE_EXHAUSTED) while its
         bucket is empty."""
-        now = self._clock()
+        now = self._clock.monotonic()
         bucket = self._buckets.get(key)
         if bucket is None:
             if len(self._buckets) >= self._max_keys:
@@ -200,7 +200,7 @@ class TokenBuckets:
         """The call `admit` took a token for is not to be counted: give the token back."""
         bucket = self._buckets.get(key)
         if bucket is not None:
-            now = self._clock()
+            now = self._clock.monotonic()
             bucket.tokens, bucket.at = min(self._burst, self._level(bucket, now) + 1.0), now
 
     @property
@@ -219,7 +219,7 @@ class FailedAuthLimiter(TokenBuckets):
         rate: float,
         max_peers: int = 4096,
         max_held: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         super().__init__(
@@ -264,7 +264,7 @@ class IdentityLimiter:
         max_identities: int = 4096,
         max_tokens: int = 4096,
         max_held: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.buckets = _IdentityBuckets(

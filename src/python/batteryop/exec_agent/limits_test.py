@@ -17,6 +17,7 @@ import pytest
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api import names, samples
 from batteryop.api.claim import MicroVMClaim
+from batteryop.api.clock import FakeClock
 from batteryop.exec_agent.auth import Authorizer, Caller
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.frames import read_frame
@@ -42,17 +43,9 @@ def jwt(payload: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(base64.urlsafe_b64decode(raw))  # type: ignore[no-any-return]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.mark.req("EA-105")
 def test_an_address_that_keeps_failing_is_refused_until_its_bucket_refills() -> None:
-    clock = Clock()
+    clock = FakeClock()
     limiter = FailedAuthLimiter(burst=3, rate=0.5, clock=clock)
     for _ in range(3):
         limiter.admit("10.0.0.9")  # a token each, kept: they failed
@@ -64,13 +57,13 @@ def test_an_address_that_keeps_failing_is_refused_until_its_bucket_refills() -> 
         "limit: too many failed authentications from this address; try again in 2.0s"
     )
     limiter.admit("10.0.0.10")  # another address has its own bucket
-    clock.t = 2.0
+    clock.advance(2.0)
     limiter.admit("10.0.0.9")  # one token back after 1/rate seconds
 
 
 @pytest.mark.req("EA-105")
 def test_authentications_that_succeed_cost_nothing_and_peers_are_bounded() -> None:
-    limiter = FailedAuthLimiter(burst=2, rate=1.0, max_peers=3, clock=Clock())
+    limiter = FailedAuthLimiter(burst=2, rate=1.0, max_peers=3, clock=FakeClock())
     for _ in range(100):
         limiter.admit("10.0.0.1")
         limiter.succeeded("10.0.0.1")
@@ -96,7 +89,7 @@ def test_an_ipv6_caller_is_counted_by_its_64() -> None:
     assert peer_key("ipv6:[::ffff:10.0.0.1]:5000") == "10.0.0.1"  # IPv4, mapped
     assert peer_key("ipv4:10.0.0.1:5000") == "10.0.0.1"
     assert address_key("/run/x.sock") == "/run/x.sock"
-    limiter = FailedAuthLimiter(burst=1, rate=0.5, clock=Clock())
+    limiter = FailedAuthLimiter(burst=1, rate=0.5, clock=FakeClock())
     limiter.admit(peer_key("ipv6:[2001:db8:1:2::5]:5000"))
     with pytest.raises(RefusedError):
         limiter.admit(peer_key("ipv6:[2001:db8:1:2::6]:5000"))  # the next address: same bucket
@@ -104,7 +97,7 @@ def test_an_ipv6_caller_is_counted_by_its_64() -> None:
 
 @pytest.mark.req("EA-120")
 def test_an_identity_that_keeps_calling_is_refused_naming_the_limit() -> None:
-    clock = Clock()
+    clock = FakeClock()
     limiter = IdentityLimiter(burst=3, rate=0.5, clock=clock)
     mallory, alice = "system:serviceaccount:ns:mallory", "system:serviceaccount:ns:alice"
     for i in range(3):
@@ -116,7 +109,7 @@ def test_an_identity_that_keeps_calling_is_refused_naming_the_limit() -> None:
         f"limit: calls per identity: too many calls by {mallory}; try again in 2.0s"
     )
     limiter.after_review("alice-token", alice, None)  # another identity has its own bucket
-    clock.t = 2.0
+    clock.advance(2.0)
     assert limiter.before_review("token-0") == mallory  # known: taken before the review
     limiter.after_review("token-0", mallory, mallory)  # and not taken twice
     with pytest.raises(RefusedError):
@@ -128,7 +121,7 @@ async def test_before_the_review_only_the_very_token_a_review_named_is_turned_aw
     """The pre-limit is keyed by the token itself: a token whose unverified subject names an
     identity with an empty bucket is not refused for it (anyone can write such a token), and
     nothing but a reviewed call spends an identity's bucket."""
-    clock = Clock()
+    clock = FakeClock()
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:

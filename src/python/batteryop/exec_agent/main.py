@@ -54,8 +54,7 @@ from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import KubeConfigError
 from batteryop.obs.addresses import parse_bind_address
 from batteryop.obs.health import Check, HealthServer
-from batteryop.obs.logging import configure_logging
-from batteryop.obs.process import run_until_signalled
+from batteryop.obs.process import run_deployable
 from batteryop.obs.supervisor import Supervisor
 
 log = logging.getLogger("batteryop.exec_agent")
@@ -205,16 +204,12 @@ async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except ConfigError as e:
-        for problem in e.problems:
-            print(f"exec-agent: {problem}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    code = run_until_signalled(
+    return run_deployable(
         "exec-agent",
-        lambda stop: run(config, stop),
+        argv,
+        parse=parse,
+        run=run,
+        config_errors=(ConfigError,),  # one line per problem
         fatal={
             ConfigError: 2,
             KubeConfigError: 2,
@@ -222,10 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ValueError: 2,
             IdentityError: 1,
         },
+        log=log,
     )
-    if code == 0:
-        log.info("Stopped")
-    return code
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 
 from batteryop.api import names
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.exec_agent.host_checks import HostPaths, HostReport, ServerInfo, check_host
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import KubeError
@@ -61,7 +60,7 @@ class NodeReporter:
         server_info: ServerInfo,
         interval: float,
         resync: float,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._kube = kube
         self._node_name = node_name
@@ -71,7 +70,7 @@ class NodeReporter:
         self._server_info = server_info
         self._interval = interval
         self._resync = resync
-        self._monotonic = monotonic
+        self._clock = clock
         self._published: dict[str, str] | None = None
         self._published_at = 0.0
         self.last_report: HostReport | None = None
@@ -84,7 +83,7 @@ class NodeReporter:
         annotations = report_annotations(
             report, agent_address=self._agent_address, flintlockd_address=self._flintlockd_address
         )
-        due = self._monotonic() - self._published_at >= self._resync
+        due = self._clock.monotonic() - self._published_at >= self._resync
         if annotations == self._published and not due:
             return report
         try:
@@ -104,7 +103,7 @@ class NodeReporter:
                 extra={"node": self._node_name, "ready": report.ready, "reason": report.reason},
             )
         self._published = annotations
-        self._published_at = self._monotonic()
+        self._published_at = self._clock.monotonic()
         self.writes += 1
         return report
 

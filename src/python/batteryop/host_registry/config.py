@@ -7,7 +7,6 @@ the process at start with one line naming the flag and the rule (exit 2).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Final
 from batteryop.api import names
 from batteryop.battery import configfile
 from batteryop.battery.config import is_loopback_host
-from batteryop.obs.flags import FlagError, add_process_flags, duration
+from batteryop.obs.flags import FlagError, add_process_flags, duration, flag_adder
 
 PROG: Final = "host-registry"
 
@@ -101,10 +100,6 @@ class RegistryConfig:
         return self.battery_tls_dir / configfile.TLS_CERT_FILE
 
 
-def _env(flag: str) -> str:
-    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -115,10 +110,8 @@ def parser() -> argparse.ArgumentParser:
     )
     d = RegistryConfig()
 
-    def add(flag: str, default: object, help: str) -> None:
-        p.add_argument(flag, default=os.environ.get(_env(flag), default), help=help)
-
-    add("--namespace", os.environ.get("POD_NAMESPACE", d.namespace), "the operator namespace")
+    add = flag_adder(p, fallbacks={"--namespace": "POD_NAMESPACE"})
+    add("--namespace", d.namespace, "the operator namespace")
     add("--battery-address", d.battery_address, "battery's loopback gRPC address")
     add("--battery-metrics-address", d.battery_metrics_address, "battery's metrics address")
     add("--battery-config-map", d.battery_config_map, "the ConfigMap of battery's config")

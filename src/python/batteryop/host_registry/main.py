@@ -33,8 +33,7 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.events import EventRecorder
 from batteryop.obs.health import serving_probes
-from batteryop.obs.logging import configure_logging
-from batteryop.obs.process import run_until_signalled
+from batteryop.obs.process import run_deployable
 
 log = logging.getLogger("batteryop.host_registry")
 
@@ -96,18 +95,15 @@ async def run(config: RegistryConfig, stop: asyncio.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except (ConfigError, ValueError) as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    code = run_until_signalled(
-        PROG, lambda stop: run(config, stop), fatal={WatchError: 1, ValueError: 2}
+    return run_deployable(
+        PROG,
+        argv,
+        parse=parse,
+        run=run,
+        config_errors=(ConfigError, ValueError),
+        fatal={WatchError: 1, ValueError: 2},
+        log=log,
     )
-    if code == 0:
-        log.info("Stopped")
-    return code
 
 
 if __name__ == "__main__":

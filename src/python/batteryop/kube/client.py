@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlencode
 
 from batteryop.api._compat import TIMEOUT_ERRORS
+from batteryop.api.closing import AsyncClosing
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.errors import (
     UNAVAILABLE_STATUS,
@@ -66,7 +66,7 @@ DEFAULT_PAGE_SIZE: Final = 500
 """Objects per page of `list` (as kubectl); `list` always returns every page."""
 
 
-class KubeClient:
+class KubeClient(AsyncClosing):
     """An async Kubernetes API client over one pool of connections (opened on first use).
 
     `timeout` bounds each request, in seconds, connect to last byte. Use as
@@ -88,17 +88,6 @@ class KubeClient:
         self._pool_cred: ExecCredential | None = None
         self._retired: list[ConnectionPool] = []
         self._closed = False
-
-    async def __aenter__(self) -> KubeClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connections; later requests fail with `KubeUnavailableError`."""

@@ -24,11 +24,12 @@ import datetime
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from batteryop.api._compat import UTC
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.kube.client import KubeClient
 from batteryop.kube.errors import NotFoundError
 from batteryop.kube.resources import EVENTS
@@ -62,9 +63,6 @@ note) still go out in the order posted, since each waits for the one before it (
 FORGET_EVERY: Final = datetime.timedelta(seconds=10)
 """How often the series memory is swept of sightings older than SERIES_WINDOW."""
 
-Clock = Callable[[], datetime.datetime]
-"""Returns the current time, timezone-aware."""
-
 
 @dataclass(frozen=True)
 class _Posted:
@@ -73,10 +71,6 @@ class _Posted:
     reason: str
     note: str
     action: str
-
-
-def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(UTC)
 
 
 def _regarding_only(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,12 +116,12 @@ class EventRecorder:
         *,
         controller: str,
         instance: str,
-        clock: Clock | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._client = client
         self.controller = controller
         self.instance = instance
-        self._clock = clock or _utcnow
+        self._clock = clock
         self._recorded: OrderedDict[tuple[str, str, str], _Recorded] = OrderedDict()
         # One record at a time per (object, reason, note), so a repeat never races the create
         # of its series' Event. Posted Events go out in the order posted, up to SENDERS at
@@ -187,7 +181,7 @@ class EventRecorder:
         lock = self._locks.setdefault(key, asyncio.Lock())
         try:
             async with lock:
-                now = self._clock()
+                now = self._clock.now()
                 if self._forgot_at is None or now - self._forgot_at > FORGET_EVERY:
                     self._forget_before(now - SERIES_WINDOW)
                     self._forgot_at = now

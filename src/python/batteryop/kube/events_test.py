@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from batteryop.api import names
+from batteryop.api.clock import FakeClock
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.conftest import ServiceAccountConfig
@@ -28,17 +29,6 @@ from batteryop.testing.controlplane.server import free_port
 pytestmark = pytest.mark.controlplane
 
 CONTROLLER = f"{names.GROUP}/test"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime.datetime.now(datetime.UTC)
-
-    def __call__(self) -> datetime.datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += datetime.timedelta(**delta)
 
 
 @pytest.fixture
@@ -87,7 +77,7 @@ async def test_an_event_names_the_object_the_controller_and_the_time(
     )
     assert event["note"] == "wrote the config"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", event["eventTime"])
-    assert event["eventTime"] == micro_time(clock.now)
+    assert event["eventTime"] == micro_time(clock.now())
     assert "series" not in event
 
 
@@ -96,8 +86,8 @@ async def test_repeats_within_ten_minutes_patch_one_series(
 ) -> None:
     for _ in range(3):
         await recorder.record(subject, WARNING, "HookFailed", "hook exited 1", action="Provision")
-        clock.advance(minutes=9)
-    last = clock.now - datetime.timedelta(minutes=9)
+        clock.advance(datetime.timedelta(minutes=9))
+    last = clock.now() - datetime.timedelta(minutes=9)
 
     [event] = await events_about(kube, subject)
     assert event["series"] == {"count": 3, "lastObservedTime": micro_time(last)}
@@ -110,7 +100,7 @@ async def test_another_note_or_a_series_gone_quiet_makes_a_new_event(
     await recorder.record(subject, WARNING, "HookFailed", "hook exited 2", action="Provision")
     assert len(await events_about(kube, subject)) == 2
 
-    clock.advance(minutes=10, seconds=1)
+    clock.advance(datetime.timedelta(minutes=10, seconds=1))
     await recorder.record(subject, WARNING, "HookFailed", "hook exited 1", action="Provision")
     events = await events_about(kube, subject)
     assert len(events) == 3

@@ -31,13 +31,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from batteryop.api._compat import UTC
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.times import parse_time
 from batteryop.kube.errors import KubeConfigError
 
@@ -77,7 +77,7 @@ class ExecPlugin:
         source: str,
         base_dir: Path,
         cluster: Mapping[str, Any] | None = None,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = SYSTEM_CLOCK,
         timeout: float = RUN_TIMEOUT,
     ) -> None:
         self.source = source
@@ -107,7 +107,7 @@ class ExecPlugin:
         }
         self.install_hint = str(spec.get("installHint") or "").strip()
         self.cluster = dict(cluster or {}) if spec.get("provideClusterInfo") else None
-        self._now = now
+        self._clock = clock
         self._timeout = timeout
         self._cached: ExecCredential | None = None
         self._lock = threading.Lock()  # one run at a time, from any thread or loop
@@ -120,7 +120,7 @@ class ExecPlugin:
     def cached(self) -> ExecCredential | None:
         """The kept credential if it has not expired."""
         cred = self._cached
-        return cred if cred is not None and not cred.expired(self._now()) else None
+        return cred if cred is not None and not cred.expired(self._clock.now()) else None
 
     def invalidate(self, used: ExecCredential | None = None) -> None:
         """Forget the kept credential (the API server refused it: 401); with `used`, only if

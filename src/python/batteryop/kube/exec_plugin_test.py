@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from batteryop.api._compat import UTC
+from batteryop.api.clock import FakeClock
 from batteryop.api.times import format_time
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -165,16 +166,16 @@ async def test_a_refused_credential_twice_is_unauthorized(
 
 @pytest.mark.req("CC-112")
 def test_an_expired_credential_runs_the_plugin_again(stub: Stub) -> None:
-    now = [datetime(2026, 12, 1, tzinfo=UTC)]
+    clock = FakeClock(datetime(2026, 12, 1, tzinfo=UTC))
     stub.answers(
-        credential(token="one", expires=now[0] + timedelta(minutes=5)),
+        credential(token="one", expires=clock.now() + timedelta(minutes=5)),
         credential(token="two"),
     )
-    plugin = ExecPlugin(stub.exec_entry(), source="kc", base_dir=stub.dir, now=lambda: now[0])
+    plugin = ExecPlugin(stub.exec_entry(), source="kc", base_dir=stub.dir, clock=clock)
     assert plugin.credential().token == "one"
-    now[0] += timedelta(minutes=4)
+    clock.advance(timedelta(minutes=4))
     assert plugin.credential().token == "one"
-    now[0] += timedelta(minutes=1)
+    clock.advance(timedelta(minutes=1))
     assert plugin.credential().token == "two"
     assert plugin.credential().token == "two"  # no expiry: kept until refused
     assert len(stub.runs) == 2

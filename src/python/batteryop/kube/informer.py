@@ -23,13 +23,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from batteryop.api.backoff import Backoff
 from batteryop.kube.client import KubeClient, Objects, WatchCursor
 from batteryop.kube.errors import KubeError
 from batteryop.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS = 30.0
+RETRY = (1.0, 30.0)
+"""A failed list or watch is retried from a fresh list after 1 s, doubling to 30 s."""
 
 
 async def list_watch(
@@ -47,12 +49,12 @@ async def list_watch(
     `on_error`, if given, hears of every failure before the retry: until the next `on_list`,
     what the caller knows may be out of date (a caller that must not act on a stale set, such
     as the Exec Agent's drain guard, waits for that list)."""
-    backoff = 1.0
+    backoff = Backoff(*RETRY)
     while True:
         try:
             items = await kube.list(res, namespace, field_selector=field_selector)
             on_list(items)
-            backoff = 1.0
+            backoff.reset()
             # A watch the server ends on its timeout is opened again from the newest version
             # seen, a bookmark's included: a quiet watch that kept its list's version would
             # find it compacted away (410 Gone) and list everything again.
@@ -73,8 +75,7 @@ async def list_watch(
         except Exception as e:  # a bad body or a failing callback: never stop following
             log.exception("List/watch of %s failed; listing again", res.plural)
             _tell(on_error, e)
-        await asyncio.sleep(backoff)
-        backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+        await asyncio.sleep(backoff.next())
 
 
 def _tell(on_error: Callable[[Exception], None] | None, error: Exception) -> None:

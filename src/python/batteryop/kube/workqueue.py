@@ -26,11 +26,12 @@ import enum
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from batteryop.api.backoff import Backoff
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.obs.tasks import cancel_all
 
 K = TypeVar("K", bound=Hashable)
@@ -68,15 +69,14 @@ class WorkQueue(Generic[K]):
         workers: int = 4,
         backoff_min: float = 1.0,
         backoff_max: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if workers < 1:
             raise ValueError(f"{name}: workers must be at least 1")
         self.name = name
         self._handler = handler
         self._workers = workers
-        self._backoff_min = backoff_min
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_min, backoff_max)
         self._clock = clock
         self._heap: list[_Entry[K]] = []
         self._due: dict[K, float] = {}
@@ -97,7 +97,7 @@ class WorkQueue(Generic[K]):
 
     def add_after(self, key: K, seconds: float) -> None:
         """Reconcile `key` after `seconds`, unless it is already due sooner."""
-        due = self._clock() + max(0.0, seconds)
+        due = self._clock.monotonic() + max(0.0, seconds)
         if key in self._active:
             self._dirty[key] = min(due, self._dirty.get(key, due))
             return
@@ -170,7 +170,7 @@ class WorkQueue(Generic[K]):
 
     def retry_delay(self, failures: int) -> float:
         """Backoff after the `failures`-th failure in a row: doubling, clamped to the bounds."""
-        return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
+        return self._backoff.delay(failures - 1)
 
     def _failed(self, key: K) -> float:
         """One more failure in a row for `key`; the delay it earns."""
@@ -186,7 +186,7 @@ class WorkQueue(Generic[K]):
                 heapq.heappop(self._heap)  # superseded by an earlier add
             wait: float | None = None
             if self._heap:
-                wait = self._heap[0].due - self._clock()
+                wait = self._heap[0].due - self._clock.monotonic()
                 if wait <= 0:
                     entry = heapq.heappop(self._heap)
                     del self._due[entry.key]
@@ -229,6 +229,6 @@ class WorkQueue(Generic[K]):
                 self._active.discard(key)
             dirty = self._dirty.pop(key, None)
             if dirty is not None:
-                self.add_after(key, max(0.0, dirty - self._clock()))
+                self.add_after(key, max(0.0, dirty - self._clock.monotonic()))
             if requeue is not None:
                 self.add_after(key, requeue)

@@ -3,6 +3,7 @@ from collections import Counter
 
 import pytest
 
+from batteryop.api.clock import FakeClock
 from batteryop.kube.workqueue import Answer, Retry, WorkQueue
 
 
@@ -122,7 +123,7 @@ async def test_a_failing_reconcile_is_retried_and_success_resets_the_count() -> 
 async def test_a_backoff_answer_waits_like_a_failure_and_another_answer_resets_it() -> None:
     """`Retry.BACKOFF` (a Pool battery did not answer) is retried after the same growing delay
     as a raise, without an error counted; any other answer starts the delay over."""
-    now = [0.0]
+    clock = FakeClock()
     answers = [Retry.BACKOFF, Retry.BACKOFF, Retry.BACKOFF, None, Retry.BACKOFF]
     ran: asyncio.Queue[Retry | None] = asyncio.Queue()
 
@@ -133,7 +134,7 @@ async def test_a_backoff_answer_waits_like_a_failure_and_another_answer_resets_i
         return answer
 
     delays: list[float | None] = []
-    q: WorkQueue[str] = WorkQueue(handler, name="t", clock=lambda: now[0])
+    q: WorkQueue[str] = WorkQueue(handler, name="t", clock=clock)
     await q.start()
     q.add("a")
     while len(delays) < len(answers):
@@ -141,11 +142,11 @@ async def test_a_backoff_answer_waits_like_a_failure_and_another_answer_resets_i
         while "a" in q._active:  # the worker finishes the run and queues the retry
             await asyncio.sleep(0)
         due = q._due.get("a")
-        delays.append(None if due is None else due - now[0])
+        delays.append(None if due is None else due - clock.monotonic())
         if due is None:
             q.add("a")  # a new event after the completed reconcile
         else:
-            now[0] = due
+            clock.advance(due - clock.monotonic())
             q._wake()
     await q.stop()
     assert delays == [1.0, 2.0, 4.0, None, 1.0]

@@ -1,5 +1,8 @@
-"""Flag values every deployable's `config` reads the same way: durations, and the error that
-names the flag.
+"""Flag values every deployable's `config` reads the same way: durations, the error that
+names the flag, and each flag's environment twin.
+
+    add = flag_adder(parser)                  # add(flag, default, help)
+    add("--settle-time", "30s", "...")        # default: $BATTERYOP_SETTLE_TIME, else "30s"
 
     duration("--settle-time", "30s")          # timedelta(seconds=30)
     duration("--max", "0", positive=True)     # FlagError: --max: '0' must be greater than zero
@@ -11,8 +14,10 @@ seconds): `500ms`, `30s`, `1.5m`, `168h`, `0`. A boolean is `true` or `false` (a
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Final, Protocol
 
@@ -47,6 +52,32 @@ def boolean(flag: str, value: object) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise FlagError(flag, f"{value!r} must be true or false")
+
+
+def env_name(flag: str) -> str:
+    """The environment twin of a flag: `--call-timeout` -> `BATTERYOP_CALL_TIMEOUT`."""
+    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def flag_adder(
+    parser: argparse.ArgumentParser,
+    *,
+    environ: Mapping[str, str] | None = None,
+    fallbacks: Mapping[str, str] | None = None,
+) -> Callable[[str, object, str], None]:
+    """`add(flag, default, help)` for `parser`: the flag's default is its environment twin
+    (`env_name`) when set, else the variable `fallbacks` names for it (such as `NODE_NAME`),
+    else `default`. `environ` is `os.environ` unless given."""
+    env = os.environ if environ is None else environ
+    others = fallbacks or {}
+
+    def add(flag: str, default: object, help: str) -> None:
+        value = env.get(env_name(flag))
+        if value is None and flag in others:
+            value = env.get(others[flag])
+        parser.add_argument(flag, default=value if value is not None else default, help=help)
+
+    return add
 
 
 class ProcessDefaults(Protocol):

@@ -1,8 +1,9 @@
+import argparse
 from datetime import timedelta
 
 import pytest
 
-from batteryop.obs.flags import FlagError, boolean, duration
+from batteryop.obs.flags import FlagError, boolean, duration, env_name, flag_adder
 
 
 def test_durations_read_with_or_without_a_unit() -> None:
@@ -39,3 +40,16 @@ def test_booleans(value: object, expected: bool) -> None:
 def test_a_bad_boolean_names_the_flag_and_the_rule(value: str) -> None:
     with pytest.raises(FlagError, match="^--bind-events: .* must be true or false$"):
         boolean("--bind-events", value)
+
+
+def test_a_flag_defaults_to_its_environment_twin_then_its_fallback() -> None:
+    p = argparse.ArgumentParser()
+    environ = {"BATTERYOP_CALL_TIMEOUT": "3s", "NODE_NAME": "node-a", "POD_NAMESPACE": "ns"}
+    add = flag_adder(p, environ=environ, fallbacks={"--host-node": "NODE_NAME", "--x": "NOPE"})
+    add("--call-timeout", "10s", "")
+    add("--host-node", "", "")
+    add("--x", "default", "")
+    a = p.parse_args([])
+    assert (a.call_timeout, a.host_node, a.x) == ("3s", "node-a", "default")
+    assert p.parse_args(["--host-node", "flag"]).host_node == "flag"
+    assert env_name("--call-timeout") == "BATTERYOP_CALL_TIMEOUT"

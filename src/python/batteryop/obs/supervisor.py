@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from batteryop.api.backoff import Backoff
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.obs.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,9 @@ class Supervisor:
         backoff_min: float = 1.0,
         backoff_max: float = 30.0,
         sleep: Sleep = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._backoff_min = backoff_min
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_min, backoff_max)
         self._sleep = sleep
         self._clock = clock
         self._states: dict[str, _State] = {}
@@ -92,7 +92,8 @@ class Supervisor:
         return {name: s.down for name, s in self._states.items() if s.down is not None}
 
     def retry_delay(self, failures: int) -> float:
-        return float(min(self._backoff_max, self._backoff_min * 2 ** max(0, failures - 1)))
+        """The wait after the `failures`-th failure in a row."""
+        return self._backoff.delay(failures - 1)
 
     def checks(self) -> dict[str, Callable[[], bool]]:
         """One readiness check per task, failing with `TaskDownError` while it is down."""
@@ -112,13 +113,13 @@ class Supervisor:
         state = self._states[name]
         while True:
             state.down = None  # running (again), also after a stop() that caught it down
-            started = self._clock()
+            started = self._clock.monotonic()
             try:
                 await run()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                if self._clock() - started >= self._backoff_max:
+                if self._clock.monotonic() - started >= self._backoff.maximum:
                     state.failures = 0  # it ran well for a while: start the backoff over
                 state.failures += 1
                 state.down = f"{type(err).__name__}: {err}"

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from batteryop.api import names
+from batteryop.api.clock import SYSTEM_CLOCK
 from batteryop.api.conditions import ConditionStatus, PoolConditionType
 from batteryop.battery import BatteryAPI, EventStream
 from batteryop.kube.client import KubeClient
@@ -59,10 +59,6 @@ log = logging.getLogger(__name__)
 CONTROLLER_NAME = f"{names.GROUP}/operator"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Operator:
     """Every controller of the operator, and the inputs that queue them."""
 
@@ -84,7 +80,7 @@ class Operator:
         self.metrics = metrics
         self.claim_metrics = ClaimMetrics(metrics)
         self.nodes = ObjectCache()
-        self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=_now)
+        self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=SYSTEM_CLOCK.now)
         self.pools = Controller(
             "pools",
             POOLS,
@@ -94,7 +90,7 @@ class Operator:
             workers=config.pool_concurrent_reconciles,
             on_reconciled=self._on_reconciled,
         )
-        self.deleted_vms = DeletedVMs(_now)
+        self.deleted_vms = DeletedVMs(SYSTEM_CLOCK.now)
         self.lease_reads = LeaseReads(battery)  # CL-016: one ListLeases per Pool at a time
         self.lease_checks = LeaseChecks()  # CL-030
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
@@ -105,7 +101,7 @@ class Operator:
             node=lambda n: self.nodes.get(("", n)),
             claim_slots=self.claim_slots,
             deleted_vms=self.deleted_vms,
-            clock=_now,
+            clock=SYSTEM_CLOCK.now,
             lease_reads=self.lease_reads,
             lease_checks=self.lease_checks,
             bind_events=config.bind_events,

@@ -10,7 +10,6 @@ ClaimVM deadline), CL-018 (concurrent reconciles of claims, at least two).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from batteryop.api import names
 from batteryop.battery.config import is_loopback_host
-from batteryop.obs.flags import FlagError, add_process_flags, boolean, duration
+from batteryop.obs.flags import FlagError, add_process_flags, boolean, duration, flag_adder
 
 ConfigError = FlagError
 """A flag has a value the operator cannot run with (the one error every deployable's flags use)."""
@@ -70,10 +69,6 @@ class OperatorConfig:
             raise ConfigError("--log-format", "must be json or text")
 
 
-def _env(flag: str) -> str:
-    return "BATTERYOP_" + flag.lstrip("-").upper().replace("-", "_")
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="battery-operator",
@@ -83,9 +78,7 @@ def parser() -> argparse.ArgumentParser:
     )
     d = OperatorConfig()
 
-    def add(flag: str, default: object, help: str) -> None:
-        p.add_argument(flag, default=os.environ.get(_env(flag), default), help=help)
-
+    add = flag_adder(p, fallbacks={"--namespace": "POD_NAMESPACE"})
     add("--battery-address", d.battery_address, "battery's gRPC address; loopback only")
     add("--battery-call-timeout", "10s", "deadline of every battery call but ClaimVM")
     add("--battery-claim-timeout", "2m", "deadline of ClaimVM")
@@ -97,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     add("--claim-concurrent-reconciles", d.claim_concurrent_reconciles, "claim workers (>= 2)")
     add("--pool-concurrent-reconciles", d.pool_concurrent_reconciles, "Pool workers")
     add("--pool-resync-interval", "30s", "refresh every Pool this often while Events are down")
-    add("--namespace", os.environ.get("POD_NAMESPACE", d.namespace), "the operator's namespace")
+    add("--namespace", d.namespace, "the operator's namespace")
     add("--battery-config-map", d.battery_config_map, "ConfigMap holding battery's config")
     add_process_flags(add, d)
     add(

@@ -22,9 +22,8 @@ from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.obs.addresses import parse_bind_address
 from batteryop.obs.health import HealthServer, MetricsServer
-from batteryop.obs.logging import configure_logging
 from batteryop.obs.metrics import BatteryCallMetrics, OperatorMetrics
-from batteryop.obs.process import run_until_signalled
+from batteryop.obs.process import run_deployable
 from batteryop.operator.app import Operator
 from batteryop.operator.config import ConfigError, OperatorConfig, parse
 
@@ -96,19 +95,16 @@ async def run(config: OperatorConfig, stop: asyncio.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except (ConfigError, ValueError) as e:
-        print(f"battery-operator: {e}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, "json" if config.log_format == "json" else "text")
-    # A bind address that does not parse is a ValueError: a flag's fault, exit 2.
-    code = run_until_signalled(
-        "battery-operator", lambda stop: run(config, stop), fatal={ValueError: 2}
+    return run_deployable(
+        "battery-operator",
+        argv,
+        parse=parse,
+        run=run,
+        config_errors=(ConfigError, ValueError),
+        # A bind address that does not parse is a ValueError: a flag's fault, exit 2.
+        fatal={ValueError: 2},
+        log=log,
     )
-    if code == 0:
-        log.info("Stopped")
-    return code
 
 
 if __name__ == "__main__":

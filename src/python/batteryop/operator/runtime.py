@@ -31,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.kube.errors import ConflictError, NotFoundError
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import Resource
@@ -126,7 +127,7 @@ class ObjectCache:
     def __init__(
         self,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         echo_timeout: float = ECHO_TIMEOUT_SECONDS,
         indexers: Mapping[str, Indexer] | None = None,
     ) -> None:
@@ -161,7 +162,7 @@ class ObjectCache:
             else:
                 del self._echoes[key]
             return False
-        if self._clock() - since < self._echo_timeout:
+        if self._clock.monotonic() - since < self._echo_timeout:
             return False  # older than the answer we cached: it comes before that answer's echo
         log.warning("No echo of our write to %s/%s came; took the watch's body", *key)
         return self.put(body)
@@ -215,7 +216,7 @@ class ObjectCache:
         self._store(key, body)
         if current is not None and rv == _rv(current):
             return True  # the write changed nothing: no new version, no echo to wait for
-        since, versions = self._echoes.get(key, (self._clock(), []))
+        since, versions = self._echoes.get(key, (self._clock.monotonic(), []))
         self._echoes[key] = (since, [*versions, rv])
         return True
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from batteryop.api import names, samples
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import EventType
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS, Resource
@@ -78,11 +79,11 @@ def test_a_listing_is_taken_as_it_is_and_forgets_expected_echoes() -> None:
 
 
 def test_an_echo_that_never_comes_is_given_up_after_the_timeout() -> None:
-    now = [0.0]
-    cache = ObjectCache(clock=lambda: now[0], echo_timeout=60)
+    clock = FakeClock()
+    cache = ObjectCache(clock=clock, echo_timeout=60)
     answer(cache, body("5", "Bound"))
     assert not cache.observe("MODIFIED", body("6", "Expired"))
-    now[0] = 61.0
+    clock.advance(61.0)
     assert cache.observe("MODIFIED", body("7", "Expired"))
     assert cache.get(KEY) == body("7", "Expired")
     assert cache.sizes()["echoes"] == 0

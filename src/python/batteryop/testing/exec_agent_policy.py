@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names
-from batteryop.exec_agent.drain_guard import guard_objects
+from batteryop.exec_agent.guard_pair import guard_objects
 from batteryop.manifests import exec_agent, render
 from batteryop.testing.controlplane import (
     ControlPlane,

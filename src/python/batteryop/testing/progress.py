@@ -18,11 +18,12 @@ import logging
 import os
 import selectors
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -49,28 +50,28 @@ class Heartbeat:
         left: str = "",
         every: float = EVERY_SECONDS,
         say: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.what = what
         self.left = left
         self.every = every
         self._say = say or log.warning
         self._clock = clock
-        self.started = clock()
+        self.started = clock.monotonic()
         self._last = self.started
 
     def elapsed(self) -> float:
-        return self._clock() - self.started
+        return self._clock.monotonic() - self.started
 
     def due_in(self) -> float:
         """Seconds until the next line is due if nothing happens."""
-        return max(0.0, self._last + self.every - self._clock())
+        return max(0.0, self._last + self.every - self._clock.monotonic())
 
     def beat(self, detail: str = "", *, force: bool = False) -> bool:
         """Say where the step is, if a line is due (or `force`); whether it said it."""
         if not force and self.due_in() > 0:
             return False
-        self._last = self._clock()
+        self._last = self._clock.monotonic()
         parts = [format_elapsed(self.elapsed())]
         if detail:
             parts.append(detail)

@@ -9,28 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from batteryop.api.clock import FakeClock
 from batteryop.testing.controlplane.gobuild import ControlPlaneBuildError, ToolSet
 from batteryop.testing.gomodules import go_binary
 from batteryop.testing.progress import Heartbeat, format_elapsed, run_reporting
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_heartbeat_speaks_when_a_line_is_due_and_says_what_is_left() -> None:
-    clock, said = Clock(), list[str]()
+    clock, said = FakeClock(), list[str]()
     beat = Heartbeat(
         "Building etcd (2 of 3)", left="kubelet", every=15, say=said.append, clock=clock
     )
     assert not beat.beat("10 packages compiled"), "nothing is due yet"
-    clock.now += 15
+    clock.advance(15)
     assert beat.beat("10 packages compiled")
-    clock.now += 60
+    clock.advance(60)
     assert beat.beat("built", force=True)
     assert said == [
         "Building etcd (2 of 3): 15 s, 10 packages compiled; then kubelet",

@@ -181,10 +181,19 @@ class CertificateAuthority:
 
     @classmethod
     def create(
-        cls, common_name: str, validity: datetime.timedelta = _VALIDITY
+        cls,
+        common_name: str,
+        validity: datetime.timedelta = _VALIDITY,
+        *,
+        key: PrivateKey | None = None,
+        now: datetime.datetime | None = None,
+        path_length: int | None = None,
     ) -> CertificateAuthority:
-        key = new_key()
-        now = datetime.datetime.now(datetime.UTC)
+        """A new self-signed CA named `common_name`, valid `validity` from `now` (less a clock
+        skew); for `key` when given (the Exec Agent's Host CA keeps its key across restarts),
+        signing leaves only when `path_length` is 0. The one CA builder of the house."""
+        key = key or new_key()
+        now = now or datetime.datetime.now(datetime.UTC)
         name = _name(common_name)
         cert = (
             x509.CertificateBuilder()
@@ -194,7 +203,7 @@ class CertificateAuthority:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _SKEW)
             .not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,

@@ -91,8 +91,7 @@ HARNESSES: dict[str, frozenset[str]] = {
     # Our code run as a process.
     "batteryop.testing.operator_runner": frozenset({CODE}),
     "batteryop.testing.exec_agent_flood": frozenset({CODE}),
-    # Neither: an injected clock, a free port, the build cache, other helpers of the tests.
-    "batteryop.testing.fake_battery.clock": frozenset(),
+    # Neither: a free port, the build cache, other helpers of the tests.
     "batteryop.testing.controlplane.server.free_port": frozenset(),
     "batteryop.testing.controlplane.gobuild": frozenset(),
     "batteryop.testing": frozenset(),

@@ -29,9 +29,9 @@ started after it asked (CL-012, CL-014 are only ever decided on a fresh answer).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 
+from batteryop.api.clock import SYSTEM_CLOCK
 from batteryop.battery.models import Lease, PoolRef, find_lease
 from batteryop.battery.protocol import BatteryAPI
 
@@ -48,8 +48,10 @@ class LeaseReads:
         battery: BatteryAPI,
         *,
         recent_seconds: float = RECENT_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
+        # `clock` is `Clock.monotonic` (batteryop.api.clock); a callable still, as the claim
+        # reconcile's tests inject one.
         self._battery = battery
         self._next: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
         self._running: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}

@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from batteryop.api.clock import FakeClock
 from batteryop.battery.errors import BatteryUnavailableError
 from batteryop.battery.models import Lease, PoolRef
 from batteryop.operator.claims.lease_reads import LeaseReads
@@ -116,20 +117,12 @@ async def test_one_caller_giving_up_does_not_cancel_the_others() -> None:
     assert quitter.cancelled()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.req("CL-016")
 async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() -> None:
     battery = SlowBattery()
     battery.leases = [lease("l1"), lease("l2")]
-    clock = Clock()
-    reads = LeaseReads(battery, recent_seconds=2.0, clock=clock)  # type: ignore[arg-type]
+    clock = FakeClock()
+    reads = LeaseReads(battery, recent_seconds=2.0, clock=clock.monotonic)  # type: ignore[arg-type]
     assert reads.recent(POOL, "l1") is None  # nothing listed yet
     battery.release.set()
     await reads.list_leases(POOL)
@@ -137,22 +130,22 @@ async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() 
     assert reads.recent(POOL, "l2") == lease("l2")
     assert reads.recent(OTHER, "l2") is None  # another Pool's answer never serves
     assert reads.recent(POOL, "l9") is None  # not listed: proves nothing, ask anew (CL-012)
-    clock.now += 2.5
+    clock.advance(2.5)
     assert reads.recent(POOL, "l2") is None  # too old
     assert battery.started == [POOL]
 
 
 async def test_the_kept_answer_is_the_newest_and_goes_after_its_time() -> None:
     battery = SlowBattery()
-    clock = Clock()  # the age on a clock that only the test moves: a slow machine cannot age it
-    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
+    clock = FakeClock()  # the age on a clock that only the test moves: a slow machine cannot age it
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock.monotonic)  # type: ignore[arg-type]
     battery.release.set()
     await reads.list_leases(POOL)
     battery.leases = [lease("l3")]
     await reads.list_leases(POOL)
     assert reads.recent(POOL, "l3") == lease("l3")
     assert reads.recent_answers() == 1
-    clock.now += 0.06
+    clock.advance(0.06)
     await asyncio.sleep(0.1)  # the loop's timer drops it: nothing stays per Pool
     assert reads.recent_answers() == 0
     assert reads.recent(POOL, "l3") is None
@@ -163,15 +156,15 @@ async def test_with_an_injected_clock_only_that_clock_ages_the_kept_answer() -> 
     claim property test runs on a FakeClock and must replay each example the same way however
     slowly the machine runs it."""
     battery = SlowBattery()
-    clock = Clock()
-    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
+    clock = FakeClock()
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock.monotonic)  # type: ignore[arg-type]
     battery.release.set()
     battery.leases = [lease("l3")]
     await reads.list_leases(POOL)
     await asyncio.sleep(0.12)  # the loop's timer fired (twice): the clock has not moved
     assert reads.recent(POOL, "l3") == lease("l3")
     assert reads.recent_answers() == 1
-    clock.now += 0.06
+    clock.advance(0.06)
     assert reads.recent(POOL, "l3") is None  # too old by the clock, timer or not
     await asyncio.sleep(0.08)  # a whole window: the next timer drops it, nothing stays
     assert reads.recent_answers() == 0

@@ -21,10 +21,11 @@ The controller runs on one event loop, so counters are enough (no lock).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Final
+
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 
 DEFAULT_RETRY_AFTER: Final = 1.0
 """Seconds a bind that found no free slot waits before it is tried again."""
@@ -38,7 +39,7 @@ class ClaimSlots:
         limit: int,
         *,
         retry_after: float = DEFAULT_RETRY_AFTER,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if limit < 1:
             raise ValueError(f"ClaimSlots needs at least 1 slot, got {limit}")
@@ -79,7 +80,7 @@ class ClaimSlots:
         return tuple(self._reserved)
 
     def _lapse(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         for waiter in [w for w, until in self._reserved.items() if until <= now]:
             del self._reserved[waiter]
             self._hand_on()
@@ -89,7 +90,7 @@ class ClaimSlots:
         if not self._waiting or self._in_use + len(self._reserved) >= self._limit:
             return
         first, _ = self._waiting.popitem(last=False)
-        self._reserved[first] = self._clock() + self.retry_after
+        self._reserved[first] = self._clock.monotonic() + self.retry_after
         if self.on_free is not None:
             self.on_free(first)
 

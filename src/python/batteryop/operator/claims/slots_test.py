@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from batteryop.api.clock import FakeClock
 from batteryop.operator.claims.slots import ClaimSlots
 
 
@@ -76,15 +77,7 @@ def test_queue_if_full_queues_the_waiter_only_when_every_slot_is_taken() -> None
     assert woken == ["a"]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def one_slot(clock: Clock) -> tuple[ClaimSlots, list[object]]:
+def one_slot(clock: FakeClock) -> tuple[ClaimSlots, list[object]]:
     """One slot, and the list of waiters it wakes."""
     slots = ClaimSlots(1, retry_after=1.0, clock=clock)
     woken: list[object] = []
@@ -94,7 +87,7 @@ def one_slot(clock: Clock) -> tuple[ClaimSlots, list[object]]:
 
 @pytest.mark.req("CL-018", "CL-102")
 def test_a_woken_waiter_keeps_its_slot_against_newcomers() -> None:
-    slots, woken = one_slot(Clock())
+    slots, woken = one_slot(FakeClock())
     with slots.try_acquire("a"):
         assert slots.queue_if_full("b")
     assert woken == ["b"]
@@ -112,12 +105,12 @@ def test_a_woken_waiter_keeps_its_slot_against_newcomers() -> None:
 
 @pytest.mark.req("CL-018", "CL-102")
 def test_a_reservation_not_taken_in_time_passes_to_the_next_waiter() -> None:
-    clock = Clock()
+    clock = FakeClock()
     slots, woken = one_slot(clock)
     with slots.try_acquire("a"):
         assert slots.queue_if_full("b") and slots.queue_if_full("c")
     assert woken == ["b"]
-    clock.now += 1.5  # b's claim was deleted meanwhile: it never comes back
+    clock.advance(1.5)  # b's claim was deleted meanwhile: it never comes back
     assert slots.queue_if_full("d")
     assert woken == ["b", "c"] and slots.reserved == ("c",)
     assert slots.waiting == ("d",)
@@ -125,7 +118,7 @@ def test_a_reservation_not_taken_in_time_passes_to_the_next_waiter() -> None:
 
 @pytest.mark.req("CL-018")
 def test_forget_gives_up_a_place_and_a_reservation_at_once() -> None:
-    slots, woken = one_slot(Clock())
+    slots, woken = one_slot(FakeClock())
     with slots.try_acquire("a"):
         assert slots.queue_if_full("b") and slots.queue_if_full("c")
         slots.forget("c")

@@ -68,13 +68,13 @@ pruned and is replayed whole; VM_RELEASED and POOL_* events are never emitted; p
 always empty; heartbeat_interval is not read; a 0s expiry threshold is accepted.
 """
 
+from batteryop.api.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.battery import (
     BatteryStateError,
     FakeBattery,
     Timings,
     WaitTimeoutError,
 )
-from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.faults import Faults
 from batteryop.testing.fake_battery.hosts import HostConfig, HostTLSConfig
 

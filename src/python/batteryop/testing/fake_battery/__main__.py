@@ -28,8 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from batteryop.api.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.battery import FakeBattery, Timings
-from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.control import make_app
 from batteryop.testing.fake_battery.db import DatabaseError
 from batteryop.testing.fake_battery.hosts import HostConfig, HostTLSConfig

@@ -22,9 +22,9 @@ from typing import Any
 import grpc
 
 from battery_protos.poolmgr.v1alpha1 import types_pb2
+from batteryop.api.clock import Clock, FakeClock, SystemClock
 from batteryop.obs.supervisor import Supervisor
 from batteryop.testing.fake_battery import startup
-from batteryop.testing.fake_battery.clock import Clock, FakeClock, SystemClock
 from batteryop.testing.fake_battery.db import Database
 from batteryop.testing.fake_battery.faults import HOOK_KINDS, Faults
 from batteryop.testing.fake_battery.hosts import HostConfig, HostTLSFilesError

@@ -26,8 +26,8 @@ from typing import Any
 from aiohttp import web
 from google.protobuf import json_format
 
+from batteryop.api.clock import FakeClock
 from batteryop.testing.fake_battery.battery import BatteryStateError, FakeBattery
-from batteryop.testing.fake_battery.clock import FakeClock
 from batteryop.testing.faultcodes import status_code
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]

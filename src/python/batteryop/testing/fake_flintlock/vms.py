@@ -30,6 +30,8 @@ from battery_protos.flintlock.types import microvm_pb2
 if TYPE_CHECKING:
     from batteryop.testing.fake_flintlock.guests import Guests
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
+
 log = logging.getLogger(__name__)
 
 State = microvm_pb2.MicroVMStatus.MicroVMState
@@ -194,7 +196,7 @@ class VmStore:
         *,
         delete_delay: float = 0.0,
         default_provider: str = "firecracker",
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._state_dir = state_dir
         self._guests = guests
@@ -267,7 +269,7 @@ class VmStore:
         """Seconds since the MicroVM became CREATED (0 when it is not)."""
         if record.created_monotonic is None:
             return 0.0
-        return self._clock() - record.created_monotonic
+        return self._clock.monotonic() - record.created_monotonic
 
     def close(self) -> None:
         for timer in self._timers:
@@ -322,7 +324,7 @@ class VmStore:
         record.vm.status.state = state
         record.vm.version += 1
         record.vm.spec.updated_at.GetCurrentTime()
-        record.created_monotonic = self._clock() if state == State.CREATED else None
+        record.created_monotonic = self._clock.monotonic() if state == State.CREATED else None
 
     @staticmethod
     def _copy(vm: microvm_pb2.MicroVM) -> microvm_pb2.MicroVM:

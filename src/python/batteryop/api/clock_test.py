@@ -1,4 +1,4 @@
-"""Tests of the fake battery's injectable clock (TD-004)."""
+"""Tests of the shared clock (TD-004: the fake battery reads time from it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from batteryop.testing.fake_battery.clock import FakeClock, SystemClock
+from batteryop.api.clock import FakeClock, SystemClock
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -67,3 +67,25 @@ async def test_system_clock_is_aware_and_sleeps_until() -> None:
     assert now.tzinfo is not None
     await asyncio.wait_for(clock.sleep_until(now + timedelta(milliseconds=20)), 2)
     assert clock.now() >= now + timedelta(milliseconds=20)
+
+
+@pytest.mark.req("TD-004")
+async def test_fake_clock_moves_wall_and_monotonic_together_and_counts_sleepers() -> None:
+    clock = FakeClock(START, monotonic_start=5.0)
+    assert clock.monotonic() == 5.0
+    task = asyncio.create_task(clock.sleep_until(START + timedelta(seconds=3)))
+    await asyncio.sleep(0)
+    assert clock.sleepers == 1
+    clock.advance(timedelta(seconds=2.5))
+    assert clock.monotonic() == 7.5
+    assert clock.sleepers == 1
+    clock.advance(0.5)
+    await task
+    assert clock.sleepers == 0
+    assert clock.now() == START + timedelta(seconds=3)
+
+
+def test_system_clock_monotonic_never_goes_back() -> None:
+    clock = SystemClock()
+    first = clock.monotonic()
+    assert clock.monotonic() >= first
