@@ -442,9 +442,9 @@ class ClaimsMachine(RuleBasedStateMachine):
         # ListLeases shared as in the Operator; its newest answer serves for 2 s of the model's
         # time (the parts read the model's clock, never the machine's), so checks after a short
         # time step take a Lease from an earlier answer.
-        reads = LeaseReads(client, clock=self.clock.monotonic)
+        reads = LeaseReads(client, clock=self.clock)
         slots = ClaimSlots(3, clock=self.clock)
-        op = Operator(client, calls, DeletedVMs(self.clock.now), claims, reads, slots)
+        op = Operator(client, calls, DeletedVMs(self.clock), claims, reads, slots)
         for body in self.api.objects.values():  # its watch starts with a listing
             claims.observe(None, copy.deepcopy(body))
         op.watched = len(self.api.events)
@@ -592,7 +592,7 @@ class ClaimsMachine(RuleBasedStateMachine):
             node=lambda name: None,
             claim_slots=self.op.slots,
             deleted_vms=self.op.deleted_vms,
-            clock=self.clock.now,
+            clock=self.clock,
             lease_reads=self.op.lease_reads,
         )
 

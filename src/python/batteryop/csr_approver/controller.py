@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import functools
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.csr_approver import kopf_driver
 from batteryop.csr_approver.checks import SERVING_SIGNERS
 from batteryop.csr_approver.config import ApproverConfig
@@ -81,10 +81,6 @@ def ca_watch_task(secret: str) -> str:
     return f"watch-secret-{secret}"
 
 
-def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
 class Approver:
     """Reviews, decides and signs the requests of the three signers; publishes the CAs."""
 
@@ -94,7 +90,7 @@ class Approver:
         kube: KubeClient,
         *,
         metrics: ApproverMetrics | None = None,
-        clock: Callable[[], datetime.datetime] = _utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self._kube = kube

@@ -23,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import CollectorRegistry
 
 from batteryop.api import names
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import CSRCondition, CSRReason
 from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.csr_approver.pins import Pins, read_pins
@@ -346,19 +347,6 @@ async def test_an_address_pinned_to_another_node_is_denied_and_pins_never_change
 # -- pins released (CT-100) -------------------------------------------------------------------
 
 
-class Now:
-    """The approver's clock: it moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        self.time = datetime.datetime.now(datetime.UTC)
-
-    def __call__(self) -> datetime.datetime:
-        return self.time
-
-    def advance(self, minutes: int) -> None:
-        self.time += datetime.timedelta(minutes=minutes)
-
-
 async def serving_request(cluster: Cluster, node: str, address: str, stem: str) -> dict[str, Any]:
     """A ten-minute flintlockd-serving request from `node`'s agent for `address`, finished."""
     async with cluster.client_as(node) as agent:
@@ -381,7 +369,7 @@ def denied_for_pin(obj: dict[str, Any]) -> bool:
 async def test_a_pin_is_released_once_its_node_is_gone_and_its_certificates_have_expired(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    now = Now()
+    now = FakeClock()  # the approver's clock: it moves only when the test moves it
     registry = CollectorRegistry()
     address = "10.40.0.1"
     old = await cluster.node("host-old", address)
@@ -393,7 +381,7 @@ async def test_a_pin_is_released_once_its_node_is_gone_and_its_certificates_have
         assert (await stored_pins(cluster)).entries[old].not_after == not_after(first)
 
         # Kept while its Node exists, though every certificate signed under it has expired.
-        now.advance(minutes=11)
+        now.advance(datetime.timedelta(minutes=11))
         assert denied_for_pin(await serving_request(cluster, new, address, "new-1"))
 
         # A renewal moves the pin's expiry to the newest certificate's.
@@ -403,12 +391,14 @@ async def test_a_pin_is_released_once_its_node_is_gone_and_its_certificates_have
 
         # Kept after its Node is deleted, while the renewed certificate is still valid.
         await cluster.kube.delete(NODES, old)
-        now.advance(minutes=5)  # past the first certificate, not the renewed one
+        now.advance(
+            datetime.timedelta(minutes=5)
+        )  # past the first certificate, not the renewed one
         assert denied_for_pin(await serving_request(cluster, new, address, "new-2"))
         assert await pins(cluster) == {old: address}
 
         # Released once both hold; the Node reusing the address is approved and pinned.
-        now.advance(minutes=6)
+        now.advance(datetime.timedelta(minutes=6))
         approved = await serving_request(cluster, new, address, "new-3")
     assert signed(approved)
     assert condition(approved, CSRCondition.APPROVED) is not None
@@ -421,7 +411,7 @@ async def test_a_pin_is_released_once_its_node_is_gone_and_its_certificates_have
 
 @pytest.mark.req("CT-016", "CT-100")
 async def test_the_pins_config_map_does_not_grow_as_nodes_come_and_go(cluster: Cluster) -> None:
-    now = Now()
+    now = FakeClock()  # the approver's clock: it moves only when the test moves it
     registry = CollectorRegistry()
     metrics = ApproverMetrics(registry)
     cycles = 8
@@ -434,7 +424,7 @@ async def test_the_pins_config_map_does_not_grow_as_nodes_come_and_go(cluster: C
             assert signed(await serving_request(cluster, node, address, f"churn-{i}"))
         sizes.append(len(await pins(cluster)))
         await cluster.kube.delete(NODES, node)
-        now.advance(minutes=11)
+        now.advance(datetime.timedelta(minutes=11))
     assert sizes == [1] * cycles
     assert registry.get_sample_value("battery_csr_approver_address_pins_released_total") == (
         cycles - 1

@@ -315,7 +315,7 @@ async def test_certificates_are_renewed_before_two_thirds_of_their_life(
 
     # One clock for the signer and the agent: certificates issued after the clock moved begin
     # then, as they would have had the time really passed.
-    async with running(c, clock=clock.now), c.client_as(node) as kube:
+    async with running(c, clock=clock), c.client_as(node) as kube:
         agent = _agent_certs(
             c,
             kube,
@@ -533,7 +533,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
             return {r.name: r for r in await health.readiness()}
 
         try:
-            async with running(c, clock=clock.now):
+            async with running(c, clock=clock):
                 await asyncio.wait_for(agent.start(), 60)
             assert all(r.ok for r in (await readiness()).values())
             first = agent.current
@@ -586,7 +586,7 @@ async def test_a_denied_renewal_is_logged_retried_with_backoff_and_in_readyz_bef
                 assert "expired at" in (expired.error or "")
                 assert registry.get_sample_value(gauge, {"certificate": EXEC_SERVING}) == -5.0
             # The signer answers again: the next attempts succeed and the agent is ready.
-            async with running(c, clock=clock.now):
+            async with running(c, clock=clock):
                 for wait in waits:
                     wait.set()
                 await asyncio.wait_for(agent.wait_renewals(3), 60)
@@ -637,7 +637,7 @@ async def test_an_exec_serving_certificate_the_published_ca_did_not_sign_is_repl
     c = csr_cluster
     node = await c.node("newexecca", ADDRESS)
     clock = FakeClock()
-    async with running(c, clock=clock.now) as approver, c.client_as(node) as kube:
+    async with running(c, clock=clock) as approver, c.client_as(node) as kube:
         agent = _agent_certs(c, kube, node, tmp_path / "fl", clock=clock)
         try:
             await asyncio.wait_for(agent.start(), 60)

@@ -44,10 +44,10 @@ from batteryop.exec_agent.memory import (
 )
 from batteryop.obs.flags import flag_adder
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MIN_MESSAGE_BYTES", "AgentConfig", "ConfigError"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MIN_MESSAGE_BYTES", "AgentConfig", "AgentConfigError"]
 
 
-class ConfigError(ValueError):
+class AgentConfigError(ValueError):
     """One or more flags have values the agent cannot run with; `problems` lists them."""
 
     def __init__(self, problems: Sequence[str]) -> None:
@@ -139,7 +139,7 @@ class AgentConfig:
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise ConfigError(problems)
+            raise AgentConfigError(problems)
 
     def problems(self) -> list[str]:
         """Every rule the values break, sorted; [] when the config is usable."""
@@ -332,7 +332,7 @@ def check_host_addresses(config: AgentConfig) -> None:
     if not is_address_of_this_host(config.address):
         problems.append(f"--address: {config.address!r} is not an address of this Host")
     if problems:
-        raise ConfigError(sorted(problems))
+        raise AgentConfigError(sorted(problems))
 
 
 # --- flags -----------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ def parse(
     *,
     check_host: bool = True,
 ) -> AgentConfig:
-    """Flags and environment to a checked AgentConfig; ConfigError listing every problem.
+    """Flags and environment to a checked AgentConfig; AgentConfigError listing every problem.
 
     With `check_host`, also refuse addresses that are not this Host's (EA-001, EA-002).
     """
@@ -504,10 +504,10 @@ def parse(
     }
     try:
         config = AgentConfig(**values)  # type: ignore[arg-type]
-    except ConfigError as e:
-        raise ConfigError(sorted([*problems, *e.problems])) from None
+    except AgentConfigError as e:
+        raise AgentConfigError(sorted([*problems, *e.problems])) from None
     if problems:
-        raise ConfigError(sorted(problems))
+        raise AgentConfigError(sorted(problems))
     if check_host:
         check_host_addresses(config)
     return config

@@ -8,7 +8,7 @@ import pytest
 from batteryop.api import names
 from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import (
-    ConfigError,
+    AgentConfigError,
     is_address_of_this_host,
     parse,
     split_endpoint,
@@ -57,7 +57,7 @@ def test_bad_drain_guard_settings_are_refused_naming_their_flags() -> None:
         "--guard-image=example.test/pause:1",
         "--drain-timeout=0s",
     ]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AgentConfigError) as caught:
         parse([*FILES, f"--host-node={'.'.join(['a' * 60] * 4)}", *bad], env)
     problems = "\n".join(caught.value.problems)
     assert "--guard-namespace: 'Not_A_Namespace' is not a namespace name" in problems
@@ -84,7 +84,7 @@ def test_flags_win_over_their_environment_twins() -> None:
 
 
 def test_every_problem_is_listed_at_once_naming_its_flag() -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AgentConfigError) as caught:
         parse(
             ["--address=not-an-ip", "--call-timeout=soon", "--max-message-bytes=10"],
             {},
@@ -105,7 +105,9 @@ def test_every_problem_is_listed_at_once_naming_its_flag() -> None:
 @pytest.mark.req("EA-001")
 def test_flintlockd_must_be_named_by_an_address() -> None:
     env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
-    with pytest.raises(ConfigError, match="--flintlockd: 'flintlockd.local:9090' must name an IP"):
+    with pytest.raises(
+        AgentConfigError, match="--flintlockd: 'flintlockd.local:9090' must name an IP"
+    ):
         parse([*FILES, "--flintlockd=flintlockd.local:9090"], env)
 
 
@@ -115,12 +117,12 @@ def test_addresses_that_are_not_this_hosts_are_refused_at_start() -> None:
     assert not is_address_of_this_host("192.0.2.10")
     assert is_address_of_this_host("127.0.0.77")
     env = {"NODE_NAME": "host-a", "HOST_IP": "127.0.0.5"}
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AgentConfigError) as caught:
         parse([*FILES, "--flintlockd=192.0.2.10:9090"], env)
     assert caught.value.problems == (
         "--flintlockd: '192.0.2.10:9090' is not an address of this Host",
     )
-    with pytest.raises(ConfigError, match="--address: '192.0.2.11' is not an address"):
+    with pytest.raises(AgentConfigError, match="--address: '192.0.2.11' is not an address"):
         parse([*FILES, "--address=192.0.2.11", "--flintlockd=127.0.0.1:9090"], env)
     assert parse([*FILES, "--flintlockd=192.0.2.10:9090"], env, check_host=False)
 
@@ -160,7 +162,7 @@ def test_the_limits_per_identity_and_holder_have_defaults_flags_and_checks() -> 
     assert (config.identity_call_burst, config.identity_call_rate) == (5, 0.5)
     assert config.max_streams_per_holder == 2
     bad = ["--identity-call-burst=0", "--identity-call-rate=0", "--max-streams-per-holder=0"]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AgentConfigError) as caught:
         parse([*FILES, *bad], env, check_host=False)
     assert caught.value.problems == (
         "--identity-call-burst: must be at least 1",
@@ -179,7 +181,7 @@ def test_limits_whose_worst_case_exceeds_the_stream_memory_are_refused() -> None
     )
     assert defaults.max_streams * one <= defaults.stream_memory_bytes
     assert defaults.stream_memory_bytes + memory.BASELINE_BYTES < memory.CONTAINER_MEMORY_BYTES
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AgentConfigError) as caught:
         parse([*FILES, "--relay-buffer-bytes=4194304"], env)
     (problem,) = caught.value.problems
     assert problem.startswith(f"--max-streams: {defaults.max_streams} streams of up to ")

@@ -32,7 +32,7 @@ from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, mic
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api.closing import AsyncClosing
 from batteryop.exec_agent import memory
-from batteryop.exec_agent.config import AgentConfig, ConfigError
+from batteryop.exec_agent.config import AgentConfig, AgentConfigError
 from batteryop.exec_agent.frames import read_frame
 
 ExecCall: TypeAlias = grpc.aio.StreamStreamCall
@@ -47,14 +47,14 @@ def _read(flag: str, path: Path) -> bytes:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise ConfigError([f"{flag}: cannot read {path}: {e.strerror or e}"]) from e
+        raise AgentConfigError([f"{flag}: cannot read {path}: {e.strerror or e}"]) from e
     if not data.strip():
-        raise ConfigError([f"{flag}: {path} is empty"])
+        raise AgentConfigError([f"{flag}: {path} is empty"])
     return data
 
 
 def channel_credentials(config: AgentConfig) -> grpc.ChannelCredentials:
-    """Mutual TLS towards flintlockd from the config's files (EA-001); ConfigError if unreadable."""
+    """Mutual TLS towards flintlockd from the config's files (EA-001); AgentConfigError if unreadable."""
     return grpc.ssl_channel_credentials(
         root_certificates=_read("--flintlockd-ca-file", config.flintlockd_ca_file),
         private_key=_read("--flintlockd-key-file", config.flintlockd_key_file),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -33,6 +33,7 @@ from batteryop.tls import (
     private_dir,
     write_atomic,
 )
+from batteryop.tls.leaf import leaf_certificate
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +62,6 @@ def _ca_common_name(node: str) -> str:
 
 def _ca_name(node: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _ca_common_name(node))])
-
-
-def _client_key_usage() -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=True,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=False,
-        crl_sign=False,
-        encipher_only=False,
-        decipher_only=False,
-    )
 
 
 @dataclass(frozen=True)
@@ -123,25 +110,15 @@ class HostCA:
     ) -> bytes:
         """The agent's flintlockd client certificate (EA-126): subject the Node, `uri` its only
         SAN, client auth, valid `duration` (never past the CA)."""
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(min(now + duration, self.cert.not_valid_after_utc))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_client_key_usage(), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-            .add_extension(
-                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
-            )
-            .sign(self.key, hashes.SHA256())
+        cert = leaf_certificate(  # the one leaf builder: the same extensions as every CA of ours
+            subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]),
+            public_key=key.public_key(),
+            issuer=self.cert,
+            issuer_key=self.key,
+            not_before=now - CLOCK_SKEW,
+            not_after=min(now + duration, self.cert.not_valid_after_utc),
+            usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+            sans=[x509.UniformResourceIdentifier(uri)],
         )
         return cert_pem(cert)
 

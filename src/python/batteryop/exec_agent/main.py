@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry
 
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.certs import AgentCertificates
-from batteryop.exec_agent.config import AgentConfig, ConfigError, parse
+from batteryop.exec_agent.config import AgentConfig, AgentConfigError, parse
 from batteryop.exec_agent.drain_guard import DrainGuard
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.identity import IdentityError, check_identity
@@ -209,9 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv,
         parse=parse,
         run=run,
-        config_errors=(ConfigError,),  # one line per problem
+        config_errors=(AgentConfigError,),  # one line per problem
         fatal={
-            ConfigError: 2,
+            AgentConfigError: 2,
             KubeConfigError: 2,
             AgentServerError: 2,
             ValueError: 2,

@@ -47,7 +47,7 @@ from cryptography import x509
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from batteryop.exec_agent import memory
 from batteryop.exec_agent.auth import Authorizer
-from batteryop.exec_agent.config import AgentConfig, ConfigError, join_endpoint
+from batteryop.exec_agent.config import AgentConfig, AgentConfigError, join_endpoint
 from batteryop.exec_agent.errors import RefusalObserver
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.limits import FailedAuthLimiter, IdentityLimiter
@@ -72,13 +72,13 @@ def check_serving_certificate(cert_pem: bytes, address: str) -> None:
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError as e:
-        raise ConfigError([f"--tls-cert-file: not a PEM certificate ({e})"]) from e
+        raise AgentConfigError([f"--tls-cert-file: not a PEM certificate ({e})"]) from e
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         sans = x509.SubjectAlternativeName([])
     if ipaddress.ip_address(address) not in sans.get_values_for_type(x509.IPAddress):
-        raise ConfigError([f"--tls-cert-file: the certificate does not name {address}"])
+        raise AgentConfigError([f"--tls-cert-file: the certificate does not name {address}"])
 
 
 def failed_auth_limiter(config: AgentConfig) -> FailedAuthLimiter:
@@ -162,7 +162,7 @@ def server_credentials(config: AgentConfig) -> grpc.ServerCredentials:
         cert = config.tls_cert_file.read_bytes()
         key = config.tls_key_file.read_bytes()
     except OSError as e:
-        raise ConfigError(
+        raise AgentConfigError(
             [f"--tls-cert-file/--tls-key-file: cannot read {e.filename}: {e.strerror}"]
         ) from e
     check_serving_certificate(cert, config.address)

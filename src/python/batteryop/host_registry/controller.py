@@ -20,9 +20,8 @@ which requirements it implements; `docs/host-registry.md` lists them from the tu
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.host_registry.config import RegistryConfig
 from batteryop.host_registry.filewatch import DirectoryWatch
@@ -54,7 +53,7 @@ class Registry:
         events: EventRecorder,
         metrics: RegistryMetrics,
         restarter: Restarter | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self._events = events

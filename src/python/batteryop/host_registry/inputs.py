@@ -11,9 +11,9 @@ battery: each input updates the `RegistryState` and queues the reconcile.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final
 
+from batteryop.api.clock import Clock
 from batteryop.host_registry.inventory.state import RegistryState
 from batteryop.kube.client import Object, Objects
 from batteryop.kube.resources import NODES
@@ -26,9 +26,7 @@ KEY: Final = "inventory"
 class Inputs:
     """Routes every input of the registry into its state and its work queue."""
 
-    def __init__(
-        self, state: RegistryState, queue: WorkQueue[str], clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, state: RegistryState, queue: WorkQueue[str], clock: Clock) -> None:
         self.state = state
         self.queue = queue
         self._clock = clock
@@ -68,7 +66,7 @@ class Inputs:
     def request_check(self, trigger: str) -> None:
         """IN-105: read battery's Host list again at the next reconcile, now."""
         self.state.check_trigger = trigger
-        self.state.next_check_at = self._clock()
+        self.state.next_check_at = self._clock.monotonic()
         self.queue.add(KEY)
 
 

@@ -80,7 +80,7 @@ class Operator:
         self.metrics = metrics
         self.claim_metrics = ClaimMetrics(metrics)
         self.nodes = ObjectCache()
-        self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=SYSTEM_CLOCK.now)
+        self.pool_deps = PoolDeps(battery=battery, hosts=None, clock=SYSTEM_CLOCK)
         self.pools = Controller(
             "pools",
             POOLS,
@@ -90,7 +90,7 @@ class Operator:
             workers=config.pool_concurrent_reconciles,
             on_reconciled=self._on_reconciled,
         )
-        self.deleted_vms = DeletedVMs(SYSTEM_CLOCK.now)
+        self.deleted_vms = DeletedVMs(SYSTEM_CLOCK)
         self.lease_reads = LeaseReads(battery)  # CL-016: one ListLeases per Pool at a time
         self.lease_checks = LeaseChecks()  # CL-030
         self.claim_slots = ClaimSlots.for_workers(config.claim_concurrent_reconciles)
@@ -101,7 +101,7 @@ class Operator:
             node=lambda n: self.nodes.get(("", n)),
             claim_slots=self.claim_slots,
             deleted_vms=self.deleted_vms,
-            clock=SYSTEM_CLOCK.now,
+            clock=SYSTEM_CLOCK,
             lease_reads=self.lease_reads,
             lease_checks=self.lease_checks,
             bind_events=config.bind_events,

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from batteryop.api import names, samples
+from batteryop.api.clock import FakeClock
 from batteryop.battery.client import BatteryClient
 from batteryop.battery.config import BatteryConfig
 from batteryop.battery.models import Event, EventType, PoolRef
@@ -180,9 +181,9 @@ async def test_the_alerting_gauges_read_the_caches_at_each_scrape() -> None:
         assert value("hosts_not_ready") == 1
 
         # The age itself is claim_metrics_test's (an injected clock); here, that it is wired.
-        operator.claim_metrics.clock = lambda: 1000.0
+        operator.claim_metrics.clock = clock = FakeClock()
         operator.inputs.on_claim("ADDED", with_phase(claim("a"), "Pending", "1"))
-        operator.claim_metrics.clock = lambda: 1012.5
+        clock.advance(12.5)
         assert value("claim_pending_oldest_seconds") == 12.5
         operator.inputs.on_claim("MODIFIED", with_phase(claim("a"), "Bound", "2"))
         assert value("claim_pending_oldest_seconds") == 0

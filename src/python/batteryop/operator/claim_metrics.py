@@ -8,11 +8,11 @@ never will, and 10,000 of them would otherwise each hold one until deleted.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.runtime import Key, key_of
@@ -21,9 +21,7 @@ from batteryop.operator.runtime import Key, key_of
 class ClaimMetrics:
     """Claims by phase and create-to-Bound time, for `OperatorMetrics` (None: nothing kept)."""
 
-    def __init__(
-        self, metrics: OperatorMetrics | None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, metrics: OperatorMetrics | None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._metrics = metrics
         self.clock = clock
         self._first_seen: dict[Key, float] = {}
@@ -35,7 +33,7 @@ class ClaimMetrics:
         (`claim_pending_oldest_seconds`, read at each scrape)."""
         if not self._first_seen:
             return 0.0
-        return max(self.clock() - min(self._first_seen.values()), 0.0)
+        return max(self.clock.monotonic() - min(self._first_seen.values()), 0.0)
 
     def sizes(self) -> dict[str, int]:
         return {"claims:first_seen": len(self._first_seen), "claims:phases": len(self._phases)}
@@ -59,10 +57,10 @@ class ClaimMetrics:
             self._first_seen.pop(key, None)
             return
         if not phase or phase == ClaimPhase.PENDING:
-            self._first_seen.setdefault(key, self.clock())
+            self._first_seen.setdefault(key, self.clock.monotonic())
             return
         seen = self._first_seen.pop(key, None)
         if seen is not None and phase == ClaimPhase.BOUND:
             # From the first watch event of an unbound claim to the first one showing it
             # Bound: what a consumer waits, at this process's clock resolution.
-            self._metrics.observe_claim_bound(self.clock() - seen)
+            self._metrics.observe_claim_bound(self.clock.monotonic() - seen)

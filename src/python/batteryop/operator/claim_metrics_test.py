@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from batteryop.api.clock import FakeClock
 from batteryop.obs.exported.operator import NAMESPACE
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.claim_metrics import ClaimMetrics
@@ -69,13 +70,13 @@ def test_deleted_claims_leave_nothing() -> None:
 
 @pytest.mark.req("DP-108")
 def test_the_oldest_pending_age_follows_the_clock_and_the_oldest_claim() -> None:
-    now = [100.0]
-    metrics = ClaimMetrics(OperatorMetrics(CollectorRegistry()), clock=lambda: now[0])
+    clock = FakeClock(monotonic_start=100.0)
+    metrics = ClaimMetrics(OperatorMetrics(CollectorRegistry()), clock=clock)
     assert metrics.oldest_pending_seconds() == 0
     metrics.observe("ADDED", claim("old", None))
-    now[0] = 130.0
+    clock.advance(30)
     metrics.observe("ADDED", claim("new", "Pending"))
-    now[0] = 160.0
+    clock.advance(30)
     assert metrics.oldest_pending_seconds() == 60  # "old", first seen at 100
     metrics.observe("MODIFIED", claim("old", "Bound"))
     assert metrics.oldest_pending_seconds() == 30  # "new" is now the oldest

@@ -34,6 +34,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from batteryop.api.clock import Clock
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
 from batteryop.csr_approver.config import ApproverConfig
@@ -384,7 +385,7 @@ async def running(
     config: ApproverConfig | None = None,
     *,
     credentials: KubeConfig | None = None,
-    clock: Callable[[], datetime.datetime] | None = None,
+    clock: Clock | None = None,
     metrics: ApproverMetrics | None = None,
 ) -> AsyncIterator[Approver]:
     """The approver, in this process, until the block ends; the admin's credentials unless

@@ -1,9 +1,10 @@
 """`leaf_certificate`: the one builder of a leaf (end-entity) certificate, for every CA of ours.
 
 The CSR approver signs the Exec Agents' and flintlockd's serving certificates with it
-(`csr_approver.signing.issue`), the local stack and the test harnesses their serving and
-client certificates (`pki.CertificateAuthority.sign`), so the two issue certificates with the
-same extensions:
+(`csr_approver.signing.issue`), each Exec Agent's Host CA its flintlockd client certificate
+(`exec_agent.host_ca.HostCA.sign_client`), the local stack and the test harnesses their serving
+and client certificates (`pki.CertificateAuthority.sign`), so all of them issue certificates
+with the same extensions:
 
 - basic constraints `CA:FALSE`, critical;
 - key usage, critical: digital signature, and key encipherment only for an RSA key. RFC 5280

@@ -6,10 +6,10 @@ imports the other.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from batteryop.api.clock import Clock
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.csr_approver.metrics import ApproverMetrics
 from batteryop.csr_approver.signing import CA
@@ -26,6 +26,6 @@ class ReviewDeps:
     config: ApproverConfig
     kube: KubeClient
     metrics: ApproverMetrics | None
-    clock: Callable[[], datetime.datetime]
+    clock: Clock
     ca: Callable[[str], CA | None]
     remember: Callable[[Object], None]

@@ -27,7 +27,7 @@ async def read_addresses_pinned(scope: ReviewScope) -> None:
             config.namespace,
             config.address_pins_config_map,
             scope.pins,
-            now=deps.clock(),
+            now=deps.clock.now(),
             unknown_expiry=config.certificate_max_duration,
         )
         for node, pin in released.items():

@@ -35,7 +35,7 @@ async def sign(scope: ReviewScope) -> None:
         ca,
         approval,
         request.signer,
-        now=deps.clock(),
+        now=deps.clock.now(),
         max_duration=config.certificate_max_duration,
         requested_seconds=request.expiration_seconds,
     )

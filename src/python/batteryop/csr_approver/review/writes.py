@@ -26,7 +26,7 @@ async def write_condition(
     scope: ReviewScope, type: CSRCondition, reason: CSRReason, message: str
 ) -> None:
     """Append a True condition to the request."""
-    now = _rfc3339(scope.deps.clock())
+    now = _rfc3339(scope.deps.clock.now())
     body = copy.deepcopy(scope.obj)
     status = body.setdefault("status", {})
     status.setdefault("conditions", [])

@@ -21,7 +21,7 @@ async def apply_with_restart(scope: RegistryScope) -> None:
     if state.host_api or not state.window.due(scope.now, work=bool(scope.settled) or scope.renewed):
         return
     # IN-012: everything settled by the window's close goes in this one restart.
-    settled = state.settler.settled(scope.deps.clock())
+    settled = state.settler.settled(scope.deps.clock.monotonic())
     new = dict(state.applied)
     for name, address in settled.items():
         if address is None:

@@ -39,14 +39,14 @@ async def check_battery(scope: RegistryScope) -> None:
         await learn_battery(scope)
     except BatteryUnavailableError as e:
         log.info("battery does not answer; its Hosts are checked again later: %s", e)
-        state.next_check_at = deps.clock() + RETRY_SECONDS
+        state.next_check_at = deps.clock.monotonic() + RETRY_SECONDS
         return
     deps.metrics.host_checks.labels(trigger).inc()
     retry = await _repair(scope) if state.host_api else False
     deps.metrics.hosts.set(len(state.applied))
     state.check_trigger = "retry" if retry else "periodic"
     wait = RETRY_SECONDS if retry else deps.config.host_resync_interval
-    state.next_check_at = deps.clock() + wait
+    state.next_check_at = deps.clock.monotonic() + wait
 
 
 async def _repair(scope: RegistryScope) -> bool:

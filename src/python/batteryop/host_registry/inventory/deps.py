@@ -6,9 +6,9 @@ import it and neither imports the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from batteryop.api.clock import Clock
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.host_registry.config import RegistryConfig
 from batteryop.host_registry.filewatch import DirectoryWatch
@@ -40,4 +40,4 @@ class RegistryDeps:
     metrics: RegistryMetrics
     restarter: Restarter
     watch: DirectoryWatch
-    clock: Callable[[], float]
+    clock: Clock

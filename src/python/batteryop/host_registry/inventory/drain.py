@@ -27,14 +27,14 @@ async def drain(scope: RegistryScope, leaving: set[str]) -> bool:
     or the drain timeout. True when drained."""
     await publish_hosts(scope, excluding=leaving)
     clock, deadlines = scope.deps.clock, scope.state.drain_deadlines
-    now = clock()
+    now = clock.monotonic()
     deadline = max(deadlines.setdefault(n, now + scope.deps.config.drain_timeout) for n in leaving)
     while True:
         pools = await scope.deps.battery.list_pools()
         named = {h for p in pools for h in p.spec.flintlock_hosts} & leaving
         if not named:
             return True
-        if clock() >= deadline:
+        if clock.monotonic() >= deadline:
             log.warning(
                 "Drain timed out; Pools still name leaving Hosts",
                 extra={"hosts": sorted(named)},

@@ -30,7 +30,7 @@ def leaving(scope: RegistryScope) -> set[str]:
     state = scope.state
     out = {
         n
-        for n, a in state.settler.settled(scope.deps.clock()).items()
+        for n, a in state.settler.settled(scope.deps.clock.monotonic()).items()
         if a is None and n in state.applied
     }
     if state.host_api:
@@ -59,7 +59,7 @@ async def publish_hosts(scope: RegistryScope, excluding: Set[str] = frozenset())
     scope.deps.metrics.published.set(len(hosts))
     if annotations_of(scope).get(names.HOSTS_ANNOTATION) == value:
         return
-    now = scope.deps.clock()
+    now = scope.deps.clock.monotonic()
     for name in hosts:
         state.published_at.setdefault(name, now)
     for name in set(state.published_at) - set(hosts):

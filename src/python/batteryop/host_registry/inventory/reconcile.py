@@ -51,7 +51,7 @@ LAST: tuple[Step[RegistryScope], ...] = ()
 
 async def reconcile_inventory(state: RegistryState, deps: RegistryDeps) -> float | None:
     """Reconcile every Node with battery; seconds until the next reconcile, or None."""
-    scope = RegistryScope(state, deps, deps.clock())
+    scope = RegistryScope(state, deps, deps.clock.monotonic())
     await run_chain(scope, CHAIN, LAST)
     return scope.outcome.requeue_after
 

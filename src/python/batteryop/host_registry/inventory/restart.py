@@ -62,7 +62,7 @@ async def _mount_shows(scope: RegistryScope, text: str) -> None:
     """Wait until this container's mount of the ConfigMap shows `text` (inotify)."""
     deps = scope.deps
     path = deps.config.battery_config_file
-    deadline = deps.clock() + deps.config.restart_timeout
+    deadline = deps.clock.monotonic() + deps.config.restart_timeout
     while True:
         generation = deps.watch.generation
         try:
@@ -70,16 +70,16 @@ async def _mount_shows(scope: RegistryScope, text: str) -> None:
                 return
         except OSError:
             pass
-        remaining = deadline - deps.clock()
+        remaining = deadline - deps.clock.monotonic()
         if remaining <= 0 or not await deps.watch.changed_after(generation, remaining):
             raise TimeoutError(f"{path} did not show the new config in time")
 
 
 async def _wait_battery_has(scope: RegistryScope, expected: set[str], within: float) -> None:
     clock = scope.deps.clock
-    deadline = clock() + within
+    deadline = clock.monotonic() + within
     while True:
-        remaining = deadline - clock()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             raise TimeoutError
         try:

@@ -76,7 +76,7 @@ async def resume(scope: RegistryScope) -> None:
         for name, address in state.applied.items():
             state.written.setdefault(name, address)
     state.check_trigger = "start"
-    state.next_check_at = deps.clock()
+    state.next_check_at = deps.clock.monotonic()
     annotations = annotations_of(scope)
     state.recorded_digest = annotations.get(names.CLIENT_CERTIFICATE_SHA256_ANNOTATION)
     if state.recorded_digest is None:
@@ -97,4 +97,6 @@ async def resume(scope: RegistryScope) -> None:
         "Resumed",
         extra={"hosts": sorted(state.applied), "host_api": state.host_api},
     )
-    scope.now = deps.clock()  # a resume may have restarted battery: the reconcile's now after it
+    scope.now = (
+        deps.clock.monotonic()
+    )  # a resume may have restarted battery: the reconcile's now after it

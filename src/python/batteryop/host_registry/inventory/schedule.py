@@ -15,7 +15,7 @@ from batteryop.host_registry.inventory.scope import RegistryScope
 async def schedule(scope: RegistryScope) -> None:
     """Ask for the next reconcile at the earliest time something falls due."""
     state = scope.state
-    now = scope.deps.clock()
+    now = scope.deps.clock.monotonic()
     times = [t for t in (state.settler.next_settles(now), state.window.closes_at) if t]
     if state.settler.pending and not times:
         times.append(now + RETRY_SECONDS)  # settled but blocked (e.g. a refused removal)

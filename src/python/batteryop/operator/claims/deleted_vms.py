@@ -7,10 +7,10 @@ module so that what a reconcile uses (`deps`) does not import the steps.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Final
 
+from batteryop.api.clock import Clock
 from batteryop.battery.models import Event
 from batteryop.battery.models import EventType as BatteryEventType
 
@@ -30,9 +30,7 @@ DELETION_EVENTS: Final = frozenset(
 class DeletedVMs:
     """MicroVM uids battery reported deleted, each remembered for `remember_for`."""
 
-    def __init__(
-        self, clock: Callable[[], datetime], *, remember_for: timedelta = REMEMBER_FOR
-    ) -> None:
+    def __init__(self, clock: Clock, *, remember_for: timedelta = REMEMBER_FOR) -> None:
         if remember_for <= timedelta(0):
             raise ValueError(f"DeletedVMs must remember for a positive time, got {remember_for}")
         self._clock = clock
@@ -50,7 +48,7 @@ class DeletedVMs:
         """Remember that battery deleted MicroVM `vm_uid`, from now."""
         self._forget_old()
         self._since.pop(vm_uid, None)
-        self._since[vm_uid] = self._clock()
+        self._since[vm_uid] = self._clock.now()
 
     def __contains__(self, vm_uid: object) -> bool:
         self._forget_old()
@@ -61,7 +59,7 @@ class DeletedVMs:
         return len(self._since)
 
     def _forget_old(self) -> None:
-        cutoff = self._clock() - self._remember_for
+        cutoff = self._clock.now() - self._remember_for
         while self._since:
             uid, since = next(iter(self._since.items()))
             if since > cutoff:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from batteryop.api.clock import Clock
 from batteryop.battery.models import Lease, PoolRef
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.claims.deleted_vms import DeletedVMs
@@ -47,7 +47,7 @@ class ClaimDeps:
     node: Callable[[str], Mapping[str, Any] | None]
     claim_slots: ClaimSlots
     deleted_vms: DeletedVMs
-    clock: Callable[[], datetime]
+    clock: Clock
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log
     lease_reads: LeaseReads | None = None
     lease_checks: LeaseChecks | None = None

@@ -4,19 +4,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from batteryop.api.clock import FakeClock
 from batteryop.battery.models import Event, EventType, PoolRef
 from batteryop.operator.claims.expiry import DELETION_EVENTS, DeletedVMs
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 POOL = PoolRef("ns", "pool")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def event(type: EventType, vm: str, id: int = 1) -> Event:
@@ -25,7 +18,7 @@ def event(type: EventType, vm: str, id: int = 1) -> Event:
 
 @pytest.mark.req("CL-013")
 def test_every_kind_of_deletion_event_is_remembered_and_nothing_else() -> None:
-    deleted = DeletedVMs(Clock())
+    deleted = DeletedVMs(FakeClock(T0))
     for i, type in enumerate(EventType):
         uid = f"vm-{type}"
         assert deleted.observe(event(type, uid, i)) == (uid if type in DELETION_EVENTS else None)
@@ -36,22 +29,22 @@ def test_every_kind_of_deletion_event_is_remembered_and_nothing_else() -> None:
 
 @pytest.mark.req("CL-013")
 def test_a_deletion_is_remembered_for_one_hour_on_the_injected_clock() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     deleted = DeletedVMs(clock)
     deleted.record("vm-1")
-    clock.now += timedelta(minutes=30)
+    clock.advance(timedelta(minutes=30))
     deleted.record("vm-2")
-    clock.now += timedelta(minutes=29, seconds=59)
+    clock.advance(timedelta(minutes=29, seconds=59))
     assert "vm-1" in deleted and "vm-2" in deleted
-    clock.now += timedelta(seconds=1)
+    clock.advance(timedelta(seconds=1))
     assert "vm-1" not in deleted, "forgotten after an hour"
     assert "vm-2" in deleted
     deleted.record("vm-2")  # reported again (a replay): remembered from now
-    clock.now += timedelta(minutes=59)
+    clock.advance(timedelta(minutes=59))
     assert "vm-2" in deleted
     assert len(deleted) == 1
 
 
 def test_the_memory_needs_a_positive_span() -> None:
     with pytest.raises(ValueError):
-        DeletedVMs(Clock(), remember_for=timedelta(0))
+        DeletedVMs(FakeClock(T0), remember_for=timedelta(0))

@@ -29,9 +29,9 @@ started after it asked (CL-012, CL-014 are only ever decided on a fresh answer).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from batteryop.api.clock import SYSTEM_CLOCK
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.battery.models import Lease, PoolRef, find_lease
 from batteryop.battery.protocol import BatteryAPI
 
@@ -48,10 +48,8 @@ class LeaseReads:
         battery: BatteryAPI,
         *,
         recent_seconds: float = RECENT_SECONDS,
-        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        # `clock` is `Clock.monotonic` (batteryop.api.clock); a callable still, as the claim
-        # reconcile's tests inject one.
         self._battery = battery
         self._next: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
         self._running: dict[PoolRef, asyncio.Future[Sequence[Lease]]] = {}
@@ -73,7 +71,7 @@ class LeaseReads:
         """The Lease `lease_id` as `pool`'s newest ListLeases answer lists it, if that call
         started at most `RECENT_SECONDS` ago; None when it does not list it (or is older)."""
         kept = self._recent.get(pool)
-        if kept is None or self._clock() - kept[0] > self._recent_seconds:
+        if kept is None or self._clock.monotonic() - kept[0] > self._recent_seconds:
             return None
         return find_lease(kept[1], lease_id)
 
@@ -104,7 +102,7 @@ class LeaseReads:
         self._running[pool] = answer
         try:
             self.calls += 1
-            started = self._clock()
+            started = self._clock.monotonic()
             leases = await self._battery.list_leases(pool)
         except asyncio.CancelledError:
             answer.cancel()
@@ -123,7 +121,7 @@ class LeaseReads:
 
     def _arm_forget(self, pool: PoolRef, kept: tuple[float, Sequence[Lease]]) -> None:
         """Drop `kept` once it is too old to serve, so a Pool that is gone leaves nothing."""
-        left = kept[0] + self._recent_seconds - self._clock()
+        left = kept[0] + self._recent_seconds - self._clock.monotonic()
         # At least a tenth of the window: a clock that stands still on the boundary (age ==
         # RECENT_SECONDS still serves) re-arms the timer, and must not spin the loop.
         asyncio.get_running_loop().call_later(
@@ -133,7 +131,7 @@ class LeaseReads:
     def _forget_recent(self, pool: PoolRef, kept: tuple[float, Sequence[Lease]]) -> None:
         if self._recent.get(pool) is not kept:  # a newer answer replaced it
             return
-        if self._clock() - kept[0] > self._recent_seconds:
+        if self._clock.monotonic() - kept[0] > self._recent_seconds:
             del self._recent[pool]
         else:
             # The timer runs on the loop's time, the age on `clock`: an injected clock that

@@ -122,7 +122,7 @@ async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() 
     battery = SlowBattery()
     battery.leases = [lease("l1"), lease("l2")]
     clock = FakeClock()
-    reads = LeaseReads(battery, recent_seconds=2.0, clock=clock.monotonic)  # type: ignore[arg-type]
+    reads = LeaseReads(battery, recent_seconds=2.0, clock=clock)  # type: ignore[arg-type]
     assert reads.recent(POOL, "l1") is None  # nothing listed yet
     battery.release.set()
     await reads.list_leases(POOL)
@@ -138,7 +138,7 @@ async def test_a_lease_the_newest_answer_lists_is_served_from_it_for_a_moment() 
 async def test_the_kept_answer_is_the_newest_and_goes_after_its_time() -> None:
     battery = SlowBattery()
     clock = FakeClock()  # the age on a clock that only the test moves: a slow machine cannot age it
-    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock.monotonic)  # type: ignore[arg-type]
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
     battery.release.set()
     await reads.list_leases(POOL)
     battery.leases = [lease("l3")]
@@ -157,7 +157,7 @@ async def test_with_an_injected_clock_only_that_clock_ages_the_kept_answer() -> 
     slowly the machine runs it."""
     battery = SlowBattery()
     clock = FakeClock()
-    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock.monotonic)  # type: ignore[arg-type]
+    reads = LeaseReads(battery, recent_seconds=0.05, clock=clock)  # type: ignore[arg-type]
     battery.release.set()
     battery.leases = [lease("l3")]
     await reads.list_leases(POOL)

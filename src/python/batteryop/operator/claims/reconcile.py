@@ -64,7 +64,7 @@ LAST: tuple[Step[ClaimScope], ...] = (after_bind, synced)
 
 async def reconcile_claim(body: Mapping[str, Any], deps: ClaimDeps) -> Outcome:
     """Reconcile the MicroVMClaim `body` (as the API server or its cache returned it)."""
-    scope = ClaimScope(MicroVMClaim.from_dict(body), deps, deps.clock())
+    scope = ClaimScope(MicroVMClaim.from_dict(body), deps, deps.clock.now())
     await run_chain(scope, CHAIN, LAST)
     outcome = scope.outcome
     outcome.status = status_patch(scope.claim.status, scope.status)

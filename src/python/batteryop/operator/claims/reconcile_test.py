@@ -99,7 +99,7 @@ class Env:
     bind_events: bool = True
 
     def __post_init__(self) -> None:
-        self.deleted = DeletedVMs(self.clock.now)
+        self.deleted = DeletedVMs(self.clock)
 
     def deps(self, uid: str) -> ClaimDeps:
         return ClaimDeps(
@@ -108,7 +108,7 @@ class Env:
             node=self.nodes.get,
             claim_slots=self.slots,
             deleted_vms=self.deleted,
-            clock=self.clock.now,
+            clock=self.clock,
             lease_checks=self.lease_checks,
             lease_reads=self.lease_reads,
             bind_events=self.bind_events,
@@ -940,7 +940,7 @@ async def test_a_lease_listed_with_a_passed_expiry_expires_the_claim(env: Env) -
 
 def never_aging_reads(env: Env) -> LeaseReads:
     """The operator's shared ListLeases, whose newest answer stays recent for the test."""
-    return LeaseReads(env.battery, clock=lambda: 0.0)
+    return LeaseReads(env.battery, clock=FakeClock(monotonic_start=0.0))
 
 
 @pytest.mark.req("CL-016", "CL-012")

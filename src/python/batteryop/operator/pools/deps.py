@@ -7,11 +7,10 @@ import it and neither imports the other (as `claims.deps`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from batteryop.api.clock import Clock
 from batteryop.battery.protocol import BatteryAPI
 from batteryop.operator.pools.hosts import HostSet
 
@@ -30,5 +29,5 @@ class PoolDeps:
 
     battery: BatteryAPI
     hosts: HostSet | None
-    clock: Callable[[], datetime]
+    clock: Clock
     logger: logging.Logger | logging.LoggerAdapter[Any] = _log

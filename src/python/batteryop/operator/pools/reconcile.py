@@ -38,7 +38,7 @@ LAST: tuple[Step[PoolScope], ...] = (answered, ready_event)
 
 async def reconcile_pool(body: Mapping[str, Any], deps: PoolDeps) -> Outcome:
     """Reconcile the Pool `body` (as the API server or its cache returned it) with battery."""
-    scope = PoolScope(Pool.from_dict(body), deps, deps.clock())
+    scope = PoolScope(Pool.from_dict(body), deps, deps.clock.now())
     await run_chain(scope, CHAIN, LAST)
     outcome = scope.outcome
     outcome.status = status_patch(scope.pool, scope.status)

@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 
 from batteryop.api import names, samples
+from batteryop.api.clock import SYSTEM_CLOCK
 from batteryop.api.conditions import (
     Condition,
     ConditionStatus,
@@ -82,11 +83,11 @@ class Env:
     calls: CallLog
     deps: PoolDeps
     namespace: str
-    now: list[datetime] = field(default_factory=lambda: [T0])
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     read: dict[str, Any] = field(default_factory=dict)
 
     def tick(self, seconds: float) -> None:
-        self.now[0] += timedelta(seconds=seconds)
+        self.clock.advance(seconds)
 
     async def reconcile(self, body: dict[str, Any]) -> Outcome:
         self.read = body
@@ -123,9 +124,9 @@ async def env(flintlock_targets: dict[str, str]) -> AsyncIterator[Env]:
             BatteryClient.connect(battery_config(fake.target), observer=calls)
         )
         ctl = await stack.enter_async_context(BatteryClient.connect(battery_config(fake.target)))
-        now = [T0]
-        deps = PoolDeps(battery=client, hosts=HOSTS, clock=lambda: now[0])
-        yield Env(fake, ctl, calls, deps, f"po-{uuid.uuid4().hex[:8]}", now)
+        clock = FakeClock(T0)
+        deps = PoolDeps(battery=client, hosts=HOSTS, clock=clock)
+        yield Env(fake, ctl, calls, deps, f"po-{uuid.uuid4().hex[:8]}", clock)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -506,7 +507,6 @@ async def test_a_failed_create_hook_becomes_a_hook_failed_warning(env: Env) -> N
 
 @pytest.mark.req("PO-102")
 async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
-    from datetime import UTC, datetime
 
     from batteryop.api.conditions import EventType
     from batteryop.api.pool import Pool, PoolStatus
@@ -527,11 +527,11 @@ async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
     deps = PoolDeps(
         battery=None,  # type: ignore[arg-type]  # the step calls no battery
         hosts=None,
-        clock=lambda: datetime.now(UTC),
+        clock=SYSTEM_CLOCK,
     )
 
     async def events_for(decided: dict[str, Any]) -> list[tuple[str, str, str]]:
-        scope = PoolScope(Pool.from_dict(body), deps, deps.clock())
+        scope = PoolScope(Pool.from_dict(body), deps, deps.clock.now())
         scope.status = PoolStatus.from_dict(decided)
         await ready_event(scope)
         return [(e.type, e.reason, e.message) for e in scope.outcome.events]

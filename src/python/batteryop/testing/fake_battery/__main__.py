@@ -49,7 +49,7 @@ _UNIT_SECONDS = {
 }
 
 
-class ConfigError(ValueError):
+class FakeBatteryConfigError(ValueError):
     """The config file or flags cannot be used; names the file or flag."""
 
     def __init__(self, source: str, detail: str) -> None:
@@ -94,15 +94,17 @@ def load_config(path: str) -> Settings:
         with open(path, encoding="utf-8") as handle:
             raw: Any = json.load(handle)
     except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError(path, str(err)) from err
+        raise FakeBatteryConfigError(path, str(err)) from err
     if not isinstance(raw, dict):
-        raise ConfigError(path, "the config must be a JSON object")
+        raise FakeBatteryConfigError(path, "the config must be a JSON object")
     api = raw.get("api_server")
     if not isinstance(api, dict) or not api.get("addr"):
-        raise ConfigError(path, "api_server.addr is required")
+        raise FakeBatteryConfigError(path, "api_server.addr is required")
     tls = api.get("tls") or {}
     if tls and not tls.get("insecure", False):
-        raise ConfigError(path, "the fake battery serves plaintext only (api_server.tls.insecure)")
+        raise FakeBatteryConfigError(
+            path, "the fake battery serves plaintext only (api_server.tls.insecure)"
+        )
     settings = Settings(
         listen=_listen_address(str(api["addr"])),
         basic_auth_token=str(api.get("basic_auth_token", "")),
@@ -112,16 +114,16 @@ def load_config(path: str) -> Settings:
             try:
                 value = parse_duration(str(raw[name]))
             except ValueError as err:
-                raise ConfigError(path, f"{name}: {err}") from err
+                raise FakeBatteryConfigError(path, f"{name}: {err}") from err
             if value <= 0:
-                raise ConfigError(path, f"{name} must be positive")
+                raise FakeBatteryConfigError(path, f"{name} must be positive")
             setattr(settings, name, value)
     hosts = raw.get("hosts") or []
     if not hosts:
-        raise ConfigError(path, "at least one host is required")
+        raise FakeBatteryConfigError(path, "at least one host is required")
     for i, host in enumerate(hosts):
         if not isinstance(host, dict) or not host.get("name") or not host.get("address"):
-            raise ConfigError(path, f"hosts[{i}]: name and address are required")
+            raise FakeBatteryConfigError(path, f"hosts[{i}]: name and address are required")
         host_tls = host.get("tls") or {}
         tls_config = HostTLSConfig(
             insecure=bool(host_tls.get("insecure", False)),
@@ -131,7 +133,7 @@ def load_config(path: str) -> Settings:
         )
         problem = tls_config.problem()
         if problem is not None:
-            raise ConfigError(path, f"hosts[{i}] ({host['name']}): {problem}")
+            raise FakeBatteryConfigError(path, f"hosts[{i}] ({host['name']}): {problem}")
         settings.hosts.append(HostConfig(str(host["name"]), str(host["address"]), tls_config))
     return settings
 
@@ -187,7 +189,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     for item in args.host:
         name, sep, target = item.partition("=")
         if not sep or not name or not target:
-            raise ConfigError("--host", f"expected NAME=TARGET, got {item!r}")
+            raise FakeBatteryConfigError("--host", f"expected NAME=TARGET, got {item!r}")
         settings.hosts.append(HostConfig(name, target))
     try:
         if args.sweep_interval:
@@ -195,7 +197,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if args.warning_window:
             settings.warning_window = parse_duration(args.warning_window)
     except ValueError as err:
-        raise ConfigError("flags", str(err)) from err
+        raise FakeBatteryConfigError("flags", str(err)) from err
     if args.basic_auth_token is not None:
         settings.basic_auth_token = args.basic_auth_token
     return settings
@@ -272,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         asyncio.run(serve(args))
-    except (ConfigError, DatabaseError) as err:
+    except (FakeBatteryConfigError, DatabaseError) as err:
         print(f"fake-battery: {err}", file=sys.stderr)
         sys.exit(2)
 

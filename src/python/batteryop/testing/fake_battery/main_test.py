@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.testing.fake_battery.__main__ import (
-    ConfigError,
+    FakeBatteryConfigError,
     load_config,
     parse_args,
     parse_duration,
@@ -84,7 +84,7 @@ def test_reads_poolmgrd_v040_config(tmp_path: Path) -> None:
     ],
 )
 def test_refuses_bad_configs(tmp_path: Path, change: dict[str, object]) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(FakeBatteryConfigError):
         load_config(_write(tmp_path, {**V040_CONFIG, **change}))
 
 
@@ -106,5 +106,5 @@ def test_flags_add_hosts_and_override_the_file(tmp_path: Path) -> None:
     assert settings.listen == "127.0.0.1:0"
     assert settings.sweep_interval == 0.5
     assert [h.name for h in settings.hosts] == ["node-a", "node-b", "node-c"]
-    with pytest.raises(ConfigError):
+    with pytest.raises(FakeBatteryConfigError):
         settings_from(parse_args(["--host=nameonly"]))
