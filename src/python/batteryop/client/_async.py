@@ -81,7 +81,14 @@ from batteryop.kube.errors import (
     KubeError,
     NotFoundError,
 )
-from batteryop.kube.resources import CLAIMS, POOLS, SECRETS, SERVICEACCOUNTS, Resource
+from batteryop.kube.resources import (
+    CLAIMS,
+    POOLS,
+    SECRETS,
+    SERVICEACCOUNTS,
+    Resource,
+    name_selector,
+)
 
 if TYPE_CHECKING:
     from batteryop.client._transport import GrpcExecTransport
@@ -346,7 +353,7 @@ class AsyncClient(AsyncClosing):
                     async for kind, obj in self._kube.watch(
                         CLAIMS,
                         self.namespace,
-                        field_selector=f"metadata.name={name}",
+                        field_selector=name_selector(name),
                         resource_version=cursor.version,
                         timeout_seconds=WATCH_SECONDS,
                         on_bookmark=cursor.move,

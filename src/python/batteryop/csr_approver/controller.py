@@ -56,7 +56,12 @@ from batteryop.csr_approver.signing import CA, CAError
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.errors import ConflictError, NotFoundError
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CERTIFICATE_SIGNING_REQUESTS, CONFIGMAPS, SECRETS
+from batteryop.kube.resources import (
+    CERTIFICATE_SIGNING_REQUESTS,
+    CONFIGMAPS,
+    SECRETS,
+    name_selector,
+)
 from batteryop.kube.workqueue import WorkQueue
 from batteryop.obs.supervisor import Supervisor
 
@@ -146,7 +151,7 @@ class Approver:
                 self._kube,
                 CONFIGMAPS,
                 namespace=self.config.namespace,
-                field_selector=f"metadata.name={self.config.ca_bundle_config_map}",
+                field_selector=name_selector(self.config.ca_bundle_config_map),
                 on_list=lambda _items: self._publisher.add(PUBLISH_KEY),
                 on_event=lambda _kind, _obj: self._publisher.add(PUBLISH_KEY),
             ),
@@ -194,7 +199,7 @@ class Approver:
             self._kube,
             SECRETS,
             namespace=self.config.namespace,
-            field_selector=f"metadata.name={secret}",
+            field_selector=name_selector(secret),
             on_list=on_list,
             on_event=on_event,
         )

@@ -17,7 +17,7 @@ from typing import Any
 from batteryop.api import samples
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply
 from batteryop.kube.client import KubeClient
-from batteryop.kube.resources import POOLS
+from batteryop.kube.resources import POOLS, name_selector
 
 POOL = "demo"
 STEP_TIMEOUT_SECONDS = 120.0
@@ -68,7 +68,7 @@ async def apply_pool(
         async for _, obj in kube.watch(
             POOLS,
             DEMO_NAMESPACE,
-            field_selector=f"metadata.name={POOL}",
+            field_selector=name_selector(POOL),
             resource_version=version,
             timeout_seconds=int(timeout),
         ):

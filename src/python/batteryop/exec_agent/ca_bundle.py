@@ -12,7 +12,7 @@ from typing import Any
 
 from batteryop.kube.client import KubeClient
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS
+from batteryop.kube.resources import CONFIGMAPS, name_selector
 
 
 class CABundle:
@@ -39,7 +39,7 @@ class CABundle:
             self._kube,
             CONFIGMAPS,
             namespace=self._namespace,
-            field_selector=f"metadata.name={self._name}",
+            field_selector=name_selector(self._name),
             on_list=on_list,
             on_event=on_event,
         )

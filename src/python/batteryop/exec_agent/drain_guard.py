@@ -68,7 +68,7 @@ from batteryop.exec_agent.guard_pair import GuardBusyError, GuardPair
 from batteryop.kube.client import KubeClient, Objects
 from batteryop.kube.errors import KubeError
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CLAIMS, NODES
+from batteryop.kube.resources import CLAIMS, NODES, name_selector
 from batteryop.obs.supervisor import Supervisor
 from batteryop.obs.tasks import cancel_all
 
@@ -199,7 +199,7 @@ class DrainGuard:
             lambda: list_watch(
                 self._kube,
                 NODES,
-                field_selector=f"metadata.name={self.node_name}",
+                field_selector=name_selector(self.node_name),
                 on_list=self._node_listed,
                 on_event=self._node_event,
             ),

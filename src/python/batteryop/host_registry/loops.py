@@ -18,7 +18,7 @@ from batteryop.host_registry.config import RegistryConfig
 from batteryop.host_registry.inputs import Inputs
 from batteryop.kube.client import KubeClient
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS, NODES
+from batteryop.kube.resources import CONFIGMAPS, NODES, name_selector
 
 log = logging.getLogger("batteryop.host_registry.controller")
 
@@ -59,7 +59,7 @@ class Loops:
             self.kube,
             CONFIGMAPS,
             namespace=self.config.namespace,
-            field_selector=f"metadata.name={self.config.battery_config_map}",
+            field_selector=name_selector(self.config.battery_config_map),
             on_list=self.inputs.on_configmap_listed,
             on_event=self.inputs.on_configmap,
         )

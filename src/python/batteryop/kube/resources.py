@@ -102,3 +102,9 @@ SELF_SUBJECT_REVIEWS = Resource(
     "authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False
 )
 """SelfSubjectReviews (create only): who the API server takes this client for."""
+
+
+def name_selector(name: str) -> str:
+    """The field selector of the one object named `name`: a list or watch of just it, which is
+    all a `resourceNames`-bound RBAC rule allows."""
+    return f"metadata.name={name}"

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from batteryop.battery import EventStream
 from batteryop.kube.client import KubeClient
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS, NODES, POOLS, name_selector
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.config import OperatorConfig
 from batteryop.operator.inputs import Inputs
@@ -89,7 +89,7 @@ class Loops:
             self.kube,
             CONFIGMAPS,
             namespace=self.config.namespace,
-            field_selector=f"metadata.name={self.config.battery_config_map}",
+            field_selector=name_selector(self.config.battery_config_map),
             on_list=lambda items: self.inputs.on_battery_config(items[0] if items else None),
             on_event=lambda kind, obj: self.inputs.on_battery_config(
                 None if kind == "DELETED" else obj

@@ -46,7 +46,7 @@ from batteryop.api import names
 from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.informer import list_watch
-from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES, Resource
+from batteryop.kube.resources import CONFIGMAPS, EVENTS, NODES, Resource, name_selector
 from batteryop.manifests import rbac
 from batteryop.manifests.render import COMMON_LABELS
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
@@ -229,7 +229,7 @@ async def until_configmap(
         namespace,
         lambda cms: name in cms and check(cms[name]),
         timeout=timeout,
-        field_selector=f"metadata.name={name}",
+        field_selector=name_selector(name),
         what=what,
     )
     return found[name]
@@ -268,7 +268,7 @@ async def publications_since(
     async for _, cm in kube.watch(
         CONFIGMAPS,
         namespace,
-        field_selector=f"metadata.name={names.BATTERY_CONFIG_MAP}",
+        field_selector=name_selector(names.BATTERY_CONFIG_MAP),
         resource_version=configmap["metadata"]["resourceVersion"],
         timeout_seconds=30,
     ):
@@ -507,7 +507,7 @@ class BatteryPod:
                     kube,
                     CONFIGMAPS,
                     namespace=namespace,
-                    field_selector=f"metadata.name={names.BATTERY_CONFIG_MAP}",
+                    field_selector=name_selector(names.BATTERY_CONFIG_MAP),
                     on_list=pod._on_list,
                     on_event=pod._on_event,
                 )

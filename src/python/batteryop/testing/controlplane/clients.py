@@ -9,6 +9,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch
 
+from batteryop.kube.resources import name_selector
 from batteryop.testing.controlplane.server import ControlPlane
 
 
@@ -125,7 +126,7 @@ def install_crd(api: k8s.ApiClient, body: dict[str, Any], *, timeout_seconds: in
     w = watch.Watch()
     for event in w.stream(
         ext.list_custom_resource_definition,
-        field_selector=f"metadata.name={name}",
+        field_selector=name_selector(name),
         timeout_seconds=timeout_seconds,
     ):
         conds = event["object"].status.conditions or []
