@@ -13,16 +13,17 @@ from batteryop.testing.kubenode.node import KubeNode
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[KubeNode]:
+def node(request: pytest.FixtureRequest) -> Iterator[KubeNode]:
+    """The cluster, with as many Nodes as the module's `NODES` says (1 by default)."""
     if os.geteuid() != 0:
         pytest.skip("the real node needs root (namespaces, cgroups, nftables)")
     missing = binaries.missing_tools()
     if missing:
         pytest.skip(f"the real node needs Debian's {', '.join(missing)}")
     started = time.monotonic()
-    with KubeNode.start() as running:
+    with KubeNode.start(nodes=getattr(request.module, "NODES", 1)) as running:
         print(
-            f"\nreal node: binaries ready in {running.timings['build']:.1f} s, "
+            f"\nreal node ({len(running.members)} Nodes): binaries ready in {running.timings['build']:.1f} s, "
             f"cluster up in {running.timings['start']:.1f} s "
             f"(total {time.monotonic() - started:.1f} s)"
         )

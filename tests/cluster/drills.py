@@ -22,8 +22,7 @@ from batteryop.kube.resources import CLAIMS, CONFIGMAPS
 from batteryop.manifests import render
 from batteryop.testing.host_registry_env import published, until_listed
 from batteryop.testing.kubenode import install
-from batteryop.testing.kubenode.machine import NODE_ADDRESS
-from batteryop.testing.kubenode.node import NODE_NAME, KubeNode
+from batteryop.testing.kubenode.node import KubeNode
 
 DEMO_NAMESPACE = "demo"
 HOLDER = "sandbox"
@@ -53,6 +52,25 @@ async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 
         )
 
 
+def install_release(node: KubeNode) -> install.Installed:
+    """install.yaml with `kubectl apply -k`, the release's images mirrored (`install.install`);
+    its figures printed."""
+    layouts = {name: IMAGE_DIR / name for name in IMAGES}
+    missing = [n for n, p in layouts.items() if not (p / "index.json").is_file()]
+    assert not missing, f"the release images were not built: {missing}"
+    done = install.install(node, INSTALL_YAML, layouts)
+    times = done.times
+    print(
+        f"\ninstall.yaml on {len(node.members)} Node(s): images mirrored in "
+        f"{times['mirror']:.1f} s; cert-manager running in {times['cert_manager']:.1f} s; "
+        f"`kubectl apply -k` to every Certificate issued {times['apply_to_certificates']:.1f} s, "
+        f"to every workload ready: {times['apply_to_ready']:.1f} s"
+    )
+    print(done.applied)
+    print(node.kubectl(["get", "pods", "-n", install.NAMESPACE, "-o", "wide"]))
+    return done
+
+
 def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
     ca = tmp / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY  # CT-101: the agents' own serving CA
     ca.write_bytes(pki.exec_serving_ca)
@@ -67,16 +85,17 @@ def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
 
 
 def publish_host_and_place_pool(node: KubeNode, pool: str) -> None:
-    """Until the host registry Pod has published the Node as battery's one Host, then the
-    demo Pool `pool`, Ready on it."""
-    # The host registry Pod publishes the Node, at its address, as battery's one Host, once
-    # its agent has reported it ready for the settle time install.yaml gives (IN-001, IN-011).
-    want = {NODE_NAME: f"{NODE_ADDRESS}:{names.FLINTLOCKD_PORT}"}
+    """Until the host registry Pod has published every Node as battery's Hosts, then the
+    demo Pool `pool`, Ready on them."""
+    # The host registry Pod publishes each Node, at its address, as one of battery's Hosts,
+    # once its agent has reported it ready for the settle time install.yaml gives (IN-001,
+    # IN-011).
+    want = {m.name: f"{m.address}:{names.FLINTLOCKD_PORT}" for m in node.members}
     started = time.monotonic()
     try:
         asyncio.run(wait_published(node, want))
     except AssertionError as err:
-        node_yaml = node.kubectl(["get", "node", NODE_NAME, "-o", "yaml"], check=False)
+        node_yaml = node.kubectl(["get", "nodes", "-o", "yaml"], check=False)
         raise AssertionError(f"{err}\n{install.diagnose(node, 40)}\n{node_yaml}") from None
     print(f"\nthe host registry Pod published the Host after {time.monotonic() - started:.1f} s")
     config = json.loads(
@@ -85,7 +104,7 @@ def publish_host_and_place_pool(node: KubeNode, pool: str) -> None:
         )
     )
     hosts = json.loads(config["data"][render.CONFIG_KEY])["hosts"]
-    assert [(h["name"], h["address"]) for h in hosts] == list(want.items())
+    assert sorted((h["name"], h["address"]) for h in hosts) == sorted(want.items())
     node.kubectl(
         ["apply", "-f", "-"],
         stdin=yaml.safe_dump(samples.demo_pool(pool, namespace=DEMO_NAMESPACE)),

@@ -31,7 +31,6 @@ import yaml
 from cluster.drills import (
     DEMO_NAMESPACE,
     HOLDER,
-    IMAGE_DIR,
     IMAGES,
     INSTALL_YAML,
     apply,
@@ -41,6 +40,7 @@ from cluster.drills import (
     bound_at,
     claim_statuses,
     container_restarts,
+    install_release,
     make_demo,
     pods,
     publish_host_and_place_pool,
@@ -61,20 +61,7 @@ ROUNDS = 20
 
 @pytest.fixture(scope="module")
 def installed(node: KubeNode) -> install.Installed:
-    layouts = {name: IMAGE_DIR / name for name in IMAGES}
-    missing = [n for n, p in layouts.items() if not (p / "index.json").is_file()]
-    assert not missing, f"the release images were not built: {missing}"
-    done = install.install(node, INSTALL_YAML, layouts)
-    times = done.times
-    print(
-        f"\ninstall.yaml: images mirrored in {times['mirror']:.1f} s; "
-        f"cert-manager running in {times['cert_manager']:.1f} s; `kubectl apply -k` to every "
-        f"Certificate issued {times['apply_to_certificates']:.1f} s, to every workload ready: "
-        f"{times['apply_to_ready']:.1f} s"
-    )
-    print(done.applied)
-    print(node.kubectl(["get", "pods", "-n", install.NAMESPACE, "-o", "wide"]))
-    return done
+    return install_release(node)
 
 
 def pinned_digests() -> dict[str, str]:

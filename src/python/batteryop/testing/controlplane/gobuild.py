@@ -41,6 +41,7 @@ NODE_PACKAGES = {
     "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kubeadm": "k8s.io/kubernetes/cmd/kubeadm",
 }
 """The node's Kubernetes binaries, from the same pins as the API server (`testing.kubenode`)."""
 

@@ -2,7 +2,8 @@
 
 Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.ToolSet`):
 
-- kubelet, kube-proxy, kube-scheduler, kube-controller-manager from `3rdparty/go/controlplane`,
+- kubelet, kubeadm, kube-proxy, kube-scheduler, kube-controller-manager from
+  `3rdparty/go/controlplane`,
   the module set the test API server is built from, with their real version strings;
 - containerd (the Host Image's pin, `src/images/host/versions.env`), its runc shim and ctr, and
   CoreDNS, from `3rdparty/go/node`;
@@ -102,6 +103,7 @@ class MissingTool(RuntimeError):
 @dataclass(frozen=True)
 class NodeBinaries:
     kubelet: Path
+    kubeadm: Path
     kube_proxy: Path
     kube_scheduler: Path
     kube_controller_manager: Path
@@ -131,6 +133,7 @@ def ensure() -> NodeBinaries:
     pause = PAUSE.ensure()
     return NodeBinaries(
         kubelet=kube["kubelet"],
+        kubeadm=kube["kubeadm"],
         kube_proxy=kube["kube-proxy"],
         kube_scheduler=kube["kube-scheduler"],
         kube_controller_manager=kube["kube-controller-manager"],

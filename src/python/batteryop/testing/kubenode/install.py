@@ -43,12 +43,10 @@ import batteryop  # pants: no-infer-dep (the package folder itself, see make_hos
 from batteryop.api import names
 from batteryop.release import main as release
 from batteryop.release import oci
-from batteryop.testing.kubenode import addons
-from batteryop.testing.kubenode.machine import NODE_ADDRESS
-from batteryop.testing.kubenode.node import NODE_NAME, REGISTRY, KubeNode, NodeError
+from batteryop.testing.kubenode import addons, images, parts
+from batteryop.testing.kubenode.node import REGISTRY, KubeNode, Member, NodeError
 
 NAMESPACE: Final = names.OPERATOR_NAMESPACE
-HOST_DEFINITION: Final = Path("src/images/host/rootfs")
 POOLMGRD: Final = "ghcr.io/liquidmetal-dev/poolmgrd"
 FAKE_BATTERY: Final = "fake-battery"
 THIN_POOL: Final = "flintlock-thinpool"
@@ -104,18 +102,10 @@ class FluxSource:
     repository: str = "battery-operator/manifests"
 
 
-def find_definition(start: Path | None = None) -> Path:
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / HOST_DEFINITION / "usr/libexec/battery/lib.sh").is_file():
-            return folder / HOST_DEFINITION
-    raise NodeError(f"cannot find {HOST_DEFINITION} above {here}")
-
-
-def make_host(node: KubeNode) -> None:
-    """The Host Image's boot steps on the node, the stand-in thin pool, and the Host label."""
-    definition = find_definition()
-    root = node.state / "root"
+def make_host(node: KubeNode, member: Member) -> None:
+    """The Host Image's boot steps on a Node, the stand-in thin pool, and the Host label."""
+    definition = parts.find_definition()
+    root = member.state / "root"
     share = root / "usr/share/battery"
     share.mkdir(parents=True, exist_ok=True)
     shutil.copy2(definition / "usr/share/battery/image.env", share / "image.env")
@@ -136,16 +126,22 @@ def make_host(node: KubeNode) -> None:
         )
         if proc.returncode != 0:
             raise NodeError(f"{script}: exit {proc.returncode}: {proc.stderr.strip()}")
-    fake_sys_block(node)
+    fake_sys_block(node, member)
     node.kubectl(
-        ["label", "--overwrite", "node", NODE_NAME, f"{names.HOST_LABEL}={names.HOST_LABEL_VALUE}"]
+        [
+            "label",
+            "--overwrite",
+            "node",
+            member.name,
+            f"{names.HOST_LABEL}={names.HOST_LABEL_VALUE}",
+        ]
     )
 
 
-def fake_sys_block(node: KubeNode) -> None:
-    """The node's /sys/block: the machine's devices, plus a device-mapper device named as the
+def fake_sys_block(node: KubeNode, member: Member) -> None:
+    """A Node's /sys/block: the machine's devices, plus a device-mapper device named as the
     Host Image's thin pool (no device-mapper in this kernel; see the module docstring)."""
-    folder = node.state / "sys-block"
+    folder = member.state / "sys-block"
     folder.mkdir()
     for entry in Path("/sys/block").iterdir():
         (folder / entry.name).symlink_to(os.readlink(entry))
@@ -154,7 +150,7 @@ def fake_sys_block(node: KubeNode) -> None:
     (device / "dm" / "name").write_text(f"{THIN_POOL}\n")
     (device / "dev").write_text("253:0\n")
     (device / "size").write_text("0\n")
-    node.node_run(["mount", "--bind", str(folder), "/sys/block"])
+    node.node_run(["mount", "--bind", str(folder), "/sys/block"], member=member)
 
 
 def mirror(node: KubeNode, layouts: Mapping[str, Path]) -> dict[str, Mirrored]:
@@ -164,7 +160,7 @@ def mirror(node: KubeNode, layouts: Mapping[str, Path]) -> dict[str, Mirrored]:
         tags = oci.read_index(layout)["manifests"]
         assert isinstance(tags, list)
         tag = str(tags[0]["annotations"]["org.opencontainers.image.ref.name"])
-        node.push(layout, tag, repository)
+        images.push(node, layout, tag, repository)
         source = POOLMGRD if repository == FAKE_BATTERY else release.image_repository(repository)
         out[repository] = Mirrored(
             source, f"{REGISTRY}/{repository}", tag, oci.index_digest(layout, tag)
@@ -230,7 +226,8 @@ def _secret(node: KubeNode, name: str) -> dict[str, bytes]:
 
 
 def battery_volume(node: KubeNode) -> Path:
-    """A hostPath PersistentVolume on the node for battery's claim (a cluster's storage)."""
+    """A local PersistentVolume on the first Node for battery's claim, as a cluster's
+    node-local storage is: the Pod that mounts it runs on that Node."""
     folder = node.state / "volumes" / BATTERY_VOLUME
     folder.mkdir(parents=True)
     os.chown(folder, EXEC_AGENT_UID, EXEC_AGENT_UID)  # battery runs as 65532 too
@@ -242,7 +239,22 @@ def battery_volume(node: KubeNode) -> Path:
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": str(folder), "type": "Directory"},
+            "local": {"path": str(folder)},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node.members[0].name],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            },
         },
     }
     node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump(volume))
@@ -256,14 +268,17 @@ def wait_workloads(node: KubeNode, timeout: float = 300.0) -> None:
 
 
 def start_flintlockd(
-    node: KubeNode, command: Sequence[str] | None = None, timeout: float = 120.0
+    node: KubeNode,
+    member: Member,
+    command: Sequence[str] | None = None,
+    timeout: float = 120.0,
 ) -> None:
-    """flintlockd on the node once the Exec Agent wrote its certificate (the Host Image's
+    """flintlockd on a Node once its Exec Agent wrote its certificate (the Host Image's
     flintlockd.path starts flintlockd.service on it): the fake, as a host service, run as
     `command` (default: this interpreter with this process's import path)."""
-    certs = node.state / "root" / names.FLINTLOCKD_CERT_DIR.lstrip("/")
+    certs = member.state / "root" / names.FLINTLOCKD_CERT_DIR.lstrip("/")
     node.wait_for(
-        "flintlockd's certificate from the Exec Agent",
+        f"flintlockd's certificate from the Exec Agent on {member.name}",
         lambda: (certs / names.TLS_CERT_FILE).is_file(),
         timeout=timeout,
     )
@@ -273,16 +288,17 @@ def start_flintlockd(
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
         command = [sys.executable, "-m", "batteryop.testing.fake_flintlock"]
     node.spawn(
-        "flintlockd",
+        member.proc("flintlockd"),
         [
             *command,
-            f"--address={NODE_ADDRESS}",
+            f"--address={member.address}",
             f"--port={names.FLINTLOCKD_PORT}",
             f"--tls-cert={names.FLINTLOCKD_CERT_DIR}/{names.TLS_CERT_FILE}",
             f"--tls-key={names.FLINTLOCKD_CERT_DIR}/{names.TLS_KEY_FILE}",
             f"--tls-client-ca={names.FLINTLOCKD_CERT_DIR}/client-ca.crt",
-            f"--state-dir={node.state / 'flintlockd'}",
+            f"--state-dir={member.state / 'flintlockd'}",
         ],
+        member=member,
         env=env,
     )
 
@@ -305,8 +321,12 @@ def diagnose(node: KubeNode, lines: int = 15) -> str:
                 check=False,
             )
         )
-    if "flintlockd" in node.procs:
-        parts += ["--- flintlockd (host service)", node.procs["flintlockd"].tail(lines)]
+    for member in node.members:
+        if member.proc("flintlockd") in node.procs:
+            parts += [
+                f"--- flintlockd (host service of {member.name})",
+                node.procs[member.proc("flintlockd")].tail(lines),
+            ]
     return "\n".join(parts)
 
 
@@ -335,7 +355,8 @@ def install(
     through Flux from that artifact instead of `kubectl apply -k`)."""
     times: dict[str, float] = {}
     started = time.monotonic()
-    make_host(node)
+    for member in node.members:
+        make_host(node, member)
     images = mirror(node, layouts)
     times["mirror"] = time.monotonic() - started
     started = time.monotonic()
@@ -356,7 +377,8 @@ def install(
     try:
         pki = wait_certificates(node)
         times["apply_to_certificates"] = time.monotonic() - applied
-        start_flintlockd(node, flintlockd)
+        for member in node.members:
+            start_flintlockd(node, member, flintlockd)
         wait_workloads(node)
         if flux is not None:
             applied_output = yaml.safe_dump(
@@ -375,7 +397,7 @@ FLUX_NAME: Final = "battery-operator"
 def push_artifact(node: KubeNode, source: FluxSource) -> str:
     """The Manifests artifact into the node's registry; returns Flux's revision for it
     (`<tag>@sha256:...`, what the OCIRepository and Kustomization report)."""
-    node.push(source.layout, source.tag, source.repository)
+    images.push(node, source.layout, source.tag, source.repository)
     return f"{source.tag}@{oci.index_digest(source.layout, source.tag)}"
 
 

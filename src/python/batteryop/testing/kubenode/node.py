@@ -1,29 +1,34 @@
-"""A real one-node Kubernetes cluster on this machine (`KubeNode.start()`).
+"""A real Kubernetes cluster of one or more Nodes on this machine (`KubeNode.start(nodes=N)`).
 
 The control plane is the test one (`testing.controlplane`: etcd and kube-apiserver), listening
-on the node network's gateway instead of loopback, with the kube-scheduler and the
-kube-controller-manager beside it on the machine. The node runs in its own namespaces
-(`machine.Namespaces`): containerd with runc and Debian's CNI plugins, the kubelet, kube-proxy
-(nftables), CoreDNS (the `kubernetes` plugin only: no name is forwarded off the machine) and
-Debian's docker-registry on the node's loopback, which holds the images the node runs. Settings
-that this machine needs and a cluster elsewhere may not (`../shared/notes/real-node.md` has
-the measurements):
+on the Nodes' bridge's gateway instead of loopback, with the kube-scheduler and the
+kube-controller-manager beside it on the machine. Each Node runs in its own namespaces
+(`machine.Namespaces`) with its own address, folders and cgroup root: containerd with runc and
+Debian's CNI plugins (the bridge plugin, with a route to each other Node's Pod range), the
+kubelet, kube-proxy (nftables). Each joins the cluster with `kubeadm join` and a bootstrap
+token, its kubelet's client certificate issued by CSR (`kubeadm.py`). The first Node also runs
+CoreDNS (the `kubernetes` plugin only: no name is forwarded off the machine) and Debian's
+docker-registry, which holds the images every Node runs. Settings that this machine needs and
+a cluster elsewhere may not (`../shared/notes/real-node.md` has the measurements):
 
 - containerd `restrict_oom_score_adj`: the kubelet asks for OOM scores this machine's
   capabilities do not allow, and runc fails every sandbox without it;
 - the kubelet `failCgroupV1: false` (the machine has cgroup v1), `failSwapOn: false`, low
-  eviction thresholds, and one cgroup root for everything it makes;
+  eviction thresholds, and one cgroup root per Node for everything it makes;
 - kube-proxy `conntrack.maxPerCore: 0`: it leaves the machine's conntrack limits alone;
 - the API server `--kubelet-preferred-address-types=InternalIP`: `kubectl logs` and `exec`
-  reach the kubelet at the Node's address, never through a name lookup.
+  reach the kubelet at the Node's address, never through a name lookup;
+- kubeadm's preflight checks this machine cannot pass are skipped, each named with why
+  (`kubeadm.PREFLIGHT_SKIPPED`).
 
-Identities are real: each component has its own client certificate (`system:node:<name>` in
-`system:nodes`, `system:kube-proxy`, `system:kube-scheduler`,
-`system:kube-controller-manager`), the API server checks the kubelet's serving certificate and
-authenticates to it with its own client certificate, and the Node authorizer and NodeRestriction
-admission hold the kubelet to its own Node.
+Identities are real: each kubelet's client certificate (`system:node:<name>` in
+`system:nodes`) and serving certificate come by CSR, signed by kube-controller-manager with the
+cluster's CA; the other components have their own client certificates (`system:kube-proxy`,
+`system:kube-scheduler`, `system:kube-controller-manager`); the API server checks the kubelet's
+serving certificate and authenticates to it with its own client certificate, and the Node
+authorizer and NodeRestriction admission hold each kubelet to its own Node.
 
-Only one such node runs on a machine at a time (a file lock): its names and addresses are
+Only one such cluster runs on a machine at a time (a file lock): its names and addresses are
 fixed (`names.py`). `stop()` ends every process, the Pods' included, and
 `machine.Machine.restore()` puts the machine back. `KubeNode` owns the lifecycle, the processes,
 the images and the waits; each part's config and start is in `parts.py`.
@@ -45,11 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from batteryop.release import oci
 from batteryop.testing.controlplane.gobuild import cache_root
 from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess
-from batteryop.testing.kubenode import binaries, parts
+from batteryop.testing.kubenode import binaries, images, kubeadm, parts
 from batteryop.testing.kubenode.machine import (
+    CGROUP_ROOT,
     GATEWAY,
     HOST_MOUNTPOINTS,
     Machine,
@@ -58,6 +63,7 @@ from batteryop.testing.kubenode.machine import (
     cgroup_pids,
     kill_where,
     make_cgroups,
+    node_address,
     run,
 )
 from batteryop.testing.kubenode.names import (
@@ -65,6 +71,7 @@ from batteryop.testing.kubenode.names import (
     COREDNS_USER,
     DNS_ADDRESS,
     KUBERNETES_SERVICE_IP,
+    MAX_NODES,
     MIRRORED_REGISTRIES,
     NODE_NAME,
     PAUSE_IMAGE,
@@ -73,6 +80,8 @@ from batteryop.testing.kubenode.names import (
     REGISTRY,
     REGISTRY_FOR_PODS,
     SERVICE_CIDR,
+    node_name,
+    pod_cidr,
 )
 from batteryop.testing.kubenode.parts import registry_config
 from batteryop.testing.processes import die_with_parent
@@ -86,43 +95,91 @@ class NodeError(RuntimeError):
 
 
 @dataclass
+class Member:
+    """One Node of the cluster: its namespaces, its folder and its names."""
+
+    index: int
+    ns: Namespaces
+    state: Path
+    """Its own folders (the first Node's is the cluster's own folder, where a one-Node
+    cluster kept them)."""
+    containerd_socket: Path = Path()
+
+    @property
+    def name(self) -> str:
+        return node_name(self.index)
+
+    @property
+    def address(self) -> str:
+        return node_address(self.index)
+
+    @property
+    def pod_cidr(self) -> str:
+        return pod_cidr(self.index)
+
+    @property
+    def cgroup(self) -> str:
+        """Its kubelet's cgroup root, under the cluster's."""
+        return f"{CGROUP_ROOT}/{self.name}"
+
+    def proc(self, part: str) -> str:
+        """The name of its process `part` (`kubelet`, `kubelet-2`, ...)."""
+        return part if self.index == 0 else f"{part}-{self.index + 1}"
+
+
+@dataclass
 class KubeNode:
-    """A running control plane and node; use `start()`."""
+    """A running control plane and its Nodes; use `start()`.
+
+    The first Node (`members[0]`) is "the node" of the one-Node API (`ns`, `node_run`,
+    `containerd_socket`, `NODE_NAME`) the install and drills use."""
 
     state: Path
     cp: ControlPlane
     machine: Machine
-    ns: Namespaces
+    members: list[Member]
     bins: binaries.NodeBinaries
     lock: IO[str]
     procs: dict[str, LoggedProcess] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def ns(self) -> Namespaces:
+        return self.members[0].ns
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.members[0].containerd_socket
+
     # -- lifecycle ----------------------------------------------------------------------
 
     @classmethod
-    def start(cls, *, log_dir: Path | None = None) -> KubeNode:
+    def start(cls, *, nodes: int = 1, log_dir: Path | None = None) -> KubeNode:
+        """A control plane and `nodes` Nodes, each joined by `kubeadm join`."""
+        if not 1 <= nodes <= MAX_NODES:
+            raise NodeError(f"nodes={nodes}: between 1 and {MAX_NODES}")
         started = time.monotonic()
         bins = binaries.ensure()
         built = time.monotonic()
         lock_path = cache_root() / "kubenode.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(lock_path, "w")  # noqa: SIM115 - held for the node's life
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one node per machine: fixed names and addresses
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one cluster per machine: fixed names and addresses
         left = Machine.recover(cache_root() / "kubenode-machine.json")
         if left:
             log.warning("a killed node run left changes that could not be undone: %s", left)
         state = Path(tempfile.mkdtemp(prefix="batteryop-node-"))
         machine = Machine(cache_root() / "kubenode-machine.json", state)
-        ns: Namespaces | None = None
+        members: list[Member] = []
         cp: ControlPlane | None = None
         try:
             machine.record()
             machine.make_mountpoints()
+            machine.add_bridge()
             machine.add_drop_rule()
-            make_cgroups()
-            root = state / "root"
-            ns = Namespaces.create({p: root / p.lstrip("/") for p in HOST_MOUNTPOINTS})
+            make_cgroups([node_name(i) for i in range(nodes)])
+            for index in range(nodes):
+                members.append(_member(state, index, nodes))
             ca = CertificateAuthority.create("batteryop-node-ca")
             pki = state / "pki"
             pki.mkdir()
@@ -145,9 +202,10 @@ class KubeNode:
                     f"--kubelet-client-certificate={ac_crt}",
                     f"--kubelet-client-key={ac_key}",
                     "--enable-admission-plugins=NodeRestriction",
+                    "--enable-bootstrap-token-auth",  # kubeadm join's token (TLS bootstrap)
                 ],
             )
-            node = cls(state, cp, machine, ns, bins, lock)
+            node = cls(state, cp, machine, members, bins, lock)
             node.timings["build"] = built - started
             node._log_dir = log_dir or state / "logs"
             node._log_dir.mkdir(parents=True, exist_ok=True)
@@ -155,9 +213,9 @@ class KubeNode:
         except BaseException:
             if cp is not None:
                 cp.stop()
-            if ns is not None:
-                _end_namespace(ns)
-                ns.close()
+            for member in members:
+                _end_namespace(member.ns)
+                member.ns.close()
             machine.restore()
             shutil.rmtree(state, ignore_errors=True)
             lock.close()
@@ -171,31 +229,41 @@ class KubeNode:
         parts.grant_rbac(self)
         kube = parts.kubeconfigs(self, ca)
         parts.start_registry(self)
-        self._push_pause()
-        parts.start_containerd(self)
-        parts.start_kubelet(self, kube["kubelet"], ca)
-        parts.start_control_plane_parts(self, kube)
-        parts.start_kube_proxy(self, kube["kube-proxy"])
+        repository, tag = PAUSE_IMAGE.split("/", 1)[1].split(":")
+        images.push_binary(self, self.bins.pause, repository, tag, user="65535:65535")
+        parts.start_control_plane_parts(self, kube, ca)
+        token = kubeadm.prepare(self)
+        for member in self.members:
+            parts.start_containerd(self, member)
+            joined = time.monotonic()
+            kubeadm.join(self, member, token)
+            self.timings[f"join {member.name}"] = time.monotonic() - joined
+            parts.start_kube_proxy(self, member, kube["kube-proxy"])
         parts.start_coredns(self, kube["coredns"])
-        self.wait_node_ready()
+        for member in self.members:
+            self.wait_node_ready(member)
+        self.wait_for(
+            "each kubelet's serving certificate approved",
+            lambda: not kubeadm.serving_pending(self),
+            procs=[m.proc("kubelet") for m in self.members],
+        )
         self._wait_cluster_basics()
 
     def stop(self) -> list[str]:
         """End every process (Pods included) and restore the machine; returns what could
         not be undone."""
-        for name in (
-            "kubelet",
-            "kube-proxy",
-            "coredns",
-            "kube-scheduler",
-            "kube-controller-manager",
-        ):
+        for member in self.members:
+            for part in ("kubelet", "kube-proxy"):
+                self._end(member.proc(part))
+        for name in ("coredns", "kube-scheduler", "kube-controller-manager"):
             self._end(name)
-        _end_namespace(self.ns)  # containerd, its shims, the registry, flintlockd
+        for member in self.members:
+            _end_namespace(member.ns)  # containerd, its shims, the registry, flintlockd
         _end_cgroups()  # the Pods' processes
         for name in list(self.procs):
             self._end(name)
-        self.ns.close()
+        for member in self.members:
+            member.ns.close()
         self.cp.stop()
         problems = self.machine.restore()
         shutil.rmtree(self.state, ignore_errors=True)
@@ -218,13 +286,16 @@ class KubeNode:
         argv: Sequence[str],
         *,
         in_node: bool = True,
+        member: Member | None = None,
         env: dict[str, str] | None = None,
     ) -> LoggedProcess:
-        """Start `argv` (inside the node's namespaces unless `in_node` is false)."""
+        """Start `argv` inside `member`'s namespaces (the first Node's by default), or on the
+        machine when `in_node` is false."""
+        ns = (member or self.members[0]).ns
         path = self._log_dir / f"{name}.log"
         with open(path, "ab") as out:
             popen = subprocess.Popen(
-                die_with_parent(self.ns.enter(argv) if in_node else argv),
+                die_with_parent(ns.enter(argv) if in_node else argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -234,6 +305,17 @@ class KubeNode:
         proc = LoggedProcess(name, popen, path)
         self.procs[name] = proc
         return proc
+
+    def run_logged(self, name: str, argv: Sequence[str]) -> None:
+        """Run `argv` on the machine to its end, its output appended to `name`'s log."""
+        path = self._log_dir / f"{name}.log"
+        with open(path, "ab") as out:
+            code = subprocess.run(
+                list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            ).returncode
+        if code != 0:
+            tail = path.read_text(errors="replace").splitlines()[-15:]
+            raise NodeError(f"{' '.join(argv[:4])}: exit {code}:\n" + "\n".join(tail))
 
     def _end(self, name: str) -> None:
         proc = self.procs.pop(name, None)
@@ -271,62 +353,26 @@ class KubeNode:
         body = json.loads(self.kubectl(["get", "pod", pod, "-n", namespace, "-o", "json"]))
         (status,) = (s for s in body["status"]["containerStatuses"] if s["name"] == container)
         container_id = str(status["containerID"]).removeprefix("containerd://")
+        (member,) = (m for m in self.members if m.name == body["spec"]["nodeName"])
         self.node_run(
             [
                 str(self.bins.ctr),
-                f"--address={self.containerd_socket}",
+                f"--address={member.containerd_socket}",
                 "--namespace=k8s.io",
                 "tasks",
                 "kill",
                 "--signal=SIGKILL",
                 container_id,
-            ]
+            ],
+            member=member,
         )
 
-    def node_run(self, argv: Sequence[str], *, check: bool = True) -> str:
-        """Run a command inside the node (as a Host's own service would) and return stdout."""
-        return run(self.ns.enter(argv), check=check).stdout
-
-    # -- images -------------------------------------------------------------------------
-
-    def push(self, layout: Path, tag: str, repository: str) -> str:
-        """Copy an OCI layout's `tag` into the node's registry as `repository:tag`, digests
-        unchanged (skopeo, inside the node); returns the reference pushed."""
-        ref = f"{REGISTRY}/{repository}:{tag}"
-        self.node_run(
-            [
-                "skopeo",
-                "copy",
-                "--all",
-                "--preserve-digests",
-                "--dest-tls-verify=false",
-                f"oci:{layout.resolve()}:{tag}",
-                f"docker://{ref}",
-            ]
-        )
-        return ref
-
-    def _push_pause(self) -> None:
-        repository, tag = PAUSE_IMAGE.split("/", 1)[1].split(":")
-        self.push_binary(self.bins.pause, repository, tag, user="65535:65535")
-
-    def push_binary(self, binary: Path, repository: str, tag: str, *, user: str) -> str:
-        """An image holding only `binary` (static), as its entry point, pushed to the node's
-        registry as `repository:tag`; returns the reference pushed."""
-        stage = self.state / "images" / repository.replace("/", "_")
-        (stage / "layer").mkdir(parents=True)
-        shutil.copy2(binary, stage / "layer" / binary.name)
-        oci.build_index(
-            [oci.Platform("amd64", [stage / "layer"])],
-            oci.ImageConfig(entrypoint=[f"/{binary.name}"], user=user),
-            created=0,
-            out=stage / "layout",
-            tag=tag,
-            state=stage / "buildah",
-        )
-        return self.push(stage / "layout", tag, repository)
-
-    containerd_socket: Path = Path()
+    def node_run(
+        self, argv: Sequence[str], *, check: bool = True, member: Member | None = None
+    ) -> str:
+        """Run a command inside a Node (the first by default; as a Host's own service would)
+        and return its stdout."""
+        return run((member or self.members[0]).ns.enter(argv), check=check).stdout
 
     # -- readiness ----------------------------------------------------------------------
 
@@ -344,22 +390,23 @@ class KubeNode:
             raise NodeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
 
-    def wait_node_ready(self, timeout: float = READY_TIMEOUT) -> None:
+    def wait_node_ready(self, member: Member | None = None, timeout: float = READY_TIMEOUT) -> None:
+        member = member or self.members[0]
         self.wait_for(
-            f"Node {NODE_NAME} Ready",
+            f"Node {member.name} Ready",
             lambda: "True"
             in self.kubectl(
                 [
                     "get",
                     "node",
-                    NODE_NAME,
+                    member.name,
                     "-o",
                     "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
                 ],
                 check=False,
             ),
             timeout=timeout,
-            procs=["kubelet", "containerd"],
+            procs=[member.proc("kubelet"), member.proc("containerd")],
         )
 
     def _wait_cluster_basics(self) -> None:
@@ -372,6 +419,29 @@ class KubeNode:
             == 2,
             procs=["kube-controller-manager"],
         )
+
+
+def _member(state: Path, index: int, nodes: int) -> Member:
+    """Node `index` of `nodes`: its folder (the cluster's own for the first), its namespaces
+    with its own view of the Host's paths and kubeadm's."""
+    folder = state if index == 0 else state / "nodes" / node_name(index)
+    root = folder / "root"
+    binds = {p: root / p.lstrip("/") for p in HOST_MOUNTPOINTS}
+    binds["/var/lib/kubelet"] = folder / "var-lib-kubelet"
+    binds["/etc/kubernetes"] = folder / "etc-kubernetes"
+    binds["/etc/hosts"] = _hosts_file(folder, nodes)
+    ranges = [pod_cidr(i) for i in range(nodes)]
+    return Member(index, Namespaces.create(binds, index=index, pod_ranges=ranges), folder)
+
+
+def _hosts_file(folder: Path, nodes: int) -> Path:
+    """The Node's /etc/hosts: every Node's name (kubeadm's preflight looks its own up; no
+    name lookup leaves the machine)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "hosts"
+    lines = ["127.0.0.1 localhost", *(f"{node_address(i)} {node_name(i)}" for i in range(nodes))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def kubectl_binary() -> str:

@@ -1,38 +1,71 @@
-"""The node's parts, each written out and started as a process of the node (`node.KubeNode`).
+"""The cluster's parts, each written out and started as a process (`node.KubeNode`).
 
-One function per part: the registry, containerd (with its CNI and registry mirror config),
-the kubelet (its serving certificate and KubeletConfiguration), the kube-scheduler and the
-kube-controller-manager (beside the control plane, outside the node's namespaces), kube-proxy,
-CoreDNS; and the identities they run as (RBAC the bootstrap roles lack, one kubeconfig each).
-The settings this machine needs are explained in `node.py`'s docstring.
+One function per part: the registry, containerd (the Host Image's `config.toml` with the
+changes this machine needs, `CONTAINERD_CHANGES`; its CNI and registry mirror config), the
+kubelet (the Host Image's unit command on the files `kubeadm join` wrote), the kube-scheduler
+and the kube-controller-manager (beside the control plane, outside the Nodes' namespaces),
+kube-proxy, CoreDNS; and the identities they run as (RBAC the bootstrap roles lack, one
+kubeconfig each; the kubelets get theirs by TLS bootstrap). The settings this machine needs are
+explained in `node.py`'s docstring.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from batteryop.testing.kubenode import binaries
-from batteryop.testing.kubenode.machine import CGROUP_ROOT, NODE_ADDRESS
 from batteryop.testing.kubenode.names import (
     CLUSTER_DOMAIN,
+    CLUSTER_POD_CIDR,
     COREDNS_USER,
     DNS_ADDRESS,
     MIRRORED_REGISTRIES,
-    NODE_NAME,
     PAUSE_IMAGE,
-    POD_CIDR,
     REGISTRY,
+    REGISTRY_FOR_PODS,
     SERVICE_CIDR,
 )
 from batteryop.tls import CertificateAuthority
 
 if TYPE_CHECKING:
-    from batteryop.testing.kubenode.node import KubeNode
+    from batteryop.testing.kubenode.node import KubeNode, Member
+
+HOST_DEFINITION: Final = Path("src/images/host/rootfs")
+CONTAINERD_CONFIG: Final = "etc/containerd/config.toml"
+KUBELET_DROP_IN: Final = "usr/lib/systemd/system/kubelet.service.d/20-battery.conf"
+CRI_RUNTIME: Final = "io.containerd.cri.v1.runtime"
+CRI_IMAGES: Final = "io.containerd.cri.v1.images"
+DEFINITION_ONLY: Final[Mapping[str, str]] = {
+    f"plugins.{CRI_RUNTIME}.enable_selinux": "HI-066: no SELinux policy is loaded here",
+    f"plugins.{CRI_RUNTIME}.containerd.runtimes.runc.options.SystemdCgroup": (
+        "no systemd as PID 1 here: cgroupfs, as the kubelet's cgroupDriver"
+    ),
+    "plugins.io.containerd.snapshotter.v1.devmapper": (
+        "HI-020: this kernel has no device-mapper (containerd is built without it)"
+    ),
+    "kubelet $KUBELET_BATTERY_ARGS": (
+        "HI-060, HI-061, HI-074: written by battery-kubelet-config from bootc and host.env at "
+        "boot; the install labels the Host instead (install.make_host)"
+    ),
+}
+"""The Host Image's settings that do not run on this machine, each with why; the requirement
+pages say "definition only" for these."""
+
+KUBEADM_DROP_IN: Final[Mapping[str, str]] = {
+    "KUBELET_KUBECONFIG_ARGS": "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf "
+    "--kubeconfig=/etc/kubernetes/kubelet.conf",
+    "KUBELET_CONFIG_ARGS": "--config=/var/lib/kubelet/config.yaml",
+}
+"""What the kubeadm package's own drop-in (`10-kubeadm.conf`, installed with the image's
+kubeadm RPM, not in this repository) sets for the kubelet's unit."""
 
 
 def grant_rbac(node: KubeNode) -> None:
@@ -67,8 +100,7 @@ def grant_rbac(node: KubeNode) -> None:
 
 
 def kubeconfigs(node: KubeNode, ca: CertificateAuthority) -> dict[str, Path]:
-    identities = {
-        "kubelet": (f"system:node:{NODE_NAME}", ["system:nodes"]),
+    identities: dict[str, tuple[str, list[str]]] = {
         "kube-proxy": ("system:kube-proxy", []),
         "kube-scheduler": ("system:kube-scheduler", []),
         "kube-controller-manager": ("system:kube-controller-manager", []),
@@ -94,91 +126,81 @@ def start_registry(node: KubeNode) -> None:
     node.wait_for("the registry listens", lambda: "listening on" in proc.tail(), procs=["registry"])
 
 
-def start_containerd(node: KubeNode) -> None:
-    folder = node.state / "containerd"
+def start_containerd(node: KubeNode, member: Member) -> None:
+    """containerd on `member`, configured by the Host Image's config.toml (`containerd_config`);
+    the first Node pulls from the registry on its loopback, the others from its address."""
+    folder = member.state / "containerd"
     certs = folder / "certs.d"
+    server = REGISTRY if member.index == 0 else REGISTRY_FOR_PODS
     for registry in (*MIRRORED_REGISTRIES, REGISTRY):
         (certs / registry).mkdir(parents=True)
         (certs / registry / "hosts.toml").write_text(
-            f'server = "http://{REGISTRY}"\n\n[host."http://{REGISTRY}"]\n'
+            f'server = "http://{server}"\n\n[host."http://{server}"]\n'
             '  capabilities = ["pull", "resolve"]\n'
         )
     cni = folder / "net.d"
     cni.mkdir(parents=True)
-    (cni / "10-batteryop.conflist").write_text(json.dumps(_cni_config(node.state), indent=2))
+    (cni / "10-batteryop.conflist").write_text(json.dumps(_cni_config(member), indent=2))
     config = folder / "config.toml"
-    config.write_text(_containerd_config(folder, cni, certs))
+    image = tomllib.loads((find_definition() / CONTAINERD_CONFIG).read_text())
+    config.write_text(_toml(containerd_config(image, folder, cni, certs)))
     env = {**os.environ, "PATH": f"{node.bins.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
-    node.spawn("containerd", [str(node.bins.containerd), "--config", str(config)], env=env)
-    node.wait_for(
-        "containerd's socket",
-        lambda: (folder / "containerd.sock").is_socket(),
-        procs=["containerd"],
-    )
-    node.containerd_socket = folder / "containerd.sock"
-
-
-def start_kubelet(node: KubeNode, kubeconfig: Path, ca: CertificateAuthority) -> None:
-    folder = node.state / "kubelet"
-    folder.mkdir()
-    serving = ca.issue(NODE_NAME, hosts=[NODE_ADDRESS, NODE_NAME], server=True)
-    crt, key = serving.write(folder, "serving")
-    resolv = folder / "resolv.conf"
-    resolv.write_text(f"nameserver {DNS_ADDRESS}\n")
-    config = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "address": NODE_ADDRESS,
-        "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
-        "tlsCertFile": str(crt),
-        "tlsPrivateKeyFile": str(key),
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": str(node.state / "pki" / "ca.crt")},
-        },
-        "authorization": {"mode": "Webhook"},
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{CGROUP_ROOT}",
-        "failCgroupV1": False,
-        "failSwapOn": False,
-        "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
-        "clusterDNS": [DNS_ADDRESS],
-        "clusterDomain": CLUSTER_DOMAIN,
-        "resolvConf": str(resolv),
-        "podLogsDir": str(folder / "pod-logs"),
-        "evictionHard": {
-            "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
-        },
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "serializeImagePulls": False,
-        "syncFrequency": "5s",
-        "nodeStatusUpdateFrequency": "5s",
-        "fileCheckFrequency": "5s",
-    }
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
     node.spawn(
-        "kubelet",
-        [
-            str(node.bins.kubelet),
-            f"--config={path}",
-            f"--kubeconfig={kubeconfig}",
-            f"--root-dir={folder / 'root'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={NODE_ADDRESS}",
-            "--v=1",
-        ],
+        member.proc("containerd"),
+        [str(node.bins.containerd), "--config", str(config)],
+        member=member,
+        env=env,
     )
+    node.wait_for(
+        f"containerd's socket on {member.name}",
+        lambda: (folder / "containerd.sock").is_socket(),
+        procs=[member.proc("containerd")],
+    )
+    member.containerd_socket = folder / "containerd.sock"
 
 
-def start_control_plane_parts(node: KubeNode, kube: dict[str, Path]) -> None:
+def start_kubelet(node: KubeNode, member: Member, kubeadm_env: Mapping[str, str]) -> None:
+    """The kubelet on `member` as the Host Image's unit runs it: its ExecStart
+    (`kubelet.service.d/20-battery.conf`) with the variables of kubeadm's drop-in and of
+    the `kubeadm-flags.env` that `kubeadm join` wrote."""
+    variables = {**KUBEADM_DROP_IN, **kubeadm_env}
+    argv = [str(node.bins.kubelet)]
+    for word in shlex.split(kubelet_exec_start(find_definition())[1:]):
+        if word.startswith("$"):
+            argv += shlex.split(variables.get(word[1:], ""))
+        else:
+            argv.append(word)
+    node.spawn(member.proc("kubelet"), [*argv, "--v=1"], member=member)
+
+
+def kubelet_exec_start(definition: Path) -> str:
+    """The kubelet's command line in the Host Image's drop-in, without the program."""
+    command = ""
+    for line in (definition / KUBELET_DROP_IN).read_text().splitlines():
+        if line.startswith("ExecStart="):
+            command = line.removeprefix("ExecStart=")
+    program, _, rest = command.partition(" ")
+    if not program.endswith("/kubelet"):
+        raise ValueError(f"{KUBELET_DROP_IN}: ExecStart runs {program!r}, not the kubelet")
+    return " " + rest
+
+
+def find_definition(start: Path | None = None) -> Path:
+    """The Host Image's root filesystem definition in this checkout."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / HOST_DEFINITION / "usr/libexec/battery/lib.sh").is_file():
+            return folder / HOST_DEFINITION
+    raise FileNotFoundError(f"cannot find {HOST_DEFINITION} above {here}")
+
+
+def start_control_plane_parts(
+    node: KubeNode, kube: dict[str, Path], ca: CertificateAuthority
+) -> None:
     pki = node.cp.workdir / "pki"
+    signing = node.state / "pki" / "cluster-signing.key"
+    signing.write_bytes(ca.pair.key_pem)
+    signing.chmod(0o600)
     node.spawn(
         "kube-scheduler",
         [
@@ -199,23 +221,26 @@ def start_control_plane_parts(node: KubeNode, kube: dict[str, Path]) -> None:
             "--use-service-account-credentials=true",
             f"--root-ca-file={pki / 'ca.crt'}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
-            # Certificate requests are ours to sign (the CSR approver); the kubelet's
-            # certificates were issued before it started.
-            "--controllers=*,-csrsigning,-csrapproving",
+            # kubeadm join's TLS bootstrap: cluster-info signed for the token, the kubelets'
+            # requests approved (client) and signed (kubernetes.io signers only: the CSR
+            # approver's signers stay the CSR approver's).
+            "--controllers=*,bootstrapsigner,tokencleaner",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={signing}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
         ],
         in_node=False,
     )
 
 
-def start_kube_proxy(node: KubeNode, kubeconfig: Path) -> None:
+def start_kube_proxy(node: KubeNode, member: Member, kubeconfig: Path) -> None:
     config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "mode": "nftables",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "clusterCIDR": POD_CIDR,
-        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": CLUSTER_POD_CIDR,
+        "hostnameOverride": member.name,
         "healthzBindAddress": "127.0.0.1:10256",
         "metricsBindAddress": "127.0.0.1:10249",
         "conntrack": {
@@ -225,9 +250,11 @@ def start_kube_proxy(node: KubeNode, kubeconfig: Path) -> None:
             "tcpCloseWaitTimeout": "0s",
         },
     }
-    path = node.state / "kube-proxy.yaml"
+    path = member.state / "kube-proxy.yaml"
     path.write_text(yaml.safe_dump(config))
-    node.spawn("kube-proxy", [str(node.bins.kube_proxy), f"--config={path}"])
+    node.spawn(
+        member.proc("kube-proxy"), [str(node.bins.kube_proxy), f"--config={path}"], member=member
+    )
 
 
 def start_coredns(node: KubeNode, kubeconfig: Path) -> None:
@@ -267,7 +294,10 @@ def _binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _cni_config(state: Path) -> dict[str, Any]:
+def _cni_config(member: Member) -> dict[str, Any]:
+    """The bridge plugin on `member`'s Pod range; Pods' traffic out of the cluster's Pod range
+    is masqueraded by the Node's own rule (`machine.Namespaces.create`), not by the plugin, so
+    Pods see each other's addresses across Nodes."""
     return {
         "cniVersion": "1.0.0",
         "name": "batteryop",
@@ -276,13 +306,13 @@ def _cni_config(state: Path) -> dict[str, Any]:
                 "type": "bridge",
                 "bridge": "cni0",
                 "isGateway": True,
-                "ipMasq": True,
+                "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "ranges": [[{"subnet": member.pod_cidr}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(state / "cni-ipam"),
+                    "dataDir": str(member.state / "cni-ipam"),
                 },
             },
             {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -290,35 +320,60 @@ def _cni_config(state: Path) -> dict[str, Any]:
     }
 
 
-def _containerd_config(folder: Path, cni: Path, certs: Path) -> str:
-    return f"""version = 3
-root = "{folder / 'root'}"
-state = "{folder / 'state'}"
+def containerd_config(image: dict[str, Any], folder: Path, cni: Path, certs: Path) -> dict:
+    """The Host Image's containerd config with this machine's changes: its own folders and
+    socket per Node, the settings in `DEFINITION_ONLY` taken out, and what the cluster here
+    needs (`node.py`'s docstring)."""
+    config = json.loads(json.dumps(image))  # a deep copy
+    config.update(
+        root=str(folder / "root"),
+        state=str(folder / "state"),
+        grpc={"address": str(folder / "containerd.sock")},
+        ttrpc={"address": str(folder / "containerd.sock.ttrpc")},
+    )
+    plugins = config.setdefault("plugins", {})
+    for key in DEFINITION_ONLY:
+        if key.startswith("plugins."):
+            _drop(plugins, key.removeprefix("plugins."))
+    runtime = plugins.setdefault(CRI_RUNTIME, {})
+    # this machine refuses the OOM scores the kubelet asks for (no CAP_SYS_RESOURCE)
+    runtime["restrict_oom_score_adj"] = True
+    runtime["netns_mounts_under_state_dir"] = True
+    runtime["cni"] = {"bin_dirs": [str(binaries.CNI_DIR)], "conf_dir": str(cni)}
+    images = plugins.setdefault(CRI_IMAGES, {})
+    images["snapshotter"] = "overlayfs"
+    images["pinned_images"] = {"sandbox": PAUSE_IMAGE}  # the default registry is unreachable
+    images.setdefault("registry", {})["config_path"] = str(certs)
+    return config
 
-[grpc]
-  address = "{folder / 'containerd.sock'}"
 
-[ttrpc]
-  address = "{folder / 'containerd.sock.ttrpc'}"
+def _drop(table: dict[str, Any], dotted: str) -> None:
+    """Remove `dotted` (plugin names hold dots: the longest key that matches wins)."""
+    for end in range(len(dotted), 0, -1):
+        head = dotted[:end]
+        if head in table:
+            rest = dotted[end + 1 :]
+            if not rest:
+                del table[head]
+            elif isinstance(table[head], dict):
+                _drop(table[head], rest)
+            return
 
-[plugins."io.containerd.cri.v1.runtime"]
-  # this machine refuses the OOM scores the kubelet asks for (no CAP_SYS_RESOURCE)
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
 
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["{binaries.CNI_DIR}"]
-  conf_dir = "{cni}"
+def _toml(config: Mapping[str, Any], prefix: str = "") -> str:
+    """TOML for a containerd config: tables of strings, booleans, numbers and lists."""
+    lines, tables = [], []
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        else:
+            lines.append(f"{_key(key)} = {json.dumps(value)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for key, value in tables:
+        name = f"{prefix}.{_key(key)}" if prefix else _key(key)
+        out += f"\n[{name}]\n" + _toml(value, name)
+    return out
 
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
 
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "{PAUSE_IMAGE}"
-
-[plugins."io.containerd.cri.v1.images".registry]
-  config_path = "{certs}"
-"""
+def _key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)

@@ -1,0 +1,179 @@
+"""install.yaml on two real Hosts, drained and used as a platform team does (issue 47, item 4).
+
+The release's install.yaml goes onto a cluster of two Nodes, each joined by `kubeadm join` and
+made a Host by the Host Image's boot steps (`KubeNode.start(nodes=2)`, `install.install`).
+battery's volume is a local PersistentVolume on the first Node, as a cluster's node-local
+storage is: the operator's Pod (battery beside it) runs there. Then, through the Python client
+as a consumer uses it:
+
+- the demo Pool spans both Hosts, claims land on both, and each claim's commands run through
+  its own Host's Exec Agent and flintlockd (the command reports the Host's address);
+- `kubectl drain` of the second Host is held by its drain guard while claims on it are Bound;
+  claims on the first Host stay Bound on their Leases; a new claim lands on the first Host
+  only; once the second Host's claims are released the drain completes;
+- after `kubectl uncordon`, the second Host takes claims again.
+
+The drain's time from release to done is printed for the closing note.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from cluster.drills import (
+    DEMO_NAMESPACE,
+    HOLDER,
+    claim_statuses,
+    install_release,
+    make_demo,
+    publish_host_and_place_pool,
+    ready_pool,
+)
+
+from batteryop.api import names
+from batteryop.client import Claim, Client
+from batteryop.kube.config import KubeConfig
+from batteryop.testing.kubenode import install
+from batteryop.testing.kubenode.node import KubeNode, Member, kubectl_binary
+
+NODES = 2
+"""conftest's `node` fixture starts this many Nodes for this module."""
+POOL = "demo"
+SIZE = 4
+LEASE = {"expiryThreshold": "10m"}
+
+
+@pytest.fixture(scope="module")
+def installed(node: KubeNode) -> install.Installed:
+    return install_release(node)
+
+
+@pytest.fixture(scope="module")
+def client(node: KubeNode, installed: install.Installed) -> Iterator[Client]:
+    make_demo(node)
+    with Client(
+        namespace=DEMO_NAMESPACE,
+        kube_config=KubeConfig.from_dict(node.cp.kubeconfig()),
+        serving_ca=installed.pki.exec_serving_ca,
+    ) as held:
+        yield held
+
+
+@pytest.fixture(scope="module")
+def spread(node: KubeNode, client: Client) -> dict[str, list[Claim]]:
+    """SIZE claims on the demo Pool, sized to SIZE over both Hosts; by Host."""
+    publish_host_and_place_pool(node, POOL)
+    ready_pool(node, POOL, SIZE, lease=LEASE)
+    claims = [client.claim(POOL, HOLDER, name=f"spread-{i}", timeout=180) for i in range(SIZE)]
+    return {m.name: [c for c in claims if c.node_name == m.name] for m in node.members}
+
+
+def host_address(claim: Claim) -> str:
+    """The addresses of the Host that ran the claim's command (flintlockd runs it in the
+    Host's own network namespace)."""
+    result = claim.exec(["hostname", "-I"], timeout_seconds=60)
+    assert result.exit_code == 0, result
+    return result.stdout.decode()
+
+
+@pytest.mark.req("TD-120", "EA-064", "IN-001", by="own-fake")  # battery: the fake's image
+def test_a_pool_spans_both_hosts_and_each_hosts_agent_runs_its_claims(
+    node: KubeNode, spread: dict[str, list[Claim]]
+) -> None:
+    assert all(spread.values()), {h: [c.name for c in cs] for h, cs in spread.items()}
+    for member in node.members:
+        claim = spread[member.name][0]
+        assert claim.agent_address == f"{member.address}:{names.EXEC_AGENT_PORT}"
+        assert member.address in host_address(claim).split()
+
+
+def drain(node: KubeNode, member: Member) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            kubectl_binary(),
+            f"--kubeconfig={node.cp.admin_kubeconfig}",
+            "drain",
+            member.name,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=300s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.req("TD-120", "EA-040", "EA-041", by="own-fake")
+def test_a_drain_holds_while_its_claims_are_bound_and_spares_the_other_host(
+    node: KubeNode, client: Client, spread: dict[str, list[Claim]]
+) -> None:
+    first, second = node.members
+    before = claim_statuses(node, "spread-")
+    # The second Host's agent keeps its drain guard while claims there are Bound.
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            install.NAMESPACE,
+            "pod",
+            "-l",
+            f"{names.DRAIN_GUARD_LABEL}={second.name}",
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ]
+    )
+    draining = drain(node, second)
+    try:
+        assert draining.stdout is not None
+        held, said = "", []
+        for line in draining.stdout:
+            said.append(line)
+            if "disruption budget" in line:
+                held = line.strip()
+                break
+        assert held, "the drain finished without being held:\n" + "".join(said)
+        assert draining.poll() is None, "the drain ended while claims were Bound"
+        # A claim made now lands on the Host that is not cordoned.
+        late = client.claim(POOL, HOLDER, name="during-drain", timeout=180)
+        assert late.node_name == first.name
+        # The first Host's claims kept their Leases and MicroVMs throughout.
+        now = claim_statuses(node, "spread-")
+        for claim in spread[first.name]:
+            assert now[claim.name]["phase"] == "Bound"
+            assert now[claim.name]["leaseID"] == before[claim.name]["leaseID"]
+            assert first.address in host_address(claim).split()
+        released = time.monotonic()
+        for claim in spread[second.name]:
+            claim.release()
+        rest, _ = draining.communicate(timeout=300)
+        assert draining.returncode == 0, rest
+        print(
+            f"\ndrain of {second.name} held ({held!r}); it finished "
+            f"{time.monotonic() - released:.1f} s after its claims were released"
+        )
+    finally:
+        if draining.poll() is None:
+            draining.kill()
+        node.kubectl(["uncordon", second.name])
+
+
+@pytest.mark.req("TD-120", by="own-fake")
+def test_an_uncordoned_host_takes_claims_again(node: KubeNode, client: Client) -> None:
+    second = node.members[1]
+    for i in range(2 * SIZE):
+        claim = client.claim(POOL, HOLDER, name=f"after-{i}", timeout=180)
+        if claim.node_name == second.name:
+            assert second.address in host_address(claim).split()
+            return
+    pytest.fail(f"no claim of {2 * SIZE} landed on {second.name} after its uncordon")
+
+
+@pytest.mark.req("TD-113", by="own-fake")
+def test_nothing_the_hosts_ran_sent_a_packet_off_the_machine(
+    node: KubeNode, installed: install.Installed
+) -> None:
+    assert node.machine.dropped() == 0
