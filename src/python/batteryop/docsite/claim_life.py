@@ -18,7 +18,9 @@ The diagram is Graphviz `dot` source; `batteryop.figures` draws it when the site
 from __future__ import annotations
 
 import ast
+import textwrap
 from dataclasses import dataclass
+from typing import Final
 
 from batteryop.api import conditions
 from batteryop.docsite.steps import CONTROLLERS, SRC, StepDoc, module_path, read_steps
@@ -26,6 +28,9 @@ from batteryop.docsite.steps import CONTROLLERS, SRC, StepDoc, module_path, read
 _ENUMS = ("ClaimConditionType", "ClaimReason", "EventReason")
 _NOT_SCAFFOLDING = {"scope", "deps"}
 _PHASES = ("Pending", "Bound", "Expired")
+ROW_CHARS: Final = 44
+"""The longest line of a step's box: a longer list goes on more lines, so the diagram is read
+at a page's width (the steps name up to eight reasons)."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +140,8 @@ def _label(n: str, fx: StepEffects) -> str:
     rows = [f'<TR><TD ALIGN="LEFT"><B>{n} {fx.doc.name}</B></TD></TR>']
 
     def row(title: str, items: tuple[str, ...]) -> None:
-        if items:
-            rows.append(f'<TR><TD ALIGN="LEFT">{title}: {", ".join(items)}</TD></TR>')
+        for line in textwrap.wrap(f"{title}: {', '.join(items)}" if items else "", ROW_CHARS):
+            rows.append(f'<TR><TD ALIGN="LEFT">{line}</TD></TR>')
 
     row("runs", fx.runs)
     row("battery", fx.battery_calls)

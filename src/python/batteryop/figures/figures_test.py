@@ -1,10 +1,12 @@
 """The figures' sources: sequence blocks, the install diagram's references, the plots' data."""
 
+import re
+
 import pytest
 
-from batteryop.figures import install, plots
+from batteryop.figures import install, plots, sequence
 from batteryop.figures.graphviz import GraphvizError, render_svg
-from batteryop.figures.sequence import SequenceError, parse, sequence_dot
+from batteryop.figures.sequence import SequenceError, parse, sequence_svg
 
 
 def test_a_sequence_reads_its_participants_and_messages_in_order() -> None:
@@ -15,10 +17,23 @@ def test_a_sequence_reads_its_participants_and_messages_in_order() -> None:
         ("b", "a", "hi"),
         ("a", "a", "thinks"),
     ]
-    dot = sequence_dot("participants: a | b\na -> b: hello\nb -> a: hi\na -> a: thinks")
-    assert 'a_1 -> b_1 [label="hello"' in dot
-    assert 'a_2 -> b_2 [dir=back, label="hi"' in dot  # an answer points right to left
-    assert "a_3 [shape=note" in dot
+
+
+def test_a_sequence_is_drawn_at_the_pages_width_its_texts_broken_to_fit() -> None:
+    long = "a message much longer than the gap between two neighbouring columns " * 2
+    svg = sequence_svg(f"participants: a=Alice | b | c\na -> b: {long}\nc -> a: hi\nb -> b: n", "s")
+    assert svg.startswith("<svg") and f'width="{sequence.WIDTH}"' in svg
+    texts = re.findall(r'<text x="([\d.]+)"[^>]*font-size="(\d+)">([^<]*)</text>', svg)
+    assert {size for _, size, _ in texts} == {str(sequence.FONT_PX)}
+    # The long message is several lines, each within the gap between a and b.
+    gap = (sequence.WIDTH - 8) / 3
+    lines = [t for _, _, t in texts if t and t in long]
+    assert len(lines) > 2 and all(len(t) * sequence.CHAR_PX < gap for t in lines), lines
+    # Arrows go from the sender to the receiver (c, on the right, answers a).
+    arrows = re.findall(r'<line x1="([\d.]+)" y1="[\d.]+" x2="([\d.]+)"[^>]*marker-end', svg)
+    assert [float(x1) < float(x2) for x1, x2 in arrows] == [True, False]
+    assert 'id="s-arrow"' in svg and "url(#s-arrow)" in svg  # ids of its own
+    assert svg.count('fill="#fffbe6"') == 1  # b's note to itself
 
 
 @pytest.mark.parametrize(

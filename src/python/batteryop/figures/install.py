@@ -15,6 +15,7 @@ Secrets cert-manager writes for its Certificates:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -26,6 +27,8 @@ Obj = Mapping[str, Any]
 SNAPSHOT = "install.snapshot.yaml"
 COMPONENT = "app.kubernetes.io/component"
 WORKLOADS = ("Deployment", "DaemonSet")
+NAME_WIDTH = 28
+"""Characters of a name on one line of its box."""
 _COLOURS = {
     "operator": "#eef3fb",
     "battery": "#fff4e0",
@@ -94,17 +97,36 @@ def references(objects: Sequence[Obj]) -> list[tuple[str, str, str]]:
     return edges
 
 
+def _broken(text: str, width: int = NAME_WIDTH) -> str:
+    """`text` as dot label lines of about `width` characters, broken after a `-`, `.` or space."""
+    lines = [""]
+    for part in re.findall(r"[^-. ]+[-. ]?", text):
+        if lines[-1] and len(lines[-1]) + len(part.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += part
+    return "\\n".join(lines)
+
+
 def install_dot(objects: Sequence[Obj] | None = None) -> str:
-    """Graphviz source of the install diagram (the snapshot's objects unless given)."""
+    """Graphviz source of the install diagram (the snapshot's objects unless given).
+
+    Laid out to be read at a page's width: each component's objects in two columns (what
+    refers, what is referred to), the components one under another, long names broken at a
+    `-` or `.`. A reference into a workload (the Secret of a Certificate its Pod mounts) does
+    not place it (`constraint=false`), else the workload would take a third column. Objects
+    in the install's own Namespace say nothing of it; others name theirs, or say they are
+    cluster-wide."""
     objects = snapshot_objects() if objects is None else objects
+    own = next((o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"), None)
     groups: dict[str, list[Obj]] = {}
     for o in objects:
         groups.setdefault(o["metadata"].get("labels", {}).get(COMPONENT, ""), []).append(o)
     lines = [
         "digraph install {",
-        "  rankdir=LR; nodesep=0.12; ranksep=0.5;",
+        "  rankdir=LR; nodesep=0.12; ranksep=0.4;",
         '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontsize=10];',
-        '  edge [fontsize=9, color="#666666", fontcolor="#444444"];',
+        '  edge [fontsize=10, color="#666666", fontcolor="#444444"];',
     ]
     for n, (component, members) in enumerate(groups.items()):
         title = component or "shared (the Namespace, the CRDs)"
@@ -115,11 +137,17 @@ def install_dot(objects: Sequence[Obj] | None = None) -> str:
         )
         for o in members:
             meta = o["metadata"]
-            where = f"namespace {meta['namespace']}" if "namespace" in meta else "cluster-wide"
-            label = f"{o['kind']}\\n{meta['name']}\\n({where})"
+            where = meta.get("namespace")
+            label = f"{o['kind']}\\n{_broken(meta['name'])}"
+            if where is None:
+                label += "\\n(cluster-wide)"
+            elif where != own:
+                label += f"\\n(namespace {where})"
             lines.append(f'    {key(o["kind"], meta["name"])} [label="{label}"];')
         lines.append("  }")
+    workloads = {key(o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in WORKLOADS}
     for a, b, label in references(objects):
-        lines.append(f'  {a} -> {b} [label="{label}"];')
+        placing = ", constraint=false" if b in workloads else ""
+        lines.append(f'  {a} -> {b} [label="{_broken(label)}"{placing}];')
     lines.append("}")
     return "\n".join(lines) + "\n"

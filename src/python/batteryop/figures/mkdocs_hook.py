@@ -4,7 +4,7 @@ In a page's Markdown:
 
 - a fenced block ```` ```dot NAME ```` holds Graphviz source; it becomes the diagram, inline
   SVG (`graphviz.render_svg`). ```` ```sequence NAME ```` holds a sequence diagram's lines
-  (`sequence.sequence_dot`). The operator's hook, listed before this one, turns
+  (`sequence.sequence_svg` draws it). The operator's hook, listed before this one, turns
   `<!-- reconcile-diagram: claims -->` into such a block.
 - `<!-- figure: install -->` becomes the install diagram (`install.install_dot`), drawn from the
   rendered `install.yaml`.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from batteryop.figures import install, plots
 from batteryop.figures.graphviz import render_svg
-from batteryop.figures.sequence import sequence_dot
+from batteryop.figures.sequence import sequence_svg
 
 FENCE = re.compile(r"^```(dot|sequence) ([a-z0-9-]+)\n(.*?)^```[ \t]*$", re.M | re.S)
 INSTALL = re.compile(r"<!-- figure: install -->")
@@ -56,8 +56,8 @@ def _placeholder(figure: str) -> str:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     def fence(m: re.Match[str]) -> str:
         kind, name, text = m.groups()
-        source = sequence_dot(text) if kind == "sequence" else text
-        return _placeholder(figure_html(name, render_svg(source, name)))
+        svg = sequence_svg(text, name) if kind == "sequence" else render_svg(text, name)
+        return _placeholder(figure_html(name, svg))
 
     markdown = FENCE.sub(fence, markdown)
     markdown = INSTALL.sub(

@@ -28,6 +28,10 @@ RESULTS = Path(__file__).resolve().parents[4] / "docs" / "dev" / "results"
 """docs/dev/results, from src/python/batteryop/figures."""
 
 OURS, PEER, TARGET = "#3f51b5", "#9e9e9e", "#c62828"
+TEXT_PT, TITLE_PT = 9, 10
+"""Every plot's text and titles, in points. A plot is 8 in (576 pt) wide and scaled to the
+page's text width (about 690 px, 1.2 px a point), so its smallest text is drawn about 11 px
+high (`tests/docs/site_browser_test.py` fails under 10 px)."""
 
 
 class PlotError(RuntimeError):
@@ -82,11 +86,12 @@ def _bars(ax: Axes, labels: list[str], series: list[tuple[str, list[float | None
                     xytext=(3, 0),
                     textcoords="offset points",
                     va="center",
-                    fontsize=7,
+                    fontsize=TEXT_PT,
                 )
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(labels))], labels, fontsize=8)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(labels))], labels, fontsize=TEXT_PT)
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.margins(x=0.08)  # room for the longest bar's figure
+    ax.legend(fontsize=TEXT_PT, loc="lower right")
 
 
 def _run_label(run: Mapping[str, Any]) -> str:
@@ -109,7 +114,9 @@ def bind_latency(fig: Figure) -> str:
     ax.set_xscale("log")
     ax.set_xlabel("one claim at a time, created to Bound (ms, log scale)")
     ax.axvline(data["targets"]["sequential_p50_ms"], color=TARGET, ls=":", lw=1)
-    ax.set_title("A warm claim, one at a time: ours (blue), peers' published (grey)", fontsize=9)
+    ax.set_title(
+        "A warm claim, one at a time: ours (blue), peers' published (grey)", fontsize=TITLE_PT
+    )
     return caption(data) + _peer_caption(peers, "claim_latency") + " Dotted: the p50 target."
 
 
@@ -129,7 +136,7 @@ def burst(fig: Figure) -> str:
         f"{r['label']}: p50 {r['burst']['p50_ms'] / 1000:g} s, p99 {r['burst']['p99_ms'] / 1000:g} s"
         for r in loaded
     )
-    ax.set_title("Bursts: ours (blue), peers' published (grey)", fontsize=9)
+    ax.set_title("Bursts: ours (blue), peers' published (grey)", fontsize=TITLE_PT)
     return (
         caption(data)
         + _peer_caption(peers, "burst")
@@ -148,7 +155,7 @@ def requests_per_claim(fig: Figure) -> str:
     )
     ax.axvline(data["targets"]["requests_per_claim"], color=TARGET, ls=":", lw=1)
     ax.set_xlabel("kube-apiserver requests per claim until Bound, the create included")
-    ax.set_title("What one bind costs the API server", fontsize=9)
+    ax.set_title("What one bind costs the API server", fontsize=TITLE_PT)
     return caption(data) + " Dotted: the target of 3.5."
 
 
@@ -170,14 +177,16 @@ def scale(fig: Figure) -> str:
             color=line[0].get_color(),
         )
     memory.axhline(data["targets"]["rss_mb_at_10000"], color=TARGET, ls=":", lw=1)
+    for ax in (memory, latency):
+        ax.set_xlim(-600, 11_000)  # the last tick's figure inside the plot
     memory.set_xlabel("claims Bound")
     memory.set_ylabel("operator RSS (MB)")
-    memory.legend(fontsize=7)
+    memory.legend(fontsize=TEXT_PT)
     latency.set_xlabel("claims present")
     latency.set_ylabel("created to Bound (ms)")
-    latency.set_title("one claim at a time: p50 solid, p99 dashed", fontsize=8)
-    memory.set_title("memory", fontsize=8)
-    fig.suptitle("The operator with up to 10,000 claims over 100 Hosts", fontsize=9)
+    latency.set_title("one claim at a time: p50 solid, p99 dashed", fontsize=TEXT_PT)
+    memory.set_title("memory", fontsize=TEXT_PT)
+    fig.suptitle("The operator with up to 10,000 claims over 100 Hosts", fontsize=TITLE_PT)
     return caption(data) + " Dotted: the memory target of 300 MB."
 
 
@@ -194,7 +203,7 @@ def exec_round_trip(fig: Figure) -> str:
     ax.axvline(data["targets"]["p50_ms"], color=TARGET, ls=":", lw=1)
     ax.axvline(data["targets"]["p99_ms"], color=TARGET, ls="--", lw=1)
     ax.set_xlabel("`true` run in the MicroVM, request to exit code (ms)")
-    ax.set_title("An exec's round trip, every authorization check made", fontsize=9)
+    ax.set_title("An exec's round trip, every authorization check made", fontsize=TITLE_PT)
     return caption(data) + " Dotted and dashed: the p50 and p99 targets."
 
 
@@ -202,7 +211,7 @@ PLOTS: Mapping[str, tuple[Callable[[Figure], str], tuple[float, float]]] = {
     "bind-latency": (bind_latency, (8.0, 4.2)),
     "burst": (burst, (8.0, 3.6)),
     "requests-per-claim": (requests_per_claim, (8.0, 3.2)),
-    "scale": (scale, (9.0, 3.8)),
+    "scale": (scale, (8.0, 4.2)),
     "exec-round-trip": (exec_round_trip, (8.0, 4.2)),
 }
 """Every plot by the name a page gives in `<!-- plot: NAME -->`, with its size in inches."""
@@ -213,7 +222,7 @@ def draw(name: str) -> Drawn:
     if name not in PLOTS:
         raise PlotError(f"no plot named {name!r}; known: {', '.join(PLOTS)}")
     make, size = PLOTS[name]
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name, "font.size": 8}):
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name, "font.size": TEXT_PT}):
         fig = plt.figure(figsize=size, layout="constrained")
         try:
             text = make(fig)

@@ -1,4 +1,4 @@
-"""Sequence diagrams written as plain lines in a page, drawn with Graphviz.
+"""Sequence diagrams written as plain lines in a page, drawn as SVG at the page's width.
 
 A ```` ```sequence NAME ```` block in a page holds:
 
@@ -8,15 +8,33 @@ A ```` ```sequence NAME ```` block in a page holds:
     agent -> api: TokenReview
 
 The first line names the participants left to right (`id=label`, separated by `|`); every other
-non-empty line is one message, top to bottom (`\\n` in a text breaks its line). A message to oneself is a note on that
-participant's line. `dot` lays out a grid: one row per message, one column per participant,
-dashed lifelines down each column, messages as edges within their row.
+non-empty line is one message, top to bottom (`\\n` in a text breaks its line). A message to
+oneself is a note on that participant's line.
+
+`sequence_svg` draws it itself (Graphviz's `dot` lays out graphs, not time: its labels of
+messages between neighbours overlapped and messages past a column bent): one column per
+participant across `WIDTH` pixels, its box at the top and the bottom and a dashed lifeline
+between, one row per message down the page. A message's text is broken to fit over its
+arrow, a note's to fit its box, and each row is as tall as its text, so nothing overlaps and
+the diagram is drawn at its own size on a page about 690 px wide: text at `FONT_PX`.
 """
 
 from __future__ import annotations
 
+import html
 import re
+import textwrap
 from dataclasses import dataclass
+from typing import Final
+
+WIDTH: Final = 680
+"""The diagram's width in pixels: the page's text width at the widths the site is read at."""
+FONT_PX: Final = 12
+LINE_PX: Final = 15
+CHAR_PX: Final = 0.5 * FONT_PX
+"""A character's width on average in Helvetica and Arial, to break lines by."""
+FONT: Final = "Helvetica, Arial, sans-serif"
+_PAD, _GAP, _MARGIN = 6, 10, 4
 
 _MESSAGE = re.compile(r"^(\w[\w-]*)\s*->\s*(\w[\w-]*)\s*:\s*(.+)$")
 
@@ -53,46 +71,75 @@ def parse(text: str) -> tuple[list[tuple[str, str]], list[Message]]:
     return participants, messages
 
 
-def _quote(text: str) -> str:
-    """`text` inside a quoted dot label; `\\n` in it stays a line break."""
-    return text.replace('"', '\\"')
+def _lines(text: str, width_px: float) -> list[str]:
+    """`text` broken into lines that fit `width_px`; its own `\\n` breaks are kept."""
+    chars = max(8, int(width_px / CHAR_PX))
+    return [wrapped for line in text.split("\\n") for wrapped in textwrap.wrap(line, chars) or [""]]
 
 
-def sequence_dot(text: str) -> str:
-    """Graphviz source of the sequence diagram `text` (the block's content)."""
-    participants, messages = parse(text)
-    order = {ident: n for n, (ident, _) in enumerate(participants)}
-    rows = len(messages) + 2
-    out = [
-        "digraph sequence {",
-        "  newrank=true; nodesep=0.9; ranksep=0.18; splines=false;",
-        '  node [shape=point, width=0.01, color="#888888"];',
-        "  edge [arrowsize=0.7];",
+def _text(lines: list[str], x: float, top: float, **attrs: str) -> list[str]:
+    """One `<text>` per line, centred on `x`, the first line's top at `top`."""
+    extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+    return [
+        f'<text x="{x:.1f}" y="{top + (n + 1) * LINE_PX - 4:.1f}" text-anchor="middle"'
+        f' font-family="{FONT}" font-size="{FONT_PX}"{extra}>{html.escape(line)}</text>'
+        for n, line in enumerate(lines)
     ]
-    notes = {(n + 1, m.sender) for n, m in enumerate(messages) if m.sender == m.receiver}
-    for ident, label in participants:
-        for r in range(rows):
-            node = f"{ident}_{r}"
-            if r in (0, rows - 1):
-                style = 'shape=box, style="rounded,filled", fillcolor="#eef3fb", color="#3f51b5"'
-                out.append(f'  {node} [{style}, label="{_quote(label)}", width=0.8];')
-            elif (r, ident) in notes:
-                note = next(m.text for n, m in enumerate(messages) if n + 1 == r)
-                out.append(
-                    f'  {node} [shape=note, style=filled, fillcolor="#fffbe6", color="#c9a400",'
-                    f' fontsize=9, width=0.5, label="{_quote(note)}"];'
-                )
-        chain = " -> ".join(f"{ident}_{r}" for r in range(rows))
-        out.append(f'  {chain} [arrowhead=none, style=dashed, color="#aaaaaa", weight=100];')
-    for r in range(rows):
-        out.append(f"  {{ rank=same; {'; '.join(f'{i}_{r}' for i, _ in participants)}; }}")
-    heads = " -> ".join(f"{ident}_0" for ident, _ in participants)
-    out.append(f"  {heads} [style=invis];")
-    for n, m in enumerate(messages, start=1):
+
+
+def sequence_svg(text: str, name: str) -> str:
+    """The sequence diagram `text` (the block's content) as SVG, ids prefixed with `name-`."""
+    participants, messages = parse(text)
+    column = (WIDTH - 2 * _MARGIN) / len(participants)
+    x = {ident: _MARGIN + (n + 0.5) * column for n, (ident, _) in enumerate(participants)}
+    heads = {ident: _lines(label, column - 2 * _PAD - 4) for ident, label in participants}
+    head_h = max(len(lines) for lines in heads.values()) * LINE_PX + 2 * _PAD
+    body: list[str] = []
+    y = head_h + _GAP
+    for m in messages:
         if m.sender == m.receiver:
+            width = min(1.8 * column, WIDTH - 2 * _MARGIN)
+            left = min(max(x[m.sender] - width / 2, _MARGIN), WIDTH - _MARGIN - width)
+            lines = _lines(m.text, width - 2 * _PAD)
+            height = len(lines) * LINE_PX + 2 * _PAD
+            body.append(
+                f'<rect x="{left:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height}"'
+                ' fill="#fffbe6" stroke="#c9a400"/>'
+            )
+            body += _text(lines, left + width / 2, y + _PAD)
+            y += height + _GAP
             continue
-        left, right = sorted((m.sender, m.receiver), key=order.__getitem__)
-        back = "dir=back, " if left == m.receiver else ""
-        out.append(f'  {left}_{n} -> {right}_{n} [{back}label="{_quote(m.text)}", fontsize=9];')
-    out.append("}")
-    return "\n".join(out) + "\n"
+        a, b = x[m.sender], x[m.receiver]
+        lines = _lines(m.text, abs(b - a) - 2 * _PAD)
+        body += _text(lines, (a + b) / 2, y)
+        y += len(lines) * LINE_PX + 3
+        body.append(
+            f'<line x1="{a:.1f}" y1="{y:.1f}" x2="{b:.1f}" y2="{y:.1f}" stroke="#333333"'
+            f' marker-end="url(#{name}-arrow)"/>'
+        )
+        y += _GAP + 4
+    foot = y + _GAP
+    height = foot + head_h + _MARGIN
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}"'
+        f' viewBox="0 0 {WIDTH} {height:.0f}" id="{name}-sequence">',
+        f'<defs><marker id="{name}-arrow" viewBox="0 0 10 10" refX="10" refY="5"'
+        ' markerWidth="8" markerHeight="8" orient="auto">'
+        '<path d="M0,0 L10,5 L0,10 z" fill="#333333"/></marker></defs>',
+    ]
+    for ident, lines in heads.items():
+        out.append(
+            f'<line x1="{x[ident]:.1f}" y1="{head_h:.1f}" x2="{x[ident]:.1f}" y2="{foot:.1f}"'
+            ' stroke="#aaaaaa" stroke-dasharray="5,4"/>'
+        )
+        width = column - 8
+        for top in (0.0, foot):
+            out.append(
+                f'<rect x="{x[ident] - width / 2:.1f}" y="{top + 1:.1f}" width="{width:.1f}"'
+                f' height="{head_h - 2}" rx="8" fill="#eef3fb" stroke="#3f51b5"/>'
+            )
+            offset = (head_h - len(lines) * LINE_PX) / 2
+            out += _text(lines, x[ident], top + offset)
+    out += body
+    out.append("</svg>")
+    return "\n".join(out)

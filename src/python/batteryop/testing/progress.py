@@ -8,24 +8,28 @@ is often a pipe or a CI log, where a redrawn line would be noise).
 
 `run_reporting` runs a command under a `Heartbeat`, counting the lines its standard error
 gives as progress (`go build -v` prints each package as it compiles it) and keeping the last
-ones for an error message.
+ones for an error message. `Heartbeat.watch` awaits work under one (the local stack's steps,
+a wait for a Pool), sleeping on the heartbeat's clock between lines.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import datetime
 import logging
 import os
 import selectors
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EVERY_SECONDS: Final = 15.0
 """How long a step may go without a line: long enough not to flood a CI log, short enough
@@ -78,6 +82,24 @@ class Heartbeat:
         then = f"; then {self.left}" if self.left else ""
         self._say(f"{self.what}: {', '.join(parts)}{then}")
         return True
+
+    async def watch(self, work: Awaitable[T]) -> T:
+        """`work`'s result, with a line each time one is due while it runs; cancelling the
+        watch cancels the work."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                due = self._clock.now() + datetime.timedelta(seconds=self.due_in())
+                tick = asyncio.ensure_future(self._clock.sleep_until(due))
+                try:
+                    await asyncio.wait({task, tick}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    tick.cancel()
+                if task.done():
+                    return task.result()
+                self.beat()
+        finally:
+            task.cancel()
 
 
 @dataclass(frozen=True)

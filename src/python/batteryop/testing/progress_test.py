@@ -3,6 +3,7 @@ control plane went quiet for 224 s)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 from batteryop.api.clock import FakeClock
 from batteryop.testing.controlplane.gobuild import ControlPlaneBuildError, ToolSet
 from batteryop.testing.gomodules import go_binary
-from batteryop.testing.progress import Heartbeat, format_elapsed, run_reporting
+from batteryop.testing.polling import wait_until
+from batteryop.testing.progress import EVERY_SECONDS, Heartbeat, format_elapsed, run_reporting
 
 
 def test_a_heartbeat_speaks_when_a_line_is_due_and_says_what_is_left() -> None:
@@ -30,6 +32,51 @@ def test_a_heartbeat_speaks_when_a_line_is_due_and_says_what_is_left() -> None:
         "Building etcd (2 of 3): 1 min 15 s, built; then kubelet",
     ]
     assert format_elapsed(3599.9) == "59 min 59 s"
+
+
+async def test_work_watched_by_a_heartbeat_gets_a_line_each_time_one_is_due() -> None:
+    clock, said = FakeClock(), list[str]()
+    beat = Heartbeat("Starting battery", left="the operator", say=said.append, clock=clock)
+    done = asyncio.Event()
+
+    async def work() -> int:
+        await done.wait()
+        return 7
+
+    async def seen() -> tuple[int, int]:
+        return len(said), clock.sleepers
+
+    watched = asyncio.create_task(beat.watch(work()))
+    await wait_until(seen, lambda s: s == (0, 1), what="the watch waiting", interval=0.01)
+    clock.advance(14)
+    await asyncio.sleep(0)
+    assert said == [], "no line before one is due"
+    clock.advance(1)
+    await wait_until(seen, lambda s: s == (1, 1), what="the first line", interval=0.01)
+    clock.advance(EVERY_SECONDS * 3)  # one wake-up, one line: no catching up
+    await wait_until(seen, lambda s: s == (2, 1), what="the second line", interval=0.01)
+    done.set()
+    assert await watched == 7
+    assert said == [
+        "Starting battery: 15 s; then the operator",
+        "Starting battery: 1 min 00 s; then the operator",
+    ]
+    assert clock.sleepers == 0, "the watch left its wait behind"
+
+
+async def test_cancelling_the_watch_cancels_the_work() -> None:
+    clock = FakeClock()
+    work = asyncio.ensure_future(asyncio.Event().wait())
+    watched = asyncio.create_task(Heartbeat("Waiting", say=print, clock=clock).watch(work))
+
+    async def sleepers() -> int:
+        return clock.sleepers
+
+    await wait_until(sleepers, lambda n: n == 1, what="the watch waiting", interval=0.01)
+    watched.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watched
+    assert work.cancelled() and clock.sleepers == 0
 
 
 def test_a_command_that_prints_nothing_for_a_while_still_gets_its_lines() -> None:
