@@ -45,6 +45,7 @@ from batteryop.release import main as release
 from batteryop.release import oci
 from batteryop.testing.kubenode import addons, images, parts
 from batteryop.testing.kubenode.node import REGISTRY, KubeNode, Member, NodeError
+from batteryop.testing.progress import Heartbeat
 
 NAMESPACE: Final = names.OPERATOR_NAMESPACE
 POOLMGRD: Final = "ghcr.io/liquidmetal-dev/poolmgrd"
@@ -263,7 +264,9 @@ def battery_volume(node: KubeNode) -> Path:
 
 def wait_workloads(node: KubeNode, timeout: float = 300.0) -> None:
     """Until every Deployment and the DaemonSet of install.yaml have rolled out."""
+    beat = Heartbeat("Waiting for install.yaml's workloads to roll out")
     for workload in WORKLOADS:
+        beat.beat(f"waiting for {workload}", force=True)
         node.kubectl(["rollout", "status", "-n", NAMESPACE, workload, f"--timeout={int(timeout)}s"])
 
 
@@ -354,15 +357,18 @@ def install(
     """Everything above, in order (`flintlockd`: see `start_flintlockd`; `flux`: install
     through Flux from that artifact instead of `kubectl apply -k`)."""
     times: dict[str, float] = {}
+    beat = Heartbeat(f"Installing the release on {len(node.members)} Node(s)")
     started = time.monotonic()
     for member in node.members:
         make_host(node, member)
     images = mirror(node, layouts)
     times["mirror"] = time.monotonic() - started
+    beat.beat("Hosts made, images mirrored; then cert-manager", force=True)
     started = time.monotonic()
     addons.install_cert_manager(node)
     times["cert_manager"] = time.monotonic() - started
     battery_volume(node)
+    beat.beat("cert-manager running; then install.yaml", force=True)
     if flux is not None:
         started = time.monotonic()
         addons.install_flux(node)
@@ -377,6 +383,7 @@ def install(
     try:
         pki = wait_certificates(node)
         times["apply_to_certificates"] = time.monotonic() - applied
+        beat.beat("every Certificate issued; then flintlockd and the workloads", force=True)
         for member in node.members:
             start_flintlockd(node, member, flintlockd)
         wait_workloads(node)

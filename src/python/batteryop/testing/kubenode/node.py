@@ -85,6 +85,7 @@ from batteryop.testing.kubenode.names import (
 )
 from batteryop.testing.kubenode.parts import registry_config
 from batteryop.testing.processes import die_with_parent
+from batteryop.testing.progress import Heartbeat
 from batteryop.tls import CertificateAuthority
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,11 @@ class KubeNode:
         lock_path = cache_root() / "kubenode.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(lock_path, "w")  # noqa: SIM115 - held for the node's life
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one cluster per machine: fixed names and addresses
+        try:  # one cluster per machine: fixed names and addresses
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("Another real-node run holds %s; waiting for it to end", lock_path)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         left = Machine.recover(cache_root() / "kubenode-machine.json")
         if left:
             log.warning("a killed node run left changes that could not be undone: %s", left)
@@ -226,6 +231,7 @@ class KubeNode:
     _log_dir: Path = Path()
 
     def _boot(self, ca: CertificateAuthority) -> None:
+        beat = Heartbeat(f"Starting a cluster of {len(self.members)} Node(s)")
         parts.grant_rbac(self)
         kube = parts.kubeconfigs(self, ca)
         parts.start_registry(self)
@@ -233,11 +239,13 @@ class KubeNode:
         images.push_binary(self, self.bins.pause, repository, tag, user="65535:65535")
         parts.start_control_plane_parts(self, kube, ca)
         token = kubeadm.prepare(self)
+        beat.beat("control plane ready for kubeadm join", force=True)
         for member in self.members:
             parts.start_containerd(self, member)
             joined = time.monotonic()
             kubeadm.join(self, member, token)
             self.timings[f"join {member.name}"] = time.monotonic() - joined
+            beat.beat(f"{member.name} joined in {time.monotonic() - joined:.1f} s", force=True)
             parts.start_kube_proxy(self, member, kube["kube-proxy"])
         parts.start_coredns(self, kube["coredns"])
         for member in self.members:
@@ -335,7 +343,9 @@ class KubeNode:
 
         Used only where nothing can be watched: a socket appearing, a port answering."""
         deadline = time.monotonic() + timeout
+        beat = Heartbeat(f"Waiting for {what}")
         while time.monotonic() < deadline:
+            beat.beat()
             for name in procs:
                 p = self.procs[name]
                 if p.popen.poll() is not None:
