@@ -66,3 +66,10 @@ def test_a_drop_in_that_runs_another_program_is_refused(tmp_path: Path) -> None:
     drop_in.write_text("[Service]\nExecStart=\nExecStart=/usr/bin/sleep 1\n")
     with pytest.raises(ValueError, match="not the kubelet"):
         parts.kubelet_exec_start(tmp_path)
+
+
+def test_every_file_the_nodes_do_not_run_is_one_of_the_images() -> None:
+    definition = parts.find_definition()
+    files = [key for key in parts.DEFINITION_ONLY if key.startswith(("usr/", "etc/"))]
+    assert files
+    assert all((definition / key).is_file() for key in files), files
