@@ -137,6 +137,9 @@ class ClaimReason(StrEnum):
     """HostReady=False: the claim's Host has no Node."""
     NO_NODE_REPORT = "NoNodeReport"
     """HostReady=False: the Node carries no Exec Agent report."""
+    NODE_NOT_READY = "NodeNotReady"
+    """HostReady=False: the Node's own Ready condition is not True, whatever the Exec Agent's
+    report says (its kubelet stopped reporting, or reports the Node not ready; CL-105)."""
     HOST_NOT_READY = "HostNotReady"
     """HostReady=False: the report said not ready with an empty or invalid reason."""
     READY = "Ready"
@@ -199,6 +202,35 @@ class CSRReason(StrEnum):
 
 
 # --- Conditions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeReadiness:
+    """A Node's own `Ready` condition, as its kubelet (or the node lifecycle controller, when
+    the kubelet stops reporting) writes it."""
+
+    status: str
+    """`True`, `False` or `Unknown`."""
+    reason: str
+    message: str
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "True"
+
+
+def node_readiness(node: Mapping[str, Any] | None) -> NodeReadiness | None:
+    """The Node's `Ready` condition; None for no Node, or a Node that has none (yet)."""
+    status = (node or {}).get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return NodeReadiness(
+                str(condition.get("status") or "Unknown"),
+                str(condition.get("reason") or ""),
+                str(condition.get("message") or ""),
+            )
+    return None
 
 
 def is_valid_reason(reason: str) -> bool:

@@ -5,7 +5,9 @@ A Node is a Host (IN-001) while all of these hold:
 - it is labelled as a Host (`names.HOST_LABEL` = `names.HOST_LABEL_VALUE`, the label the Exec
   Agent's DaemonSet selects on, so a Node without it has no agent to vouch for it);
 - it is not being deleted;
-- its Exec Agent report says ready (`names.EXEC_AGENT_READY_ANNOTATION` = `"true"`);
+- its Exec Agent report says ready (`names.EXEC_AGENT_READY_ANNOTATION` = `"true"`), and its
+  own Ready condition, when it has one, is True (IN-110: an agent still running on a Host whose
+  kubelet or container runtime died cannot vouch for it);
 - the report names a valid flintlockd address (`names.FLINTLOCKD_ADDRESS_ANNOTATION`): an IP
   address (IPv6 in brackets) and a port, `host:port`. Anything else is refused with a reason
   and never reaches battery's config (IN-103: an address battery cannot dial would only make
@@ -36,6 +38,7 @@ from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
 from batteryop.api import names
+from batteryop.api.conditions import node_readiness
 
 IP: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -46,6 +49,7 @@ class Refusal(StrEnum):
     NOT_LABELLED = "NotLabelledAsHost"
     DELETING = "NodeDeleting"
     NOT_READY = "ReportNotReady"
+    NODE_NOT_READY = "NodeNotReady"
     NO_ADDRESS = "NoFlintlockdAddress"
     INVALID_ADDRESS = "InvalidFlintlockdAddress"
     ADDRESS_NOT_ON_NODE = "FlintlockdAddressNotOnNode"
@@ -134,6 +138,13 @@ def admit(node: Mapping[str, Any]) -> Admission:
         return Admission(name, refusal=Refusal.DELETING)  # IN-002
     if annotations.get(names.EXEC_AGENT_READY_ANNOTATION) != names.EXEC_AGENT_READY_TRUE:
         return Admission(name, refusal=Refusal.NOT_READY)  # IN-001, IN-002
+    readiness = node_readiness(node)
+    if readiness is not None and not readiness.ready:  # IN-110
+        return Admission(
+            name,
+            refusal=Refusal.NODE_NOT_READY,
+            detail=f"its Ready condition is {readiness.status} ({readiness.reason})",
+        )
     raw = annotations.get(names.FLINTLOCKD_ADDRESS_ANNOTATION)
     if not raw:
         return Admission(name, refusal=Refusal.NO_ADDRESS)

@@ -23,6 +23,7 @@ def node(
     unschedulable: bool = False,
     deleting: bool = False,
     internal_ips: tuple[str, ...] = ("10.0.0.5",),
+    node_ready: str | None = None,
 ) -> dict[str, Any]:
     annotations = {}
     if ready is not None:
@@ -38,10 +39,16 @@ def node(
         meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     addresses = [{"type": "Hostname", "address": "10.0.0.99"}]
     addresses += [{"type": "InternalIP", "address": ip} for ip in internal_ips]
+    status: dict[str, Any] = {"addresses": addresses}
+    if node_ready is not None:
+        status["conditions"] = [
+            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+            {"type": "Ready", "status": node_ready, "reason": "NodeStatusUnknown"},
+        ]
     return {
         "metadata": meta,
         "spec": {"unschedulable": True} if unschedulable else {},
-        "status": {"addresses": addresses},
+        "status": status,
     }
 
 
@@ -69,6 +76,20 @@ def test_a_node_is_not_a_host_without_every_condition(
 ) -> None:
     a = admit(node(**kwargs))
     assert not a.is_host and a.refusal is refusal
+
+
+@pytest.mark.req("IN-110")
+@pytest.mark.parametrize(
+    ("condition", "host"), [("True", True), ("False", False), ("Unknown", False)]
+)
+def test_a_node_whose_own_ready_condition_is_not_true_is_not_a_host(
+    condition: str, host: bool
+) -> None:
+    # The agent's report still says ready: its Pod outlives a dead kubelet or runtime.
+    a = admit(node(node_ready=condition))
+    assert a.is_host is host
+    if not host:
+        assert a.refusal is Refusal.NODE_NOT_READY and condition in a.detail
 
 
 def test_a_cordoned_host_stays_a_host_and_is_marked_cordoned() -> None:
