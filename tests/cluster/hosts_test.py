@@ -11,16 +11,22 @@ as a consumer uses it:
 - `kubectl drain` of the second Host is held by its drain guard while claims on it are Bound;
   claims on the first Host stay Bound on their Leases; a new claim lands on the first Host
   only; once the second Host's claims are released the drain completes;
-- after `kubectl uncordon`, the second Host takes claims again.
+- after `kubectl uncordon`, the second Host takes claims again;
+- the second Host's kubelet and containerd killed: once its Node is not Ready, HostReady is
+  false with reason `NodeNotReady` on its claim (still Bound), the Holder's client reports it,
+  and the host registry gives battery only the first Host; both restarted, the Host is
+  published again and takes claims.
 
-The drain's time from release to done is printed for the closing note.
+The drain's time from release to done and the fault's times are printed for the closing note.
 """
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from cluster.drills import (
@@ -31,12 +37,14 @@ from cluster.drills import (
     make_demo,
     publish_host_and_place_pool,
     ready_pool,
+    wait_published,
 )
 
 from batteryop.api import names
-from batteryop.client import Claim, Client
+from batteryop.api.conditions import ClaimReason, HostReportReason
+from batteryop.client import Claim, Client, HostNotReadyError
 from batteryop.kube.config import KubeConfig
-from batteryop.testing.kubenode import install
+from batteryop.testing.kubenode import faults, install
 from batteryop.testing.kubenode.node import KubeNode, Member, kubectl_binary
 
 NODES = 2
@@ -164,12 +172,79 @@ def test_a_drain_holds_while_its_claims_are_bound_and_spares_the_other_host(
 @pytest.mark.req("TD-120", by="own-fake")
 def test_an_uncordoned_host_takes_claims_again(node: KubeNode, client: Client) -> None:
     second = node.members[1]
+    claim = claim_on(client, second, "after-uncordon")
+    assert second.address in host_address(claim).split()
+
+
+def claim_on(
+    client: Client,
+    member: Member,
+    prefix: str,
+    on_host_not_ready: Callable[[HostNotReadyError], None] | None = None,
+) -> Claim:
+    """Claims on the demo Pool until one lands on `member` (battery places by its own count);
+    that one."""
     for i in range(2 * SIZE):
-        claim = client.claim(POOL, HOLDER, name=f"after-{i}", timeout=180)
-        if claim.node_name == second.name:
-            assert second.address in host_address(claim).split()
-            return
-    pytest.fail(f"no claim of {2 * SIZE} landed on {second.name} after its uncordon")
+        claim = client.claim(
+            POOL, HOLDER, name=f"{prefix}-{i}", timeout=180, on_host_not_ready=on_host_not_ready
+        )
+        if claim.node_name == member.name:
+            return claim
+    pytest.fail(f"no claim of {2 * SIZE} landed on {member.name}")
+
+
+def wait_host_ready(node: KubeNode, claim: Claim, reason: str, timeout: int = 240) -> None:
+    """Until the claim's HostReady reason is `reason` (kubectl watches)."""
+    path = '{.status.conditions[?(@.type=="HostReady")].reason}'
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            DEMO_NAMESPACE,
+            f"microvmclaim/{claim.name}",
+            f"--for=jsonpath={path}={reason}",
+            f"--timeout={timeout}s",
+        ]
+    )
+
+
+@pytest.mark.req("TD-120", "CL-105", "IN-110", "CC-013", by="own-fake")
+def test_a_host_whose_kubelet_and_containerd_died_is_not_ready_until_they_are_back(
+    node: KubeNode, client: Client
+) -> None:
+    first, second = node.members
+    told: list[HostNotReadyError] = []
+    reported = threading.Event()
+
+    def host_not_ready(error: HostNotReadyError) -> None:
+        told.append(error)
+        reported.set()
+
+    held = claim_on(client, second, "runtime", on_host_not_ready=host_not_ready)
+    killed = time.monotonic()
+    faults.kill_runtime(node, second)
+    wait_host_ready(node, held, ClaimReason.NODE_NOT_READY)
+    not_ready = time.monotonic() - killed
+    # The Holder's client says so, with the reason.
+    assert reported.wait(120), "the client never reported the Host not ready"
+    assert told[0].reason == ClaimReason.NODE_NOT_READY
+    # battery is given only the Host that is still ready; the claim is still held.
+    asyncio.run(wait_published(node, {first.name: f"{first.address}:{names.FLINTLOCKD_PORT}"}))
+    unpublished = time.monotonic() - killed
+    assert claim_statuses(node, held.name)[held.name]["phase"] == "Bound"
+    faults.restart_runtime(node, second)
+    node.wait_node_ready(second)
+    wait_host_ready(node, held, HostReportReason.READY)
+    asyncio.run(
+        wait_published(node, {m.name: f"{m.address}:{names.FLINTLOCKD_PORT}" for m in node.members})
+    )
+    back = time.monotonic() - killed
+    assert second.address in host_address(claim_on(client, second, "revived")).split()
+    print(
+        f"\n{second.name}'s kubelet and containerd killed: HostReady false after "
+        f"{not_ready:.1f} s, out of battery's Hosts after {unpublished:.1f} s; restarted, "
+        f"published again {back:.1f} s after the kill"
+    )
 
 
 @pytest.mark.req("TD-113", by="own-fake")

@@ -28,7 +28,7 @@ import yaml
 
 from batteryop.testing import certmanager, fluxcli, gomodules
 from batteryop.testing.controlplane.gobuild import pinned_version
-from batteryop.testing.kubenode import images
+from batteryop.testing.kubenode import registry
 from batteryop.testing.kubenode.binaries import CERT_MANAGER, FLUX, FLUX_CONTROLLERS
 from batteryop.testing.kubenode.node import REGISTRY_FOR_PODS, KubeNode, NodeError
 
@@ -181,7 +181,7 @@ def install_cert_manager(node: KubeNode) -> str:
     """cert-manager's CRDs and its controllers, running; returns the controller's image."""
     binary = CERT_MANAGER.ensure()["cert-manager-controller"]
     tag = pinned_version(gomodules.find_pins(CERT_MANAGER_PINS), certmanager.MODULE)
-    image = images.push_binary(node, binary, CERT_MANAGER_IMAGE, tag, user=USER)
+    image = registry.push_binary(node, binary, CERT_MANAGER_IMAGE, tag, user=USER)
     for crd in certmanager.crd_files():
         node.kubectl(["apply", "--server-side", "-f", str(crd)])
     node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump_all(cert_manager_objects(image)))
@@ -264,7 +264,7 @@ def install_flux(node: KubeNode) -> Flux:
     built = FLUX.ensure()
     pins = gomodules.find_pins(FLUX_PINS)
     images = {
-        c: images.push_binary(
+        c: registry.push_binary(
             node, built[c], f"fluxcd/{c}", pinned_version(pins, f"github.com/fluxcd/{c}"), user=USER
         )
         for c in FLUX_CONTROLLERS

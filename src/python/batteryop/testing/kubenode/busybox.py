@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from batteryop.release import debs
 from batteryop.testing import guest_image
-from batteryop.testing.kubenode import images
+from batteryop.testing.kubenode import registry
 
 if TYPE_CHECKING:
     from batteryop.testing.kubenode.node import KubeNode
@@ -37,4 +37,4 @@ def busybox_binary() -> Path:
 def push_busybox(node: KubeNode) -> str:
     """The busybox image (`/busybox` its entry point, run as nobody) in the cluster's
     registry; returns its reference."""
-    return images.push_binary(node, busybox_binary(), REPOSITORY, "pinned", user="65534:65534")
+    return registry.push_binary(node, busybox_binary(), REPOSITORY, "pinned", user="65534:65534")

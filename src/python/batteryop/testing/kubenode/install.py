@@ -43,7 +43,7 @@ import batteryop  # pants: no-infer-dep (the package folder itself, see make_hos
 from batteryop.api import names
 from batteryop.release import main as release
 from batteryop.release import oci
-from batteryop.testing.kubenode import addons, images, parts
+from batteryop.testing.kubenode import addons, parts, registry
 from batteryop.testing.kubenode.node import REGISTRY, KubeNode, Member, NodeError
 from batteryop.testing.progress import Heartbeat
 
@@ -161,7 +161,7 @@ def mirror(node: KubeNode, layouts: Mapping[str, Path]) -> dict[str, Mirrored]:
         tags = oci.read_index(layout)["manifests"]
         assert isinstance(tags, list)
         tag = str(tags[0]["annotations"]["org.opencontainers.image.ref.name"])
-        images.push(node, layout, tag, repository)
+        registry.push(node, layout, tag, repository)
         source = POOLMGRD if repository == FAKE_BATTERY else release.image_repository(repository)
         out[repository] = Mirrored(
             source, f"{REGISTRY}/{repository}", tag, oci.index_digest(layout, tag)
@@ -404,7 +404,7 @@ FLUX_NAME: Final = "battery-operator"
 def push_artifact(node: KubeNode, source: FluxSource) -> str:
     """The Manifests artifact into the node's registry; returns Flux's revision for it
     (`<tag>@sha256:...`, what the OCIRepository and Kustomization report)."""
-    images.push(node, source.layout, source.tag, source.repository)
+    registry.push(node, source.layout, source.tag, source.repository)
     return f"{source.tag}@{oci.index_digest(source.layout, source.tag)}"
 
 

@@ -52,7 +52,7 @@ from typing import IO, Any
 
 from batteryop.testing.controlplane.gobuild import cache_root
 from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess
-from batteryop.testing.kubenode import binaries, images, kubeadm, parts
+from batteryop.testing.kubenode import binaries, kubeadm, parts, registry
 from batteryop.testing.kubenode.machine import (
     CGROUP_ROOT,
     GATEWAY,
@@ -236,7 +236,7 @@ class KubeNode:
         kube = parts.kubeconfigs(self, ca)
         parts.start_registry(self)
         repository, tag = PAUSE_IMAGE.split("/", 1)[1].split(":")
-        images.push_binary(self, self.bins.pause, repository, tag, user="65535:65535")
+        registry.push_binary(self, self.bins.pause, repository, tag, user="65535:65535")
         parts.start_control_plane_parts(self, kube, ca)
         token = kubeadm.prepare(self)
         beat.beat("control plane ready for kubeadm join", force=True)

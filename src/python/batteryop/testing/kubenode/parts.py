@@ -143,13 +143,13 @@ def start_containerd(node: KubeNode, member: Member) -> None:
     certs = folder / "certs.d"
     server = REGISTRY if member.index == 0 else REGISTRY_FOR_PODS
     for registry in (*MIRRORED_REGISTRIES, REGISTRY):
-        (certs / registry).mkdir(parents=True)
+        (certs / registry).mkdir(parents=True, exist_ok=True)
         (certs / registry / "hosts.toml").write_text(
             f'server = "http://{server}"\n\n[host."http://{server}"]\n'
             '  capabilities = ["pull", "resolve"]\n'
         )
     cni = folder / "net.d"
-    cni.mkdir(parents=True)
+    cni.mkdir(parents=True, exist_ok=True)
     (cni / "10-batteryop.conflist").write_text(json.dumps(_cni_config(member), indent=2))
     config = folder / "config.toml"
     image = tomllib.loads((find_definition() / CONTAINERD_CONFIG).read_text())
@@ -237,6 +237,9 @@ def start_control_plane_parts(
             "--controllers=*,bootstrapsigner,tokencleaner",
             f"--cluster-signing-cert-file={pki / 'ca.crt'}",
             f"--cluster-signing-key-file={signing}",
+            # A Node whose kubelet stopped renewing its Lease is Ready=Unknown after this
+            # (50 s by default; the kubelet renews every 10 s).
+            "--node-monitor-grace-period=30s",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
         ],
         in_node=False,

@@ -1,0 +1,31 @@
+"""A Host's own services dying and coming back, as a crash or an OOM kill ends them.
+
+`kill_runtime` SIGKILLs a Node's containerd and kubelet (their containers' shims, and so the
+Pods' processes, run on, as on a Host); `restart_runtime` starts both again as their units
+would (`Restart=always`), the kubelet on the credentials its TLS bootstrap left.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from batteryop.testing.kubenode import kubeadm, parts
+
+if TYPE_CHECKING:
+    from batteryop.testing.kubenode.node import KubeNode, Member
+
+RUNTIME: tuple[str, ...] = ("kubelet", "containerd")
+
+
+def kill_runtime(node: KubeNode, member: Member) -> None:
+    for part in RUNTIME:
+        proc = node.procs.pop(member.proc(part))
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(timeout=30)
+
+
+def restart_runtime(node: KubeNode, member: Member) -> None:
+    parts.start_containerd(node, member)
+    flags = member.state / "var-lib-kubelet" / "kubeadm-flags.env"
+    parts.start_kubelet(node, member, kubeadm.read_env(flags))
