@@ -1,7 +1,7 @@
 """The Helm chart: install.yaml's own objects as templates, with values for what users change.
 
-`files(...)` takes what `render.render` takes (and the chart's version) and returns the chart
-as `{path: text}`: `Chart.yaml`, `values.yaml`, `values.schema.json`, `templates/_helpers.tpl`
+`build(...)` takes what `render.render` takes (and the release's version) and returns the
+`Chart`, its files as `{path: text}`: `Chart.yaml`, `values.yaml`, `values.schema.json`, `templates/_helpers.tpl`
 and one `templates/<part>.yaml` per part of the install (`PARTS`). Nothing of the chart is
 written by hand (DP-112):
 
@@ -257,47 +257,12 @@ def _place(objects: list[Obj], slots: _Slots) -> None:
         "",
         _string(r"^([a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*)?$", "when set, every image's registry"),
     )
-    images: dict[str, str] = {}
+    placed: set[str] = set()
     for obj in objects:
         section = WORKLOADS.get((obj["kind"], obj["metadata"]["name"]))
-        if section is None:
-            continue
-        pod = _pod(obj)
-        if section in SINGLE:
-            why = SINGLE[section]
-            obj["spec"]["replicas"] = slots.add(
-                (section, "replicas"), obj["spec"]["replicas"], replicas_schema(why), "scalar"
-            )
-        required_labels = pod["nodeSelector"] if section == "execAgent" else None
-        pod["nodeSelector"] = slots.add(
-            (section, "nodeSelector"),
-            pod["nodeSelector"],
-            node_selector_schema(required_labels),
-            "block",
-        )
-        tolerations = pod.get("tolerations", [])
-        pod["tolerations"] = slots.add(
-            (section, "tolerations"),
-            tolerations,
-            tolerations_schema(tolerations if section == "execAgent" else None),
-            "optional",
-        )
-        for container in pod["containers"]:
-            key = IMAGE_KEYS[container["name"]]
-            images[key] = container["image"]
-            # One container: `<section>.resources`; the operator Pod's three: by container.
-            several = len(pod["containers"]) > 1
-            path = (section, "resources", key) if several else (section, "resources")
-            container["resources"] = slots.add(
-                path,
-                container["resources"],
-                resources_schema(),
-                "block",
-            )
-            container["image"] = slots.add(
-                ("images", key), split_image(container["image"]), image_schema(), "image"
-            )
-    missing = sorted(set(IMAGE_KEYS.values()) - set(images))
+        if section is not None:
+            placed |= _place_workload(obj, section, slots)
+    missing = sorted(set(IMAGE_KEYS.values()) - placed)
     if missing:
         raise ValueError(f"install.yaml has no container for {missing}")
     for obj in objects:
@@ -318,6 +283,47 @@ def _place(objects: list[Obj], slots: _Slots) -> None:
         False,
         _boolean("install the sample Pool (api.samples) in the release's namespace"),
     )
+
+
+def _place_workload(obj: Obj, section: str, slots: _Slots) -> set[str]:
+    """A Deployment's or DaemonSet's slots; returns the image keys of its containers."""
+    pod = _pod(obj)
+    if section in SINGLE:
+        obj["spec"]["replicas"] = slots.add(
+            (section, "replicas"),
+            obj["spec"]["replicas"],
+            replicas_schema(SINGLE[section]),
+            "scalar",
+        )
+    # EA-004: the Exec Agent's Host label and taint are required of any value given.
+    host_only = section == "execAgent"
+    selector, tolerations = pod["nodeSelector"], pod.get("tolerations", [])
+    pod["nodeSelector"] = slots.add(
+        (section, "nodeSelector"),
+        selector,
+        node_selector_schema(selector if host_only else None),
+        "block",
+    )
+    pod["tolerations"] = slots.add(
+        (section, "tolerations"),
+        tolerations,
+        tolerations_schema(tolerations if host_only else None),
+        "optional",
+    )
+    keys = set()
+    several = len(pod["containers"]) > 1
+    for container in pod["containers"]:
+        key = IMAGE_KEYS[container["name"]]
+        keys.add(key)
+        # One container: `<section>.resources`; the operator Pod's three: by container.
+        path = (section, "resources", key) if several else (section, "resources")
+        container["resources"] = slots.add(
+            path, container["resources"], resources_schema(), "block"
+        )
+        container["image"] = slots.add(
+            ("images", key), split_image(container["image"]), image_schema(), "image"
+        )
+    return keys
 
 
 # --- Writing the templates ----------------------------------------------------------------------

@@ -31,10 +31,14 @@ The Operator Pod (DP-001..DP-006, reference layout of §1.5):
   the Hosts' serving CA from a projected volume (DP-005). It has no probes: it listens on
   loopback, where the kubelet cannot reach it; the operator's readiness reports it instead.
 
+The Namespace, both CRDs and battery's PersistentVolumeClaim carry `helm.sh/resource-policy:
+keep` (`KEPT`): uninstalling the Helm chart made of these objects (`chart`) leaves them and so
+every Pool, claim and battery's database (DP-113); kubectl and Flux ignore it.
+
 battery's config holds the placeholder Host `_no-hosts` until the host registry writes the
 real Host set: poolmgrd v0.4.0 refuses an empty `hosts` list.
 
-Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`);
+Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012, DP-113; DP-020, DP-021 (`rbac`);
 CT-021, CT-023, CT-106 (`cert_manager`).
 """
 
