@@ -42,6 +42,7 @@ EXTERNAL = {
     "pip": "Python's installer",
     "skopeo": "Debian's skopeo (copies and inspects images)",
     "flux": "Flux's CLI",
+    "helm": "Helm's CLI",
     "sha256sum": "coreutils",
 }
 """Commands that are not ours, and what they are: only their presence is allowed."""
