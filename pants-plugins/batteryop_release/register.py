@@ -9,8 +9,9 @@
 - the client distribution (`src:battery-operator-client`) gets its version from git: the
   release tool's `version` (a tag's version, or a development version after it).
 - `release_manifests(images=[...])`: `dist/release/install.yaml` with every image pinned by
-  tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`) and
-  `dist/release/digests.txt`.
+  tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`), the Helm
+  chart of the same images (`dist/release/battery-operator-<version>.tgz`, and as an OCI chart
+  in `dist/release/chart/`, DP-115) and `dist/release/digests.txt`.
 
 The version comes from git (`release-tool version`, run once per Pants session, never cached
 across sessions); the image builds are cached by Pants like any process, keyed on the PEX
@@ -297,7 +298,10 @@ async def package_release_manifests(
         ),
     )
     summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
-    lines = [f"manifests:{summary['tag']}@{summary['manifests']}"]
+    lines = [
+        f"manifests:{summary['tag']}@{summary['manifests']}",
+        f"chart:{summary['chart']} (battery-operator-<version>.tgz and chart/)",
+    ]
     if summary["unpinned"]:
         lines.append(f"not built, named by tag only: {', '.join(summary['unpinned'])}")
     return BuiltPackage(result.output_digest, (BuiltPackageArtifact(out, tuple(lines)),))

@@ -56,6 +56,7 @@ EXTERNAL = {
     "skopeo": "Debian's skopeo (copies and inspects images)",
     "flux": "Flux's CLI",
     "cmctl": "cert-manager's CLI",
+    "helm": "Helm's CLI",
     "sha256sum": "coreutils",
     "tail": "coreutils",
     "diff": "diffutils",

@@ -24,6 +24,7 @@ STALE = [
     ("no Flux controller has", "tests/cluster/flux_test.py installs and upgrades through Flux"),
     ("written by the test harness", "cert-manager issues install.yaml's Certificates (TD-116)"),
     ("Secrets are written by the harness", "cert-manager issues them on the real node (TD-116)"),
+    ("there is no Helm chart", "batteryop.manifests.chart generates one (docs/install.md)"),
 ]
 
 # The pages whose named paths are checked: what a newcomer reads first.

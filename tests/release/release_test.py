@@ -12,7 +12,9 @@ this test): images, install.yaml pinned by digest, the Manifests artifact.
   the Manifests artifact back from that registry, and refuses a plain image and a layer that is
   not a gzipped tarball; Flux's whole CLI does too when BATTERYOP_FLUX_CLI asks for it;
 - install.yaml pins each image of ours by tag and digest (DP-032) and the test control plane
-  accepts it.
+  accepts it;
+- the Helm chart of the same images renders install.yaml with the pinned Helm, from its archive
+  and, pushed as an OCI chart to the registry, from there (DP-115).
 
 Where buildah is missing the images are not built and these tests skip, saying so.
 """
@@ -46,10 +48,10 @@ from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names
 from batteryop.manifests import render
+from batteryop.release import chart, images, main, oci
 from batteryop.release import flux as artifact
-from batteryop.release import images, main, oci
 from batteryop.release.version import Version
-from batteryop.testing import certmanager, fluxcli, fluxoci
+from batteryop.testing import certmanager, fluxcli, fluxoci, helmcli
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 from batteryop.testing.fake_battery import FakeBattery
 from batteryop.testing.kubenode.node import registry_config
@@ -592,3 +594,54 @@ def test_flux_pull_artifact_accepts_the_manifests_artifact(
     assert (out / artifact.FILE_NAME).read_bytes() == (
         RELEASE_DIR / artifact.FILE_NAME
     ).read_bytes()
+
+
+# --- the Helm chart (DP-115) -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    started = time.monotonic()
+    binary = helmcli.helm_binary()
+    print(f"\nhelm ready in {time.monotonic() - started:.0f} s: {binary}")
+    return binary
+
+
+def canonical(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(o, sort_keys=True) for o in objects)
+
+
+def helm_objects(helm: Path, *args: str) -> list[dict[str, Any]]:
+    proc = helmcli.run(helm, "template", "battery-operator", *args)
+    assert proc.returncode == 0, proc.stderr
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
+@pytest.mark.req("DP-115")
+def test_the_release_chart_renders_the_release_install_yaml(
+    layouts: dict[str, Path], helm: Path, install_objects: list[dict[str, Any]]
+) -> None:
+    (archive,) = RELEASE_DIR.glob("battery-operator-*.tgz")
+    print(f"\n{archive.name}: {archive.stat().st_size} bytes")
+    assert canonical(helm_objects(helm, str(archive))) == canonical(install_objects)
+    assert "@sha256:" in containers(helm_objects(helm, str(archive)))[render.OPERATOR_CONTAINER]
+
+
+@pytest.mark.req("DP-104", "DP-115")
+def test_helm_renders_the_oci_chart_from_a_real_registry(
+    layouts: dict[str, Path],
+    registry: str,
+    helm: Path,
+    install_objects: list[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    layout = RELEASE_DIR / main.CHART_NAME
+    index = json.loads((layout / "index.json").read_text())
+    version = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+    repository = f"{registry}/{chart.REPOSITORY}"
+    served, pulled = push_and_pull(layout, version, f"{repository}:{version}", tmp_path / "back")
+    assert served == oci.index_digest(layout, version) == pulled
+    listed = (RELEASE_DIR / "digests.txt").read_text().splitlines()
+    assert f"{main.image_repository(chart.REPOSITORY)}:{version}@{served}" in listed
+    got = helm_objects(helm, f"oci://{repository}", "--version", version, "--plain-http")
+    assert canonical(got) == canonical(install_objects)

@@ -4,6 +4,8 @@
   and the entry point that writes the file (`main()`, also `python -m batteryop.manifests`).
 - `rbac`: the Operator's least-privilege ClusterRole and Role, and the claim editor and
   viewer roles users get by aggregation into `edit` and `view` (DP-020, DP-021).
+- `chart`: the Helm chart, generated from `render()`'s objects with values where users change
+  them; its `values.yaml` and `values.schema.json` come from the same slots (DP-112..DP-114).
 - `install.snapshot.yaml`: install.yaml rendered with `render.SNAPSHOT_OPERATOR_IMAGE`; a test
   keeps it equal to `render()`, so every change to the Manifests shows in review.
 

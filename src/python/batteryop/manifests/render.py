@@ -31,10 +31,14 @@ The Operator Pod (DP-001..DP-006, reference layout of §1.5):
   the Hosts' serving CA from a projected volume (DP-005). It has no probes: it listens on
   loopback, where the kubelet cannot reach it; the operator's readiness reports it instead.
 
+The Namespace, both CRDs and battery's PersistentVolumeClaim carry `helm.sh/resource-policy:
+keep` (`KEPT`): uninstalling the Helm chart made of these objects (`chart`) leaves them and so
+every Pool, claim and battery's database (DP-113); kubectl and Flux ignore it.
+
 battery's config holds the placeholder Host `_no-hosts` until the host registry writes the
 real Host set: poolmgrd v0.4.0 refuses an empty `hosts` list.
 
-Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012; DP-020, DP-021 (`rbac`);
+Requirements: DP-001, DP-002, DP-003, DP-004, DP-005, DP-006, DP-012, DP-113; DP-020, DP-021 (`rbac`);
 CT-021, CT-023, CT-106 (`cert_manager`).
 """
 
@@ -76,6 +80,11 @@ COMMON_LABELS: Final[Mapping[str, str]] = {NAME_LABEL: APP_NAME, PART_OF_LABEL: 
 """The labels every object of install.yaml carries."""
 COMPONENT_OPERATOR: Final = "operator"
 """COMPONENT_LABEL value of the Operator Deployment, its Pod and its RBAC."""
+HELM_RESOURCE_POLICY: Final = "helm.sh/resource-policy"
+"""Helm's annotation; `keep` leaves the object in place when the chart is uninstalled (DP-113)."""
+KEPT: Final[Mapping[str, str]] = {HELM_RESOURCE_POLICY: "keep"}
+"""On the objects whose loss loses state: the Namespace, both CRDs (deleting one deletes every
+Pool or claim) and battery's database volume. kubectl and Flux ignore the annotation."""
 
 OPERATOR_CONTAINER: Final = "operator"
 HOST_REGISTRY_CONTAINER: Final = "host-registry"
@@ -200,7 +209,9 @@ def battery_config_text() -> str:
 
 
 def namespace_object(namespace: str) -> Obj:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace, None)}
+    meta = _meta(namespace, None)
+    meta["annotations"] = dict(KEPT)  # DP-113
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def crd_objects() -> list[Obj]:
@@ -209,6 +220,7 @@ def crd_objects() -> list[Obj]:
     for crd in crds.all_crds():
         meta = crd.setdefault("metadata", {})
         meta["labels"] = {**meta.get("labels", {}), **labels()}
+        meta["annotations"] = {**meta.get("annotations", {}), **KEPT}  # DP-113
         out.append(crd)
     return out
 
@@ -225,10 +237,12 @@ def config_map_object(namespace: str) -> Obj:
 
 def pvc_object(namespace: str) -> Obj:
     """battery's SQLite database (DP-003): one Pod writes it, so ReadWriteOnce."""
+    meta = _meta(names.BATTERY_DATA_PVC, namespace, names.COMPONENT_BATTERY)
+    meta["annotations"] = dict(KEPT)  # DP-113: uninstalling the chart keeps the database
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _meta(names.BATTERY_DATA_PVC, namespace, names.COMPONENT_BATTERY),
+        "metadata": meta,
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": BATTERY_DATA_SIZE}},
@@ -528,7 +542,12 @@ HEADER: Final = (
 
 def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
     """The objects as one multi-document YAML stream, in order, each document opened by ---."""
-    body = yaml.dump_all(
+    return HEADER + documents(objects)
+
+
+def documents(objects: Sequence[Mapping[str, Any]]) -> str:
+    """`to_yaml` without its header line (the chart's templates are written the same way)."""
+    return yaml.dump_all(
         [dict(o) for o in objects],
         Dumper=_Dumper,
         explicit_start=True,
@@ -537,7 +556,6 @@ def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
         width=100,
         allow_unicode=True,
     )
-    return HEADER + body
 
 
 def snapshot_text() -> str:

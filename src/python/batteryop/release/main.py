@@ -6,8 +6,9 @@
     release-tool manifests --image battery-operator=<layout> ... --version-json '<json>' \\
         --out dist/release
 
-`manifests` renders install.yaml with each image of ours pinned by tag and digest (DP-032)
-and writes the Manifests artifact (DP-030..DP-034) as an OCI layout. Every command prints
+`manifests` renders install.yaml with each image of ours pinned by tag and digest (DP-032),
+writes the Manifests artifact (DP-030..DP-034) as an OCI layout, and the Helm chart of the same
+images as a chart archive and an OCI chart artifact (DP-115). Every command prints
 one JSON line on success; on failure one line naming the cause, exit status 1.
 """
 
@@ -21,8 +22,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
+from batteryop.manifests import chart as charts
 from batteryop.manifests import render
-from batteryop.release import debs, flux, images, oci
+from batteryop.release import chart, debs, flux, images, oci
 from batteryop.release.version import Version, VersionError, from_git
 
 REGISTRY: Final = "ghcr.io/phoban01/battery-operator"
@@ -36,6 +38,8 @@ INSTALL_YAML_IMAGES: Final = {
 }
 """Image name → the `render()` argument that places it in install.yaml."""
 MANIFESTS_NAME: Final = "manifests"
+CHART_NAME: Final = "chart"
+"""The OCI chart artifact's layout folder in the release output (DP-115)."""
 
 
 def image_repository(name: str, registry: str = REGISTRY) -> str:
@@ -78,10 +82,10 @@ def cmd_image(args: argparse.Namespace) -> dict[str, object]:
     return {"name": args.name, "tag": version.image_tag, "digest": digest, "sizes": sizes}
 
 
-def render_install_yaml(
+def install_images(
     digests: dict[str, str], tag: str, registry: str = REGISTRY
-) -> tuple[str, list[str]]:
-    """install.yaml with every built image pinned; returns it and the images left unpinned."""
+) -> tuple[dict[str, str], list[str]]:
+    """The `render()` image arguments, every built image pinned; and the images left unpinned."""
     kwargs: dict[str, str] = {}
     unpinned = []
     for name, argument in INSTALL_YAML_IMAGES.items():
@@ -92,7 +96,34 @@ def render_install_yaml(
             unpinned.append(name)
     if OPERATOR in unpinned:
         raise ValueError(f"the {OPERATOR} image was not built: install.yaml needs its digest")
+    return kwargs, unpinned
+
+
+def render_install_yaml(
+    digests: dict[str, str], tag: str, registry: str = REGISTRY
+) -> tuple[str, list[str]]:
+    """install.yaml with every built image pinned; returns it and the images left unpinned."""
+    kwargs, unpinned = install_images(digests, tag, registry)
     return render.to_yaml(render.render(**kwargs)), unpinned
+
+
+def write_chart(
+    out: Path, digests: dict[str, str], version: Version, registry: str = REGISTRY
+) -> tuple[str, str]:
+    """The Helm chart of the same images as install.yaml (DP-115): its archive in `out` and its
+    OCI chart artifact in `out/chart`; returns the chart's version and the artifact's digest."""
+    kwargs, _ = install_images(digests, version.image_tag, registry)
+    built = charts.build(app_version=version.image_tag, source=images.SOURCE_URL, **kwargs)
+    data = chart.archive(built, version.created)
+    (out / chart.archive_name(built.version)).write_bytes(data)
+    digest = chart.write_layout(
+        out / CHART_NAME,
+        built,
+        data,
+        revision=f"{version.image_tag}@sha1:{version.revision}",
+        created=images.created_rfc3339(version.created),
+    )
+    return built.version, digest
 
 
 def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
@@ -117,11 +148,16 @@ def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
     lines.append(
         f"{image_repository(MANIFESTS_NAME, args.registry)}:{version.image_tag}@{artifact}"
     )
+    chart_version, chart_digest = write_chart(args.out, digests, version, args.registry)
+    lines.append(
+        f"{image_repository(chart.REPOSITORY, args.registry)}:{chart_version}@{chart_digest}"
+    )
     (args.out / "digests.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return {
         "tag": version.image_tag,
         "images": digests,
         "manifests": artifact,
+        "chart": f"{chart_version}@{chart_digest}",
         "unpinned": unpinned,
     }
 

@@ -12,7 +12,7 @@ Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.
   kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods.
 
 `python -m batteryop.testing.kubenode.binaries` builds every one of them (and the control
-plane, the guest image, the Flux CLI and Flux's OCI command; `prebuilds`) ahead of the tests:
+plane, the guest image, the Flux CLI, Flux's OCI command and Helm; `prebuilds`) ahead of the tests:
 `.ci/run` starts it in the background on a cold machine, so the builds overlap lint and the
 unit tests instead of running inside the tests that need them, one after the other. A test
 wanting one of them meanwhile waits on its lock.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing import fluxcli, fluxoci, guest_image
+from batteryop.testing import fluxcli, fluxoci, guest_image, helmcli
 from batteryop.testing.controlplane.gobuild import (
     CONTROL_PLANE,
     NODE,
@@ -149,7 +149,7 @@ def prebuilds() -> list[tuple[str, Callable[[], object]]]:
     """What `main` builds, by name, in the order the tests first need them: the control plane
     (most integration tests), the guest image (the QEMU backend's tests, early among the unit
     tests), the node's sets, then the Flux CLI and Flux's OCI library's command (the release
-    and Flux tests)."""
+    and Flux tests) and Helm (the chart's tests)."""
     first, *rest = EVERY_SET
     return [
         (first.cache_name, first.ensure),
@@ -157,6 +157,7 @@ def prebuilds() -> list[tuple[str, Callable[[], object]]]:
         *((toolset.cache_name, toolset.ensure) for toolset in rest),
         ("flux-cli", fluxcli.flux_binary),
         ("fluxoci", fluxoci.fluxoci_binary),
+        ("helm", helmcli.helm_binary),
     ]
 
 
