@@ -24,7 +24,7 @@ from typing import Any
 
 from batteryop.api import names
 from batteryop.api.clock import SYSTEM_CLOCK
-from batteryop.api.conditions import ConditionStatus, PoolConditionType
+from batteryop.api.conditions import ConditionStatus, PoolConditionType, node_readiness
 from batteryop.battery import BatteryAPI, EventStream
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
@@ -173,15 +173,18 @@ class Operator:
         return float(sum(1 for pool in self.pools.cache if _exhausted(pool)))
 
     def hosts_not_ready(self) -> float:
-        """Host Nodes whose Exec Agent report is missing or not ready, read as the claims'
-        HostReady reads it (CL-053; read at each scrape)."""
+        """Host Nodes whose Exec Agent report is missing or not ready, or whose own Ready
+        condition is not True, read as the claims' HostReady reads them (CL-053, CL-105; read
+        at each scrape)."""
         count = 0
         for node in self.nodes:
             meta = node.get("metadata") or {}
             if (meta.get("labels") or {}).get(names.HOST_LABEL) != names.HOST_LABEL_VALUE:
                 continue
             annotations = {k: v for k, v in node_annotations(node).items() if isinstance(v, str)}
-            ready, _, _ = host_report(str(meta.get("name", "")), True, annotations)
+            ready, _, _ = host_report(
+                str(meta.get("name", "")), True, annotations, node_readiness(node)
+            )
             count += not ready
         return float(count)
 

@@ -151,7 +151,7 @@ def host(name: str, rv: str, ready: str | None) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.req("DP-108")
+@pytest.mark.req("DP-108", "CL-105")
 async def test_the_alerting_gauges_read_the_caches_at_each_scrape() -> None:
     """What the alerts of `manifests/alerts.py` read: Pools exhausted, Hosts not ready, and
     how long the oldest claim has waited to be Bound."""
@@ -179,6 +179,11 @@ async def test_the_alerting_gauges_read_the_caches_at_each_scrape() -> None:
         assert value("hosts_not_ready") == 2
         operator.inputs.on_node("MODIFIED", host("h2", "5", "true"))
         assert value("hosts_not_ready") == 1
+        # CL-105: a ready report on a Node that is not Ready itself does not count as ready.
+        down = host("h1", "6", "true")
+        down["status"] = {"conditions": [{"type": "Ready", "status": "Unknown"}]}
+        operator.inputs.on_node("MODIFIED", down)
+        assert value("hosts_not_ready") == 2
 
         # The age itself is claim_metrics_test's (an injected clock); here, that it is wired.
         operator.claim_metrics.clock = clock = FakeClock()

@@ -104,7 +104,8 @@ HOSTS_NOT_READY = MetricDef(
     NAMESPACE,
     "hosts_not_ready",
     Kind.GAUGE,
-    "Host Nodes (labelled as Hosts) whose Exec Agent report is missing or not ready.",
+    "Host Nodes (labelled as Hosts) whose Exec Agent report is missing or not ready, or whose "
+    "own Ready condition is not True.",
 )
 CACHE_ENTRIES = MetricDef(
     NAMESPACE,
