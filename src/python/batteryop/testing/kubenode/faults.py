@@ -11,6 +11,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from batteryop.testing.kubenode import kubeadm, parts
+from batteryop.testing.kubenode.node import NodeError
 
 if TYPE_CHECKING:
     from batteryop.testing.kubenode.node import KubeNode, Member
@@ -25,7 +26,18 @@ def kill_runtime(node: KubeNode, member: Member) -> None:
         proc.popen.wait(timeout=30)
 
 
-def restart_runtime(node: KubeNode, member: Member) -> None:
+def restart_runtime(node: KubeNode, member: Member, attempts: int = 5) -> None:
+    """containerd, then the kubelet, until the Node is Ready again. The kubelet exits when
+    containerd's CRI is not serving yet (it is still recovering its state); its unit's
+    `Restart=always` starts it again, and so does this."""
     parts.start_containerd(node, member)
     flags = member.state / "var-lib-kubelet" / "kubeadm-flags.env"
-    parts.start_kubelet(node, member, kubeadm.read_env(flags))
+    for _ in range(attempts):
+        parts.start_kubelet(node, member, kubeadm.read_env(flags))
+        try:
+            node.wait_node_ready(member)
+            return
+        except NodeError:
+            if node.procs[member.proc("kubelet")].popen.poll() is None:
+                raise  # running but not Ready in time: not a start that failed
+    raise NodeError(f"the kubelet on {member.name} exited at each of {attempts} starts")
