@@ -23,9 +23,14 @@ def node(request: pytest.FixtureRequest) -> Iterator[KubeNode]:
     started = time.monotonic()
     with KubeNode.start(nodes=getattr(request.module, "NODES", 1)) as running:
         print(
-            f"\nreal node ({len(running.members)} Nodes): binaries ready in {running.timings['build']:.1f} s, "
-            f"cluster up in {running.timings['start']:.1f} s "
-            f"(total {time.monotonic() - started:.1f} s)"
+            f"\nreal node ({len(running.members)} Nodes): binaries ready in "
+            f"{running.timings['build']:.1f} s, another run's lock held it "
+            f"{running.timings['lock']:.1f} s, cluster up in {running.timings['start']:.1f} s "
+            f"(total {time.monotonic() - started:.1f} s; "
+            + ", ".join(
+                f"{k} {v:.1f} s" for k, v in running.timings.items() if k.startswith("join")
+            )
+            + ")"
         )
         yield running
     # __exit__ raised if the machine was not put back (TD-113)

@@ -170,6 +170,7 @@ class KubeNode:
         except BlockingIOError:
             log.warning("Another real-node run holds %s; waiting for it to end", lock_path)
             fcntl.flock(lock, fcntl.LOCK_EX)
+        locked = time.monotonic()
         left = Machine.recover(cache_root() / "kubenode-machine.json")
         if left:
             log.warning("a killed node run left changes that could not be undone: %s", left)
@@ -212,6 +213,7 @@ class KubeNode:
             )
             node = cls(state, cp, machine, members, bins, lock)
             node.timings["build"] = built - started
+            node.timings["lock"] = locked - built
             node._log_dir = log_dir or state / "logs"
             node._log_dir.mkdir(parents=True, exist_ok=True)
             node._boot(ca)
@@ -225,7 +227,7 @@ class KubeNode:
             shutil.rmtree(state, ignore_errors=True)
             lock.close()
             raise
-        node.timings["start"] = time.monotonic() - built
+        node.timings["start"] = time.monotonic() - locked
         return node
 
     _log_dir: Path = Path()
