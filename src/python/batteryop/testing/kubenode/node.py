@@ -162,14 +162,7 @@ class KubeNode:
         started = time.monotonic()
         bins = binaries.ensure()
         built = time.monotonic()
-        lock_path = cache_root() / "kubenode.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(lock_path, "w")  # noqa: SIM115 - held for the node's life
-        try:  # one cluster per machine: fixed names and addresses
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("Another real-node run holds %s; waiting for it to end", lock_path)
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = _machine_lock()
         locked = time.monotonic()
         left = Machine.recover(cache_root() / "kubenode-machine.json")
         if left:
@@ -431,6 +424,20 @@ class KubeNode:
             == 2,
             procs=["kube-controller-manager"],
         )
+
+
+def _machine_lock() -> IO[str]:
+    """The machine-wide lock, held for the cluster's life: one cluster per machine, its names
+    and addresses being fixed. Waits for another run's, saying so."""
+    lock_path = cache_root() / "kubenode.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(lock_path, "w")  # noqa: SIM115 - held for the cluster's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.warning("Another real-node run holds %s; waiting for it to end", lock_path)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def _member(state: Path, index: int, nodes: int) -> Member:
