@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -22,7 +23,7 @@ from batteryop.kube.resources import CLAIMS, CONFIGMAPS
 from batteryop.manifests import render
 from batteryop.testing.host_registry_env import published, until_listed
 from batteryop.testing.kubenode import install
-from batteryop.testing.kubenode.node import KubeNode
+from batteryop.testing.kubenode.node import KubeNode, kubectl_binary
 
 DEMO_NAMESPACE = "demo"
 HOLDER = "sandbox"
@@ -192,6 +193,45 @@ def battery_leases(node: KubeNode) -> dict[str, str]:
     db = node.state / "volumes" / install.BATTERY_VOLUME / "poolmgr.db"
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         return dict(conn.execute("SELECT lease_id, vm_uid FROM leases").fetchall())
+
+
+def start_drain(node: KubeNode, node_name: str, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """`kubectl drain` of `node_name` (its agent's drain guard Ready first), read until the
+    guard's disruption budget holds it; the running drain and the line that said so."""
+    node.kubectl(
+        [
+            "wait",
+            "-n",
+            install.NAMESPACE,
+            "pod",
+            "-l",
+            f"{names.DRAIN_GUARD_LABEL}={node_name}",
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ]
+    )
+    drain = subprocess.Popen(
+        [
+            kubectl_binary(),
+            f"--kubeconfig={node.cp.admin_kubeconfig}",
+            "drain",
+            node_name,
+            *flags,
+            "--timeout=300s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert drain.stdout is not None
+    said = []
+    for line in drain.stdout:
+        said.append(line)
+        if "disruption budget" in line:
+            assert drain.poll() is None, "the drain ended while claims were Bound"
+            return drain, line.strip()
+    drain.wait()
+    raise AssertionError("the drain finished without being held:\n" + "".join(said))
 
 
 def wait_restarted(node: KubeNode, pod: str, container: str, restarts: int) -> None:

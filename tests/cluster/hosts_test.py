@@ -23,7 +23,6 @@ The drain's time from release to done and the fault's times are printed for the 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from cluster.drills import (
     make_demo,
     publish_host_and_place_pool,
     ready_pool,
+    start_drain,
     wait_published,
 )
 
@@ -45,7 +45,7 @@ from batteryop.api.conditions import ClaimReason, HostReportReason
 from batteryop.client import Claim, Client, HostNotReadyError
 from batteryop.kube.config import KubeConfig
 from batteryop.testing.kubenode import faults, install
-from batteryop.testing.kubenode.node import KubeNode, Member, kubectl_binary
+from batteryop.testing.kubenode.node import KubeNode, Member
 
 NODES = 2
 """conftest's `node` fixture starts this many Nodes for this module."""
@@ -98,23 +98,6 @@ def test_a_pool_spans_both_hosts_and_each_hosts_agent_runs_its_claims(
         assert member.address in host_address(claim).split()
 
 
-def drain(node: KubeNode, member: Member) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            kubectl_binary(),
-            f"--kubeconfig={node.cp.admin_kubeconfig}",
-            "drain",
-            member.name,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=300s",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 @pytest.mark.req("TD-120", "EA-040", "EA-041", by="own-fake")
 def test_a_drain_holds_while_its_claims_are_bound_and_spares_the_other_host(
     node: KubeNode, client: Client, spread: dict[str, list[Claim]]
@@ -122,29 +105,8 @@ def test_a_drain_holds_while_its_claims_are_bound_and_spares_the_other_host(
     first, second = node.members
     before = claim_statuses(node, "spread-")
     # The second Host's agent keeps its drain guard while claims there are Bound.
-    node.kubectl(
-        [
-            "wait",
-            "-n",
-            install.NAMESPACE,
-            "pod",
-            "-l",
-            f"{names.DRAIN_GUARD_LABEL}={second.name}",
-            "--for=condition=Ready",
-            "--timeout=120s",
-        ]
-    )
-    draining = drain(node, second)
+    draining, held = start_drain(node, second.name, "--ignore-daemonsets", "--delete-emptydir-data")
     try:
-        assert draining.stdout is not None
-        held, said = "", []
-        for line in draining.stdout:
-            said.append(line)
-            if "disruption budget" in line:
-                held = line.strip()
-                break
-        assert held, "the drain finished without being held:\n" + "".join(said)
-        assert draining.poll() is None, "the drain ended while claims were Bound"
         # A claim made now lands on the Host that is not cordoned.
         late = client.claim(POOL, HOLDER, name="during-drain", timeout=180)
         assert late.node_name == first.name

@@ -45,6 +45,7 @@ from cluster.drills import (
     pods,
     publish_host_and_place_pool,
     ready_pool,
+    start_drain,
     wait_restarted,
 )
 from cryptography import x509
@@ -53,7 +54,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from batteryop.api import names, samples
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
 from batteryop.testing.kubenode import install
-from batteryop.testing.kubenode.node import NODE_NAME, KubeNode, kubectl_binary
+from batteryop.testing.kubenode.node import NODE_NAME, KubeNode
 
 POOL = "demo"
 ROUNDS = 20
@@ -270,43 +271,11 @@ def test_a_drain_of_the_host_waits_until_its_claims_are_released(
     # Bound claims from the tests above are on the Host; the agent's guard Pod runs.
     assert any(s.get("phase") == "Bound" for s in claim_statuses(node, "").values())
     selector = f"{names.DRAIN_GUARD_LABEL}={NODE_NAME}"
-    node.kubectl(
-        [
-            "wait",
-            "-n",
-            install.NAMESPACE,
-            "pod",
-            "-l",
-            selector,
-            "--for=condition=Ready",
-            "--timeout=120s",
-        ]
-    )
     # One node: a full drain would also evict the operator, which must stay to release the
     # claims; the drain is of the guard (the Pod that stands for the claims), as the
     # requirement pages describe the hold.
-    drain = subprocess.Popen(
-        [
-            kubectl_binary(),
-            f"--kubeconfig={node.cp.admin_kubeconfig}",
-            "drain",
-            NODE_NAME,
-            f"--pod-selector={selector}",
-            "--timeout=300s",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    drain, held = start_drain(node, NODE_NAME, f"--pod-selector={selector}")
     try:
-        assert drain.stdout is not None
-        held = ""
-        for line in drain.stdout:
-            if "disruption budget" in line:
-                held = line.strip()
-                break
-        assert held, "the drain finished without being held"
-        assert drain.poll() is None, "the drain ended while claims were Bound"
         started = time.monotonic()
         node.kubectl(["delete", "microvmclaims", "--all", "-n", DEMO_NAMESPACE, "--wait=false"])
         rest, _ = drain.communicate(timeout=300)
