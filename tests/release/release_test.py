@@ -559,9 +559,9 @@ def flux_cli() -> Path:
     Not built by default: its cold Go build took far more than the release tests' CI budget
     on the shared 2-core machine (see docs/releasing.md).
     """
-    choice = os.environ.get("BATTERYOP_FLUX_CLI", "")
+    choice = os.environ.get(fluxcli.CHOICE, "")
     if not choice:
-        pytest.skip("BATTERYOP_FLUX_CLI is unset: set it to a flux binary, or to `build`")
+        pytest.skip(f"{fluxcli.CHOICE} is unset: set it to a flux binary, or to `build`")
     if choice != "build":
         return Path(choice)
     started = time.monotonic()
@@ -601,10 +601,7 @@ def test_flux_pull_artifact_accepts_the_manifests_artifact(
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    started = time.monotonic()
-    binary = helmcli.helm_binary()
-    print(f"\nhelm ready in {time.monotonic() - started:.0f} s: {binary}")
-    return binary
+    return helmcli.ready_helm()
 
 
 def canonical(objects: list[dict[str, Any]]) -> list[str]:

@@ -10,7 +10,6 @@ removes everything but the Namespace, the CRDs and battery's volume.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,7 @@ SOURCE = "https://example.invalid/battery-operator"
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    started = time.monotonic()
-    binary = helmcli.helm_binary()
-    print(f"\nhelm ready in {time.monotonic() - started:.0f} s: {binary}")
-    return binary
+    return helmcli.ready_helm()
 
 
 @pytest.fixture(scope="module")

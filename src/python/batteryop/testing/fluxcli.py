@@ -20,6 +20,9 @@ from batteryop.testing import gomodules
 
 MODULE = "github.com/fluxcd/flux2/v2"
 PINS = Path("3rdparty/go/flux")
+CHOICE = "BATTERYOP_FLUX_CLI"
+"""The release tests' choice of Flux CLI: a binary's path, `build` (from the pin), or unset
+(their `flux pull artifact` test is skipped, and nothing builds it)."""
 
 
 def pinned_version(pins: Path) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Final
 
@@ -40,6 +41,14 @@ def helm_binary() -> Path:
     if prebuilt:
         return Path(prebuilt)
     return HELM.ensure()["helm"]
+
+
+def ready_helm() -> Path:
+    """`helm_binary`, with the time it took printed (a test module's fixture calls it)."""
+    started = time.monotonic()
+    binary = helm_binary()
+    print(f"\nhelm ready in {time.monotonic() - started:.0f} s: {binary}")
+    return binary
 
 
 def run(

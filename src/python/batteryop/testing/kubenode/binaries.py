@@ -12,7 +12,8 @@ Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.
   kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods.
 
 `python -m batteryop.testing.kubenode.binaries` builds every one of them (and the control
-plane, the guest image, the Flux CLI, Flux's OCI command and Helm; `prebuilds`) ahead of the tests:
+plane, the guest image, Flux's OCI command, Helm, and the Flux CLI when the release tests are
+told to build it; `prebuilds`) ahead of the tests:
 `.ci/run` starts it in the background on a cold machine, so the builds overlap lint and the
 unit tests instead of running inside the tests that need them, one after the other. A test
 wanting one of them meanwhile waits on its lock.
@@ -25,6 +26,7 @@ nsenter).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import time
@@ -148,14 +150,16 @@ def ensure() -> NodeBinaries:
 def prebuilds() -> list[tuple[str, Callable[[], object]]]:
     """What `main` builds, by name, in the order the tests first need them: the control plane
     (most integration tests), the guest image (the QEMU backend's tests, early among the unit
-    tests), the node's sets, then the Flux CLI and Flux's OCI library's command (the release
-    and Flux tests) and Helm (the chart's tests)."""
+    tests), the node's sets, then the Flux CLI (if asked for), Flux's OCI library's command
+    (the release and Flux tests) and Helm (the chart's and Helm's tests)."""
     first, *rest = EVERY_SET
     return [
         (first.cache_name, first.ensure),
         ("guest-image", guest_image.ensure_image),
         *((toolset.cache_name, toolset.ensure) for toolset in rest),
-        ("flux-cli", fluxcli.flux_binary),
+        # Only when a test will run it: the release tests skip `flux pull artifact` unless
+        # $BATTERYOP_FLUX_CLI says `build` (its cold build is ~5 minutes of both cores).
+        *([("flux-cli", fluxcli.flux_binary)] if os.environ.get(fluxcli.CHOICE) == "build" else []),
         ("fluxoci", fluxoci.fluxoci_binary),
         ("helm", helmcli.helm_binary),
     ]
