@@ -9,8 +9,10 @@ import json
 import os
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -53,13 +55,13 @@ async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 
         )
 
 
-def install_release(node: KubeNode) -> install.Installed:
-    """install.yaml with `kubectl apply -k`, the release's images mirrored (`install.install`);
-    its figures printed."""
+def install_release(node: KubeNode, storage: install.Storage = "local") -> install.Installed:
+    """install.yaml with `kubectl apply -k`, the release's images mirrored (`install.install`),
+    battery's volume as `storage` says; its figures printed."""
     layouts = {name: IMAGE_DIR / name for name in IMAGES}
     missing = [n for n, p in layouts.items() if not (p / "index.json").is_file()]
     assert not missing, f"the release images were not built: {missing}"
-    done = install.install(node, INSTALL_YAML, layouts)
+    done = install.install(node, INSTALL_YAML, layouts, storage=storage)
     times = done.times
     print(
         f"\ninstall.yaml on {len(node.members)} Node(s): images mirrored in "
@@ -265,3 +267,53 @@ def assert_one_microvm_and_lease_each(node: KubeNode, prefix: str, count: int) -
     held = battery_leases(node)
     for status in statuses.values():
         assert held.get(status["leaseID"]) == status["microVM"]["uid"], (status, held)
+
+
+@dataclass
+class Prober:
+    """Claims made one at a time on `pool` while something happens: when each was made and
+    when it was Bound, to find the window in which no claim could bind."""
+
+    node: KubeNode
+    pool: str
+    made: list[tuple[float, float]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def run(self) -> None:
+        i = 0
+        try:
+            while not self.stop.is_set():
+                name = f"probe-{i:03}"
+                i += 1
+                started = time.monotonic()
+                apply(self.node, samples.sample_claim(name, self.pool, HOLDER, DEMO_NAMESPACE))
+                bound = asyncio.run(bound_at(self.node, {name}, timeout=300))
+                with self.changed:
+                    self.made.append((started, bound[name]))
+                    self.changed.notify_all()
+                self.node.kubectl(
+                    ["delete", "microvmclaim", name, "-n", DEMO_NAMESPACE, "--wait=false"]
+                )
+        except BaseException as err:  # reported by the test
+            with self.changed:
+                self.error = err
+                self.changed.notify_all()
+
+    def bound_after(self, moment: float, timeout: float = 300.0) -> None:
+        """Until a probe claim is Bound after `moment` (or the prober failed)."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: self.error is not None or any(b > moment for _, b in self.made),
+                timeout=timeout,
+            )
+
+    def __enter__(self) -> Prober:
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=320)

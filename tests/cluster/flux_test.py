@@ -20,45 +20,32 @@ upgrade, cert-manager's issuance time) are printed for the closing note and the 
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import json
-import threading
 import time
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 from cluster.drills import (
-    DEMO_NAMESPACE,
-    HOLDER,
     IMAGE_DIR,
     IMAGES,
     INSTALL_YAML,
     MANIFESTS,
-    apply,
-    assert_one_microvm_and_lease_each,
-    bound_at,
-    claim_statuses,
     make_demo,
     pods,
-    publish_host_and_place_pool,
-    ready_pool,
-    renewed,
+)
+from cluster.upgrades import (
+    Renewer,
+    hold_claims,
+    newer_operator,
+    operator_digest,
+    upgrade_step,
 )
 
-from batteryop.api import names, samples
+from batteryop.api import names
 from batteryop.release import flux, images, oci
 from batteryop.release import main as release
-from batteryop.release.version import Version
 from batteryop.testing.kubenode import addons, install
 from batteryop.testing.kubenode.node import KubeNode
-
-OPERATOR_PEX = Path("src.python.batteryop.release/battery-operator-linux_x86_64.pex")
-HELD = 5
-BURST = 20
-LEASE_EXPIRY = "5m"
 
 
 def artifact_tag(layout: Path) -> str:
@@ -92,17 +79,6 @@ def demo(node: KubeNode, installed: install.Installed) -> str:
     return make_demo(node)
 
 
-def operator_digest(node: KubeNode) -> set[str]:
-    """The image digests the operator's Pods run (one Pod, unless a rollout is half done)."""
-    return {
-        s["imageID"].rsplit("@", 1)[-1]
-        for p in pods(node)
-        if p["metadata"]["name"].startswith(names.OPERATOR_DEPLOYMENT)
-        for s in p["status"].get("containerStatuses", [])
-        if s["name"] == "operator"
-    }
-
-
 @pytest.mark.req("DP-030", "DP-031", "DP-033", "TD-116", "TD-117")
 def test_flux_installs_the_artifact_and_every_workload_runs(
     node: KubeNode, installed: install.Installed, first: install.FluxSource
@@ -121,20 +97,6 @@ def test_flux_installs_the_artifact_and_every_workload_runs(
     assert operator_digest(node) == {want}
 
 
-def first_version(tag: str) -> Version:
-    """The first release's version, as its operator image's labels record it."""
-    layout = IMAGE_DIR / release.OPERATOR
-    manifest = oci.platform_manifests(layout, tag)["amd64"]
-    labels = json.loads(oci.blob(layout, manifest["config"]["digest"]))["config"]["Labels"]
-    created = datetime.strptime(labels["org.opencontainers.image.created"], "%Y-%m-%dT%H:%M:%SZ")
-    return Version(
-        python=tag.lstrip("v"),
-        image_tag=labels["org.opencontainers.image.version"],
-        revision=labels["org.opencontainers.image.revision"],
-        created=int(created.replace(tzinfo=UTC).timestamp()),
-    )
-
-
 def newer_release(
     node: KubeNode, first: install.FluxSource, out: Path
 ) -> tuple[install.FluxSource, str]:
@@ -142,12 +104,7 @@ def newer_release(
     version (so a new digest), install.yaml pinned to it and the other images as they were, and
     its Manifests artifact; the operator's image pushed to the node's mirror. Returns the
     artifact and the operator's new digest."""
-    old = first_version(first.tag)
-    new = replace(old, image_tag=f"{old.image_tag}-next", created=old.created + 60)
-    out.mkdir(parents=True)
-    layout = out / release.OPERATOR
-    digest = images.build(release.OPERATOR, {"amd64": OPERATOR_PEX}, new, layout, work=out)
-    install.mirror(node, {release.OPERATOR: layout})
+    new, digest = newer_operator(node, first.tag, out)
     digests = {
         name: oci.index_digest(IMAGE_DIR / name, first.tag)
         for name in IMAGES
@@ -167,94 +124,6 @@ def newer_release(
     return install.FluxSource(out / "manifests", new.image_tag), digest
 
 
-@dataclass
-class Prober:
-    """Claims made one at a time on `pool` while something happens: when each was made and
-    when it was Bound, to find the window in which no claim could bind."""
-
-    node: KubeNode
-    pool: str
-    made: list[tuple[float, float]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def run(self) -> None:
-        i = 0
-        try:
-            while not self.stop.is_set():
-                name = f"probe-{i:03}"
-                i += 1
-                started = time.monotonic()
-                apply(self.node, samples.sample_claim(name, self.pool, HOLDER, DEMO_NAMESPACE))
-                bound = asyncio.run(bound_at(self.node, {name}, timeout=300))
-                with self.changed:
-                    self.made.append((started, bound[name]))
-                    self.changed.notify_all()
-                self.node.kubectl(
-                    ["delete", "microvmclaim", name, "-n", DEMO_NAMESPACE, "--wait=false"]
-                )
-        except BaseException as err:  # reported by the test
-            with self.changed:
-                self.error = err
-                self.changed.notify_all()
-
-    def bound_after(self, moment: float, timeout: float = 300.0) -> None:
-        """Until a probe claim is Bound after `moment` (or the prober failed)."""
-        with self.changed:
-            self.changed.wait_for(
-                lambda: self.error is not None or any(b > moment for _, b in self.made),
-                timeout=timeout,
-            )
-
-    def __enter__(self) -> Prober:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=320)
-
-
-@dataclass
-class Renewer:
-    """The Holders of `claims`, renewing each every `every` seconds (the client's heartbeat)."""
-
-    node: KubeNode
-    claims: list[str]
-    every: float = 10.0
-    stop: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.wait(self.every):
-                renew(self.node, self.claims)
-        except BaseException as err:  # reported by the test
-            self.error = err
-
-    def __enter__(self) -> Renewer:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-
-
-def renew(node: KubeNode, claims: list[str]) -> dict[str, str]:
-    """Set spec.renewTime on each claim (the Holder renews); returns the times set."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    for claim in claims:
-        patch = json.dumps({"spec": {"renewTime": now}})
-        node.kubectl(
-            ["patch", "microvmclaim", claim, "-n", DEMO_NAMESPACE, "--type=merge", "-p", patch]
-        )
-    return {c: now for c in claims}
-
-
 def move_to(
     node: KubeNode, installed: install.Installed, source: install.FluxSource, want_digest: str
 ) -> tuple[str, float]:
@@ -268,14 +137,6 @@ def move_to(
     return revision, time.monotonic() - started
 
 
-def held_claims(node: KubeNode) -> dict[str, tuple[str, str]]:
-    return {
-        c: (s["leaseID"], s["microVM"]["uid"])
-        for c, s in claim_statuses(node, "held-").items()
-        if s.get("phase") == "Bound"
-    }
-
-
 @pytest.mark.req("CL-030", "CL-061", "DP-002", "DP-030", "TD-117")
 def test_an_upgrade_and_a_rollback_through_flux_lose_no_claim(
     node: KubeNode,
@@ -284,60 +145,27 @@ def test_an_upgrade_and_a_rollback_through_flux_lose_no_claim(
     demo: str,
     tmp_path: Path,
 ) -> None:
-    publish_host_and_place_pool(node, "demo")
-    # A Lease outlives its Holder's silence by the Pool's expiry threshold; the operator's Pod
-    # (operator and battery) is replaced by an upgrade, so the threshold must outlast that.
-    ready_pool(node, "held", HELD + 2 * BURST, lease={"expiryThreshold": LEASE_EXPIRY})
-    ready_pool(node, "probe", 3)
-    held = [f"held-{i}" for i in range(HELD)]
-    apply(node, *(samples.sample_claim(c, "held", HOLDER, DEMO_NAMESPACE) for c in held))
-    asyncio.run(bound_at(node, set(held)))
-    leases = held_claims(node)
-    assert len(leases) == HELD
+    held, leases = hold_claims(node)
     newer, new_digest = newer_release(node, first, tmp_path / "next")
     old_digest = oci.index_digest(IMAGE_DIR / release.OPERATOR, first.tag)
     assert new_digest != old_digest
 
     renewer = Renewer(node, held)
     with renewer:
-        for step, (source, digest, prefix) in enumerate(
-            [(newer, new_digest, "up-"), (first, old_digest, "down-")]
+        for what, (source, digest, prefix) in zip(
+            ("upgrade", "rollback"),
+            [(newer, new_digest, "up-"), (first, old_digest, "down-")],
+            strict=True,
         ):
-            upgrade_step(node, installed, held, leases, step, source, digest, prefix)
+            upgrade_step(
+                node,
+                held,
+                leases,
+                what,
+                partial(move_to, node, installed, source, digest),
+                prefix,
+            )
     assert renewer.error is None, renewer.error
-
-
-def upgrade_step(
-    node: KubeNode,
-    installed: install.Installed,
-    held: list[str],
-    leases: dict[str, tuple[str, str]],
-    step: int,
-    source: install.FluxSource,
-    digest: str,
-    prefix: str,
-) -> None:
-    """One move of the OCIRepository with a burst in flight and a prober making claims."""
-    burst = [f"{prefix}{i:02}" for i in range(BURST)]
-    with Prober(node, "probe") as prober:
-        apply(node, *(samples.sample_claim(c, "held", HOLDER, DEMO_NAMESPACE) for c in burst))
-        revision, took = move_to(node, installed, source, digest)
-        asyncio.run(bound_at(node, set(burst)))
-        after = time.monotonic()
-        # One more claim through the new operator, so the window closes inside the probe.
-        prober.bound_after(after)
-    assert prober.error is None, prober.error
-    assert_one_microvm_and_lease_each(node, prefix, BURST)
-    assert held_claims(node) == leases  # every Bound claim kept its Lease and MicroVM
-    asyncio.run(renewed(node, renew(node, held)))  # and renews through the new operator
-    binds = sorted(b for _, b in prober.made)
-    gaps = [b - a for a, b in itertools.pairwise(binds)]
-    slowest = max(b - a for a, b in prober.made)
-    print(
-        f"\n{'upgrade' if step == 0 else 'rollback'} to {revision}: applied and rolled out "
-        f"in {took:.1f} s; {len(prober.made)} probe claims, slowest create-to-Bound "
-        f"{slowest:.1f} s; longest time with no claim bound {max(gaps):.1f} s"
-    )
 
 
 @pytest.mark.req("TD-113")

@@ -17,23 +17,39 @@ as a consumer uses it:
   and the host registry gives battery only the first Host; both restarted, the Host is
   published again and takes claims.
 
-The drain's time from release to done and the fault's times are printed for the closing note.
+- the Node the operator's Pod runs on drained while claims are Bound on both Hosts and a
+  prober makes claims: battery's volume is one every Node mounts (network storage's stand-in,
+  `install.battery_volume`), so the Pod moves to the other Node and battery opens the same
+  database; every Bound claim keeps its Lease and MicroVM, claims bind again through the moved
+  Pod, and once the drained Host's claims are released the drain completes. When the old
+  battery stopped and the new one started is printed (a real ReadWriteOnce volume attaches to
+  one Node at a time; the stand-in does not, so their order is not asserted). (With node-local storage the Pod cannot move: see the
+  Operations page.)
+
+The drain's time from release to done, the operator Pod's move and the longest time with no
+claim bound, and the fault's times are printed for the closing note.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cluster.drills import (
     DEMO_NAMESPACE,
     HOLDER,
+    Prober,
     claim_statuses,
     install_release,
+    kube,
     make_demo,
+    pods,
     publish_host_and_place_pool,
     ready_pool,
     start_drain,
@@ -44,7 +60,10 @@ from batteryop.api import names
 from batteryop.api.conditions import ClaimReason, HostReportReason
 from batteryop.client import Claim, Client, HostNotReadyError
 from batteryop.kube.config import KubeConfig
-from batteryop.testing.kubenode import faults, install
+from batteryop.kube.resources import PODS
+from batteryop.manifests.render import BATTERY_CONTAINER
+from batteryop.testing.host_registry_env import until_listed
+from batteryop.testing.kubenode import faults, hostboot, install
 from batteryop.testing.kubenode.node import KubeNode, Member
 
 NODES = 2
@@ -56,7 +75,7 @@ LEASE = {"expiryThreshold": "10m"}
 
 @pytest.fixture(scope="module")
 def installed(node: KubeNode) -> install.Installed:
-    return install_release(node)
+    return install_release(node, storage="any-node")
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +225,143 @@ def test_a_host_whose_kubelet_and_containerd_died_is_not_ready_until_they_are_ba
         f"{not_ready:.1f} s, out of battery's Hosts after {unpublished:.1f} s; restarted, "
         f"published again {back:.1f} s after the kill"
     )
+
+
+def connects(address: str, member: Member | None = None, uid: int = 0) -> bool:
+    """Whether a TCP connection to flintlockd's port on `address`, from `member`'s own network
+    (the machine's when None) as `uid`, opens within 5 s (a dropped SYN times out; a reset
+    fails at once)."""
+    probe = f"exec 3<>/dev/tcp/{address}/{names.FLINTLOCKD_PORT}"
+    argv = ["timeout", "5", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    argv += ["bash", "-c", probe]
+    done = subprocess.run(
+        member.ns.enter(argv) if member else argv, capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.req("TD-118", "HI-067", "HI-069", "HI-070")
+def test_flintlockd_serves_on_network_shs_address_behind_the_hosts_firewall(
+    node: KubeNode, installed: install.Installed
+) -> None:
+    for member in node.members:  # HI-067: network.sh wrote the Host's own address
+        assert hostboot.written(member, "BATTERY_FLINTLOCKD_ENV")["FLINTLOCKD_ADDRESS"] == (
+            member.address
+        )
+    first = node.members[0]
+    # HI-069: off the Host, only FLINTLOCKD_CLIENT_CIDRS (the Pods, which reach it: above, and
+    # the Nodes): the machine, on the Nodes' network but not a Node, is dropped.
+    assert not connects(first.address)
+    # HI-070: on the Host, only the Exec Agent's UID connects.
+    assert not connects(first.address, first)
+    assert connects(first.address, first, uid=install.EXEC_AGENT_UID)
+
+
+def operator_pod(node: KubeNode) -> dict:
+    (pod,) = (p for p in pods(node) if p["metadata"]["name"].startswith(names.OPERATOR_DEPLOYMENT))
+    return pod
+
+
+def battery_state(pod: dict) -> dict:
+    (status,) = (
+        s for s in pod["status"].get("containerStatuses", []) if s["name"] == BATTERY_CONTAINER
+    )
+    return dict(status["state"])
+
+
+async def operator_moved(
+    node: KubeNode, old: str, to: str, listed: threading.Event
+) -> tuple[dict, str | None]:
+    """Until an operator Pod other than `old` runs Ready on Node `to` (listed, `listed` set,
+    then watched); that Pod, and when `old`'s battery container finished, if its last status
+    said (the kubelet reports the stopped containers before the Pod is removed)."""
+    finished: list[str] = []
+
+    def moved(found: dict[str, dict]) -> bool:
+        listed.set()
+        if old in found and "terminated" in (state := battery_state(found[old])):
+            finished[:] = [state["terminated"]["finishedAt"]]
+        return any(
+            name != old
+            and name.startswith(names.OPERATOR_DEPLOYMENT)
+            and pod["spec"].get("nodeName") == to
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in pod["status"].get("conditions", [])
+            )
+            for name, pod in found.items()
+        )
+
+    async with kube(node) as client:
+        found = await until_listed(
+            client, PODS, install.NAMESPACE, moved, timeout=300, what=f"the operator on {to}"
+        )
+    (pod,) = (p for n, p in found.items() if n != old and n.startswith(names.OPERATOR_DEPLOYMENT))
+    return pod, (finished[0] if finished else None)
+
+
+@pytest.mark.req("TD-121", "DP-002", "DP-003", "CL-030", by="own-fake")
+def test_the_operators_pod_moves_off_its_drained_node_and_no_bound_claim_is_lost(
+    node: KubeNode, client: Client, spread: dict[str, list[Claim]]
+) -> None:
+    old = operator_pod(node)
+    home, other = sorted(node.members, key=lambda m: m.name != old["spec"]["nodeName"])
+    on_home = claim_on(client, home, "home")
+    on_other = claim_on(client, other, "other")
+    before = {n: (s["leaseID"], s["microVM"]["uid"]) for n, s in bound(node).items()}
+    assert {on_home.name, on_other.name} <= set(before)
+    listed = threading.Event()
+    with Prober(node, POOL) as prober, ThreadPoolExecutor(1) as watcher:
+        prober.bound_after(time.monotonic())  # binding works before the drain
+        # Watched from before the drain, so the old Pod's last status is seen.
+        moving = watcher.submit(
+            asyncio.run, operator_moved(node, old["metadata"]["name"], other.name, listed)
+        )
+        assert listed.wait(60), "the operator's Pods were never listed"
+        started = time.monotonic()
+        draining, held = start_drain(
+            node, home.name, "--ignore-daemonsets", "--delete-emptydir-data"
+        )
+        try:
+            new, old_finished = moving.result(timeout=330)
+            moved = time.monotonic() - started
+            prober.bound_after(time.monotonic())  # a claim bound through the moved Pod
+            # DP-002 on a real RWO volume: it attaches to one Node at a time, so the new battery
+            # cannot open the database before the old one's Node lets it go. The stand-in
+            # volume does not enforce that; the order is reported, not asserted.
+            new_started = battery_state(new)["running"]["startedAt"]
+            # Every claim that was Bound kept its Lease and MicroVM; the drained Host's claim
+            # still runs commands through its own Host's agent.
+            now = bound(node)
+            assert {n: (now[n]["leaseID"], now[n]["microVM"]["uid"]) for n in before} == before
+            assert home.address in host_address(on_home).split()
+            assert other.address in host_address(on_other).split()
+            released = time.monotonic()
+            for info in client.claims():  # the drained Host's Holders give theirs back
+                if info.node_name == home.name and not info.name.startswith("probe-"):
+                    client.release(info.name)
+            rest, _ = draining.communicate(timeout=300)
+            assert draining.returncode == 0, rest
+            drained = time.monotonic() - released
+        finally:
+            if draining.poll() is None:
+                draining.kill()
+            node.kubectl(["uncordon", home.name])
+    assert prober.error is None, prober.error
+    binds = sorted(b for _, b in prober.made)
+    gaps = [b - a for a, b in itertools.pairwise(binds)]
+    print(
+        f"\ndrain of {home.name} (the operator's Node) held ({held!r}); the operator's Pod Ready "
+        f"on {other.name} {moved:.1f} s after the drain began (old battery stopped at "
+        f"{old_finished or 'an unreported time'}, new one started at {new_started}); "
+        f"{len(prober.made)} probe claims, "
+        f"longest time with no claim bound {max(gaps):.1f} s; the drain finished "
+        f"{drained:.1f} s after its claims were released"
+    )
+
+
+def bound(node: KubeNode) -> dict[str, dict]:
+    return {n: s for n, s in claim_statuses(node, "").items() if s.get("phase") == "Bound"}
 
 
 @pytest.mark.req("TD-113", by="own-fake")

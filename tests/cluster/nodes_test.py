@@ -11,6 +11,9 @@ Image's files, joined by `kubeadm join` with a bootstrap token; the Pod network 
   the client Pod's own address (no translation between Pods);
 - Pods on the second Node resolve cluster names through CoreDNS on the first;
 - `kubectl exec` and `kubectl logs` reach the second Node's kubelet;
+- each Node booted as a Host boots (`hostboot`): its kubelet registered the Host labels and
+  reserve kubelet-config.sh wrote, network.sh made the guest bridge and the Host's firewall,
+  and the Node's address is its own, never the bridge's;
 - nothing left the machine.
 
 Join times are printed for the closing note.
@@ -29,7 +32,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from batteryop.testing.kubenode import kubeadm
+from batteryop.api import names
+from batteryop.testing.kubenode import hostboot, kubeadm
 from batteryop.testing.kubenode.busybox import push_busybox
 from batteryop.testing.kubenode.node import KubeNode, Member
 
@@ -225,6 +229,41 @@ def test_kubectl_exec_and_logs_reach_the_second_nodes_kubelet(node: KubeNode, bu
         "inside\n"
     )
     assert "started" in node.kubectl(["logs", "-n", NAMESPACE, "shell"])
+
+
+def mebibytes(quantity: str) -> int:
+    """A memory quantity as the kubelet reports it (`Ki`, `Mi` or plain bytes), in MiB."""
+    for suffix, scale in (("Ki", 1024), ("Mi", 1024**2), ("Gi", 1024**3)):
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * scale // 1024**2
+    return int(quantity) // 1024**2
+
+
+@pytest.mark.req("TD-118", "HI-030", "HI-060", "HI-061", "HI-074", "HI-083")
+def test_each_node_booted_as_a_host_before_its_kubelet_started(node: KubeNode) -> None:
+    for member in node.members:
+        body = json.loads(node.kubectl(["get", "node", member.name, "-o", "json"]))
+        # HI-060, HI-074: the kubelet registered kubelet-config.sh's labels (no bootc here,
+        # so the image's digest is unknown); HI-061: pods get only the Host reserve.
+        args = hostboot.written(member, "BATTERY_KUBELET_ENV")["KUBELET_BATTERY_ARGS"]
+        flags = dict(word.removeprefix("--").split("=", 1) for word in args.split())
+        labels = dict(pair.split("=", 1) for pair in flags["node-labels"].split(","))
+        assert labels[names.HOST_LABEL] == names.HOST_LABEL_VALUE
+        assert labels[names.HOST_IMAGE_LABEL] == "unknown"
+        assert labels.items() <= body["metadata"]["labels"].items()
+        host = hostboot.written(member, "BATTERY_HOST_ENV")
+        allocatable = mebibytes(body["status"]["allocatable"]["memory"])
+        assert 0 < allocatable <= int(host["HOST_RESERVE_MEMORY_MB"]), body["status"]
+        # HI-030: network.sh's guest bridge holds the gateway address; HI-083: the Node's
+        # address in the cluster is its own, never the bridge's.
+        bridge = hostboot.image_env(member)["BATTERY_BRIDGE"]
+        shown = node.node_run(["ip", "-4", "-o", "addr", "show", "dev", bridge], member=member)
+        assert f" {host['GUEST_GATEWAY']}/" in shown, shown
+        assert "flintlockd_input" in node.node_run(
+            ["nft", "list", "table", "inet", "battery"], member=member
+        )
+        internal = [a["address"] for a in body["status"]["addresses"] if a["type"] == "InternalIP"]
+        assert internal == [member.address], body["status"]["addresses"]
 
 
 @pytest.mark.req("TD-113")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from batteryop.testing.kubenode import kubeadm, parts
+from batteryop.testing.kubenode import parts
 from batteryop.testing.kubenode.node import NodeError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def restart_runtime(node: KubeNode, member: Member, attempts: int = 5) -> None:
     parts.start_containerd(node, member)
     flags = member.state / "var-lib-kubelet" / "kubeadm-flags.env"
     for _ in range(attempts):
-        parts.start_kubelet(node, member, kubeadm.read_env(flags))
+        parts.start_kubelet(node, member, parts.read_env(flags))
         try:
             node.wait_node_ready(member)
             return

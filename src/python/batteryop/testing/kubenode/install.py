@@ -1,22 +1,23 @@
 """install.yaml on the real node, as a platform team installs it (issue 23).
 
-1. The Node becomes a Host the way the Host Image makes one: the image's own boot steps run on
-   it (`host-config.sh` writes host.env, `flintlockd-certs.sh` makes flintlockd's certificate
-   folder for the Exec Agent), and it is labelled as a Host (`kubectl label`).
+1. Each Node is already a Host: the Host Image's boot steps ran on it before it joined
+   (`hostboot`: host.env, the kubelet's Host labels, flintlockd's certificate folder, the guest
+   bridge and firewall); the install adds the stand-in thin pool (`make_host`).
 2. The release's images are mirrored into the node's registry the way a user mirrors them
    (skopeo, digests unchanged), and a kustomization points install.yaml at the mirror with an
    `images:` override, so every image stays pinned by its digest. The one swap: poolmgrd
    cannot be built here, so battery's container runs the fake battery's image (built by the
    release targets as `fake-battery`, never named in install.yaml).
 3. cert-manager runs on the node (`addons.install_cert_manager`, its controllers from its pinned
-   module), then install.yaml goes in, either with `kubectl apply -k` or, with `flux=`, the way
-   a Flux user installs it: Flux's controllers (`addons.install_flux`), the Manifests artifact
-   pushed to the node's registry, an `OCIRepository` and a `Kustomization` with the same image
-   overrides. cert-manager issues the Certificates install.yaml asks for; battery's volume is
-   a hostPath PersistentVolume the claim binds to.
+   module), then install.yaml goes in, either with `kubectl apply -k`; or, with `flux=`, the
+   way a Flux user installs it: Flux's controllers (`addons.install_flux`), the Manifests
+   artifact pushed to the node's registry, an `OCIRepository` and a `Kustomization` with the
+   same image overrides; or, with `chart=`, the release's Helm chart by `helm install`, its
+   values taking every image from the mirror (`helm_values`). cert-manager issues the Certificates install.yaml asks for; battery's volume is
+   a local PersistentVolume on the first Node, or one every Node mounts (`battery_volume`).
 4. Once the Exec Agent Pod has written flintlockd's certificate (by CSR, through the CSR
    approver Pod), flintlockd starts on the node as the Host Image's path unit starts it: our
-   fake flintlockd, a host service in the node's namespaces on the Node's address.
+   fake flintlockd, a host service in the node's namespaces on the address network.sh wrote.
 
 Two stand-ins remain, each because of this machine, not of the code under test: the fake
 flintlockd (no hypervisor) and a device-mapper entry under the node's own `/sys/block` (the
@@ -29,21 +30,20 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import yaml
 
-import batteryop  # pants: no-infer-dep (the package folder itself, see make_host)
 from batteryop.api import names
 from batteryop.release import main as release
 from batteryop.release import oci
-from batteryop.testing.kubenode import addons, parts, registry
+from batteryop.testing import helmcli
+from batteryop.testing.kubenode import addons, hostboot, registry
 from batteryop.testing.kubenode.node import REGISTRY, KubeNode, Member, NodeError
 from batteryop.testing.progress import Heartbeat
 
@@ -53,6 +53,8 @@ FAKE_BATTERY: Final = "fake-battery"
 THIN_POOL: Final = "flintlock-thinpool"
 EXEC_AGENT_UID: Final = 65532
 BATTERY_VOLUME: Final = "battery-data-node"
+Storage = Literal["local", "any-node"]
+"""Where battery's volume can be mounted (`battery_volume`)."""
 CERTIFICATES: Final = (
     names.SERVING_CA_SECRET,
     names.CLIENT_CA_SECRET,
@@ -95,6 +97,43 @@ class Pki:
 
 
 @dataclass(frozen=True)
+class HelmChart:
+    """A chart archive (`helm package`'s, as the release writes it) to install with `helm`."""
+
+    helm: Path
+    archive: Path
+
+
+HELM_RELEASE: Final = "battery-operator"
+HELM_NAMESPACE: Final = "default"
+"""Where Helm keeps its record of the release (the chart makes its own Namespace)."""
+
+
+def helm_values(images: Mapping[str, Mirrored]) -> dict[str, object]:
+    """A user's values for a mirror: every image from the mirror's registry (`imageRegistry`,
+    the chart's repositories, tags and digests kept), battery's the fake's."""
+    fake = images[FAKE_BATTERY]
+    host, _, repository = fake.mirror.partition("/")
+    battery = {"registry": host, "repository": repository, "tag": fake.tag, "digest": fake.digest}
+    return {"imageRegistry": REGISTRY, "images": {"battery": battery}}
+
+
+def helm(node: KubeNode, chart: HelmChart, images: Mapping[str, Mirrored], *args: str) -> str:
+    """`helm <args> [<the chart's archive> -f <helm_values>] --namespace HELM_NAMESPACE` as the
+    cluster's admin (the archive and values go with `install` and `upgrade`); its output."""
+    command = [*args]
+    if args[0] in ("install", "upgrade"):
+        values = node.state / "helm-values.yaml"
+        values.write_text(yaml.safe_dump(helm_values(images)))
+        command += [str(chart.archive), "-f", str(values)]
+    command += ["--namespace", HELM_NAMESPACE]
+    done = helmcli.run(chart.helm, *command, kubeconfig=node.cp.admin_kubeconfig, timeout=300)
+    if done.returncode != 0:
+        raise NodeError(f"helm {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@dataclass(frozen=True)
 class FluxSource:
     """The Manifests artifact (an OCI layout, as the release writes it) for a Flux install."""
 
@@ -104,39 +143,10 @@ class FluxSource:
 
 
 def make_host(node: KubeNode, member: Member) -> None:
-    """The Host Image's boot steps on a Node, the stand-in thin pool, and the Host label."""
-    definition = parts.find_definition()
-    root = member.state / "root"
-    share = root / "usr/share/battery"
-    share.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(definition / "usr/share/battery/image.env", share / "image.env")
-    # host-config.sh runs the image's Python (batteryop.hostimage) from the image's path.
-    python = root / "usr/lib/battery/python"
-    python.mkdir(parents=True, exist_ok=True)
-    (python / "batteryop").symlink_to(Path(batteryop.__file__).parent)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "BATTERY_ROOT": str(root),
-        "BATTERY_LIB": str(definition / "usr/libexec/battery/lib.sh"),
-        "PYTHON": sys.executable,
-    }
-    scripts = definition / "usr/libexec/battery"
-    for script in ("host-config.sh", "flintlockd-certs.sh"):
-        proc = subprocess.run(
-            ["bash", str(scripts / script)], env=env, capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise NodeError(f"{script}: exit {proc.returncode}: {proc.stderr.strip()}")
+    """What a Host has that this machine cannot give a Node: the stand-in thin pool. (The
+    Host Image's boot steps ran before the Node joined, `hostboot`; its kubelet registered
+    the Host label, HI-074.)"""
     fake_sys_block(node, member)
-    node.kubectl(
-        [
-            "label",
-            "--overwrite",
-            "node",
-            member.name,
-            f"{names.HOST_LABEL}={names.HOST_LABEL_VALUE}",
-        ]
-    )
 
 
 def fake_sys_block(node: KubeNode, member: Member) -> None:
@@ -161,11 +171,12 @@ def mirror(node: KubeNode, layouts: Mapping[str, Path]) -> dict[str, Mirrored]:
         tags = oci.read_index(layout)["manifests"]
         assert isinstance(tags, list)
         tag = str(tags[0]["annotations"]["org.opencontainers.image.ref.name"])
-        registry.push(node, layout, tag, repository)
         source = POOLMGRD if repository == FAKE_BATTERY else release.image_repository(repository)
-        out[repository] = Mirrored(
-            source, f"{REGISTRY}/{repository}", tag, oci.index_digest(layout, tag)
-        )
+        # Ours under their own path, as a mirror keeps it (so Helm's `imageRegistry` finds
+        # them); the fake battery under its own name, never as poolmgrd's.
+        path = repository if repository == FAKE_BATTERY else source.partition("/")[2]
+        registry.push(node, layout, tag, path)
+        out[repository] = Mirrored(source, f"{REGISTRY}/{path}", tag, oci.index_digest(layout, tag))
     return out
 
 
@@ -226,37 +237,47 @@ def _secret(node: KubeNode, name: str) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in json.loads(out).items()}
 
 
-def battery_volume(node: KubeNode) -> Path:
-    """A local PersistentVolume on the first Node for battery's claim, as a cluster's
-    node-local storage is: the Pod that mounts it runs on that Node."""
+def battery_volume(node: KubeNode, storage: Storage = "local") -> Path:
+    """battery's PersistentVolume, for the claim install.yaml makes (DP-003).
+
+    - `local`: a local volume on the first Node, as a cluster's node-local storage is: the
+      Pod that mounts it can run on that Node only.
+    - `any-node`: a volume every Node can mount, standing in for network-attached storage (a
+      CSI block or file volume): the Nodes share this machine's file system, so one hostPath
+      folder is the same folder on each, and the operator's Pod can move between them.
+    """
     folder = node.state / "volumes" / BATTERY_VOLUME
     folder.mkdir(parents=True)
     os.chown(folder, EXEC_AGENT_UID, EXEC_AGENT_UID)  # battery runs as 65532 too
+    spec: dict[str, object] = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+    }
+    if storage == "any-node":
+        spec["hostPath"] = {"path": str(folder), "type": "Directory"}
+    else:
+        spec["local"] = {"path": str(folder)}
+        spec["nodeAffinity"] = {
+            "required": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": [node.members[0].name],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
     volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": BATTERY_VOLUME},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "local": {"path": str(folder)},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": "kubernetes.io/hostname",
-                                    "operator": "In",
-                                    "values": [node.members[0].name],
-                                }
-                            ]
-                        }
-                    ]
-                }
-            },
-        },
+        "spec": spec,
     }
     node.kubectl(["apply", "-f", "-"], stdin=yaml.safe_dump(volume))
     return folder
@@ -285,6 +306,8 @@ def start_flintlockd(
         lambda: (certs / names.TLS_CERT_FILE).is_file(),
         timeout=timeout,
     )
+    # As flintlockd.service reads it.
+    address = hostboot.written(member, "BATTERY_FLINTLOCKD_ENV")["FLINTLOCKD_ADDRESS"]
     env = dict(os.environ)
     if command is None:
         # The node's commands start in its root folder: every import path absolute.
@@ -294,7 +317,7 @@ def start_flintlockd(
         member.proc("flintlockd"),
         [
             *command,
-            f"--address={member.address}",
+            f"--address={address}",
             f"--port={names.FLINTLOCKD_PORT}",
             f"--tls-cert={names.FLINTLOCKD_CERT_DIR}/{names.TLS_CERT_FILE}",
             f"--tls-key={names.FLINTLOCKD_CERT_DIR}/{names.TLS_KEY_FILE}",
@@ -353,9 +376,12 @@ def install(
     flintlockd: Sequence[str] | None = None,
     *,
     flux: FluxSource | None = None,
+    chart: HelmChart | None = None,
+    storage: Storage = "local",
 ) -> Installed:
     """Everything above, in order (`flintlockd`: see `start_flintlockd`; `flux`: install
-    through Flux from that artifact instead of `kubectl apply -k`)."""
+    through Flux from that artifact, `chart`: with `helm install` of that chart, instead of
+    `kubectl apply -k`; `storage`: see `battery_volume`)."""
     times: dict[str, float] = {}
     beat = Heartbeat(f"Installing the release on {len(node.members)} Node(s)")
     started = time.monotonic()
@@ -367,19 +393,21 @@ def install(
     started = time.monotonic()
     addons.install_cert_manager(node)
     times["cert_manager"] = time.monotonic() - started
-    battery_volume(node)
+    battery_volume(node, storage)
     beat.beat("cert-manager running; then install.yaml", force=True)
     if flux is not None:
         started = time.monotonic()
         addons.install_flux(node)
         times["flux"] = time.monotonic() - started
     applied = time.monotonic()
-    if flux is None:
-        folder = kustomization(node.state / "kustomize", install_yaml, images)
-        applied_output = node.kubectl(["apply", "--server-side", "-k", str(folder)])
-    else:
+    if flux is not None:
         apply_flux_source(node, flux, images)
         applied_output = ""
+    elif chart is not None:
+        applied_output = helm(node, chart, images, "install", HELM_RELEASE)
+    else:
+        folder = kustomization(node.state / "kustomize", install_yaml, images)
+        applied_output = node.kubectl(["apply", "--server-side", "-k", str(folder)])
     try:
         pki = wait_certificates(node)
         times["apply_to_certificates"] = time.monotonic() - applied

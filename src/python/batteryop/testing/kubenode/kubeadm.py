@@ -32,7 +32,6 @@ import json
 import secrets
 import string
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
@@ -238,7 +237,7 @@ def join(node: KubeNode, member: Member, token: str) -> None:
         lambda: flags.is_file() and (member.state / "var-lib-kubelet" / "config.yaml").is_file(),
         procs=[member.proc("kubeadm-join")],
     )
-    parts.start_kubelet(node, member, read_env(flags))
+    parts.start_kubelet(node, member, parts.read_env(flags))
     node.wait_for(
         f"kubeadm join on {member.name} completes",
         lambda: joining.popen.poll() is not None,
@@ -249,18 +248,6 @@ def join(node: KubeNode, member: Member, token: str) -> None:
         raise JoinError(
             f"kubeadm join on {member.name}: exit {joining.popen.returncode}:\n{joining.tail()}"
         )
-
-
-def read_env(path: Path) -> dict[str, str]:
-    """An EnvironmentFile as systemd reads it: `KEY="value"` lines."""
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        env[key.strip()] = value.strip().strip('"')
-    return env
 
 
 def approvable(csr: Mapping[str, Any], nodes: Mapping[str, str]) -> str | None:

@@ -7,7 +7,6 @@ import base64
 import hashlib
 import ipaddress
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,16 +79,6 @@ def test_the_ca_pin_is_the_sha256_of_its_public_key_info() -> None:
     pin = kubeadm.ca_cert_hash(ca.cert_pem)
     assert pin == "sha256:" + hashlib.sha256(der).hexdigest()
     assert pin != kubeadm.ca_cert_hash(CertificateAuthority.create("other").cert_pem)
-
-
-def test_kubeadm_flags_env_is_read_as_systemd_reads_it(tmp_path: Path) -> None:
-    env = tmp_path / "kubeadm-flags.env"
-    env.write_text(
-        'KUBELET_KUBEADM_ARGS="--hostname-override=batteryop-node-2 --node-ip=10.89.0.3"\n'
-    )
-    assert kubeadm.read_env(env) == {
-        "KUBELET_KUBEADM_ARGS": "--hostname-override=batteryop-node-2 --node-ip=10.89.0.3"
-    }
 
 
 @pytest.mark.req("TD-118")

@@ -52,7 +52,7 @@ from typing import IO, Any
 
 from batteryop.testing.controlplane.gobuild import cache_root
 from batteryop.testing.controlplane.server import ControlPlane, LoggedProcess
-from batteryop.testing.kubenode import binaries, kubeadm, parts, registry
+from batteryop.testing.kubenode import binaries, hostboot, kubeadm, parts, registry
 from batteryop.testing.kubenode.machine import (
     CGROUP_ROOT,
     GATEWAY,
@@ -236,6 +236,8 @@ class KubeNode:
         token = kubeadm.prepare(self)
         beat.beat("control plane ready for kubeadm join", force=True)
         for member in self.members:
+            # The Host Image's boot steps, before its units start.
+            hostboot.boot(member, [m.address for m in self.members])
             parts.start_containerd(self, member)
             joined = time.monotonic()
             kubeadm.join(self, member, token)

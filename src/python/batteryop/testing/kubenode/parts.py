@@ -51,19 +51,11 @@ DEFINITION_ONLY: Final[Mapping[str, str]] = {
     "plugins.io.containerd.snapshotter.v1.devmapper": (
         "HI-020: this kernel has no device-mapper (containerd is built without it)"
     ),
-    "kubelet $KUBELET_BATTERY_ARGS": (
-        "HI-060, HI-061, HI-074: written by battery-kubelet-config from bootc and host.env at "
-        "boot; the install labels the Host instead (install.make_host)"
-    ),
     "usr/lib/tmpfiles.d/battery.conf": (
         "HI-024, HI-082: systemd-tmpfiles makes /var's folders at boot and the image's tree "
         "links /opt, /usr/local and /usr/libexec/kubernetes there; made on this machine they "
         "would change its own folders, so each Node gets its own /etc/battery, /run/battery, "
         "/var/lib/kubelet and /etc/kubernetes instead"
-    ),
-    "usr/libexec/battery/network.sh": (
-        "HI-030..HI-037, HI-083: not run on the Nodes yet (issue 47): the guest bridge and its "
-        "nftables rules run in tests/images/host_network_test.py's own namespaces"
     ),
 }
 """The Host Image's settings that do not run on this machine, each with why; the requirement
@@ -171,16 +163,46 @@ def start_containerd(node: KubeNode, member: Member) -> None:
 
 def start_kubelet(node: KubeNode, member: Member, kubeadm_env: Mapping[str, str]) -> None:
     """The kubelet on `member` as the Host Image's unit runs it: its ExecStart
-    (`kubelet.service.d/20-battery.conf`) with the variables of kubeadm's drop-in and of
-    the `kubeadm-flags.env` that `kubeadm join` wrote."""
+    (`kubelet.service.d/20-battery.conf`) with the variables of kubeadm's drop-in, of the
+    `kubeadm-flags.env` that `kubeadm join` wrote, and of the drop-in's own EnvironmentFile
+    (kubelet.env, written at boot by kubelet-config.sh: `hostboot`), read inside the Node."""
+    definition = find_definition()
     variables = {**KUBEADM_DROP_IN, **kubeadm_env}
+    for path in kubelet_environment_files(definition):
+        variables.update(parse_env(node.node_run(["cat", path], member=member)))
     argv = [str(node.bins.kubelet)]
-    for word in shlex.split(kubelet_exec_start(find_definition())[1:]):
+    for word in shlex.split(kubelet_exec_start(definition)[1:]):
         if word.startswith("$"):
             argv += shlex.split(variables.get(word[1:], ""))
         else:
             argv.append(word)
     node.spawn(member.proc("kubelet"), [*argv, "--v=1"], member=member)
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """An EnvironmentFile as systemd reads it: `KEY="value"` lines."""
+    return parse_env(path.read_text())
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The text of an EnvironmentFile, as `read_env` reads it."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        env[key.strip()] = value.strip().strip('"')
+    return env
+
+
+def kubelet_environment_files(definition: Path) -> list[str]:
+    """The EnvironmentFile= paths of the Host Image's kubelet drop-in (on the Host)."""
+    return [
+        line.removeprefix("EnvironmentFile=").lstrip("-")
+        for line in (definition / KUBELET_DROP_IN).read_text().splitlines()
+        if line.startswith("EnvironmentFile=")
+    ]
 
 
 def kubelet_exec_start(definition: Path) -> str:

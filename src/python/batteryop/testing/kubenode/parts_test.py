@@ -57,7 +57,9 @@ def test_the_kubelet_runs_the_units_command_line() -> None:
         "$KUBELET_EXTRA_ARGS",
         "$KUBELET_BATTERY_ARGS",
     ]
-    assert "kubelet $KUBELET_BATTERY_ARGS" in parts.DEFINITION_ONLY
+    # $KUBELET_BATTERY_ARGS comes from the drop-in's EnvironmentFile, which hostboot's
+    # kubelet-config.sh writes on each Node before its kubelet starts.
+    assert parts.kubelet_environment_files(parts.find_definition()) == ["/run/battery/kubelet.env"]
 
 
 def test_a_drop_in_that_runs_another_program_is_refused(tmp_path: Path) -> None:
@@ -73,3 +75,16 @@ def test_every_file_the_nodes_do_not_run_is_one_of_the_images() -> None:
     files = [key for key in parts.DEFINITION_ONLY if key.startswith(("usr/", "etc/"))]
     assert files
     assert all((definition / key).is_file() for key in files), files
+
+
+def test_an_environment_file_is_read_as_systemd_reads_it(tmp_path: Path) -> None:
+    env = tmp_path / "kubeadm-flags.env"
+    env.write_text(
+        "# kubeadm wrote this\n"
+        'KUBELET_KUBEADM_ARGS="--hostname-override=batteryop-node-2 --node-ip=10.89.0.3"\n'
+        "KUBELET_BATTERY_ARGS=--node-labels=a=b,c=d --system-reserved=cpu=0\n"
+    )
+    assert parts.read_env(env) == {
+        "KUBELET_KUBEADM_ARGS": "--hostname-override=batteryop-node-2 --node-ip=10.89.0.3",
+        "KUBELET_BATTERY_ARGS": "--node-labels=a=b,c=d --system-reserved=cpu=0",
+    }
