@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import ClassVar, Self
 
 import yaml
 
@@ -55,19 +56,29 @@ async def wait_published(node: KubeNode, want: dict[str, str], timeout: float = 
         )
 
 
-def install_release(node: KubeNode, storage: install.Storage = "local") -> install.Installed:
-    """install.yaml with `kubectl apply -k`, the release's images mirrored (`install.install`),
-    battery's volume as `storage` says; its figures printed."""
+def install_release(
+    node: KubeNode,
+    storage: install.Storage = "local",
+    *,
+    flux: install.FluxSource | None = None,
+    chart: install.HelmChart | None = None,
+) -> install.Installed:
+    """The release installed by `install.install` (`kubectl apply -k`, or through Flux or
+    Helm as `flux` or `chart` say), its images mirrored, battery's volume as `storage` says;
+    its figures printed."""
     layouts = {name: IMAGE_DIR / name for name in IMAGES}
     missing = [n for n, p in layouts.items() if not (p / "index.json").is_file()]
     assert not missing, f"the release images were not built: {missing}"
-    done = install.install(node, INSTALL_YAML, layouts, storage=storage)
+    done = install.install(node, INSTALL_YAML, layouts, flux=flux, chart=chart, storage=storage)
     times = done.times
+    how = "the Kustomization" if flux else "`helm install`" if chart else "`kubectl apply -k`"
+    controllers = f"Flux's controllers running in {times['flux']:.1f} s; " if flux else ""
     print(
         f"\ninstall.yaml on {len(node.members)} Node(s): images mirrored in "
         f"{times['mirror']:.1f} s; cert-manager running in {times['cert_manager']:.1f} s; "
-        f"`kubectl apply -k` to every Certificate issued {times['apply_to_certificates']:.1f} s, "
-        f"to every workload ready: {times['apply_to_ready']:.1f} s"
+        f"{controllers}{how} to every Certificate issued "
+        f"{times['apply_to_certificates']:.1f} s, to every workload ready: "
+        f"{times['apply_to_ready']:.1f} s"
     )
     print(done.applied)
     print(node.kubectl(["get", "pods", "-n", install.NAMESPACE, "-o", "wide"]))
@@ -269,8 +280,28 @@ def assert_one_microvm_and_lease_each(node: KubeNode, prefix: str, count: int) -
         assert held.get(status["leaseID"]) == status["microVM"]["uid"], (status, held)
 
 
+class Background:
+    """`run` in a thread for the length of a `with` block; `stop` is set at its end, and the
+    thread given `JOIN_SECONDS` to finish what it was doing."""
+
+    stop: threading.Event
+    JOIN_SECONDS: ClassVar[float] = 60.0
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=self.JOIN_SECONDS)
+
+
 @dataclass
-class Prober:
+class Prober(Background):
     """Claims made one at a time on `pool` while something happens: when each was made and
     when it was Bound, to find the window in which no claim could bind."""
 
@@ -280,6 +311,7 @@ class Prober:
     stop: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
+    JOIN_SECONDS: ClassVar[float] = 320.0  # a probe claim waits up to 300 s to bind
 
     def run(self) -> None:
         i = 0
@@ -308,12 +340,3 @@ class Prober:
                 lambda: self.error is not None or any(b > moment for _, b in self.made),
                 timeout=timeout,
             )
-
-    def __enter__(self) -> Prober:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=320)

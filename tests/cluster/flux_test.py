@@ -28,8 +28,8 @@ import pytest
 from cluster.drills import (
     IMAGE_DIR,
     IMAGES,
-    INSTALL_YAML,
     MANIFESTS,
+    install_release,
     make_demo,
     pods,
 )
@@ -61,17 +61,7 @@ def first() -> install.FluxSource:
 
 @pytest.fixture(scope="module")
 def installed(node: KubeNode, first: install.FluxSource) -> install.Installed:
-    layouts = {name: IMAGE_DIR / name for name in IMAGES}
-    done = install.install(node, INSTALL_YAML, layouts, flux=first)
-    t = done.times
-    print(
-        f"\nthrough Flux: images mirrored in {t['mirror']:.1f} s; cert-manager running in "
-        f"{t['cert_manager']:.1f} s; Flux's controllers running in {t['flux']:.1f} s; "
-        f"Kustomization applied to every Certificate issued {t['apply_to_certificates']:.1f} s, "
-        f"to every workload ready and the Kustomization Ready {t['apply_to_ready']:.1f} s"
-    )
-    print(done.applied)
-    return done
+    return install_release(node, flux=first)
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from cluster.drills import (
     IMAGE_DIR,
     IMAGES,
     INSTALL_YAML,
+    install_release,
     make_demo,
     publish_host_and_place_pool,
     ready_pool,
@@ -66,16 +67,7 @@ def chart() -> install.HelmChart:
 
 @pytest.fixture(scope="module")
 def installed(node: KubeNode, chart: install.HelmChart) -> install.Installed:
-    layouts = {name: IMAGE_DIR / name for name in IMAGES}
-    done = install.install(node, INSTALL_YAML, layouts, chart=chart)
-    t = done.times
-    print(
-        f"\nwith Helm: images mirrored in {t['mirror']:.1f} s; cert-manager running in "
-        f"{t['cert_manager']:.1f} s; `helm install` to every Certificate issued "
-        f"{t['apply_to_certificates']:.1f} s, to every workload ready {t['apply_to_ready']:.1f} s"
-    )
-    print(done.applied)
-    return done
+    return install_release(node, chart=chart)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from cluster.drills import (
     DEMO_NAMESPACE,
     HOLDER,
     IMAGE_DIR,
+    Background,
     Prober,
     apply,
     assert_one_microvm_and_lease_each,
@@ -98,7 +99,7 @@ def hold_claims(node: KubeNode) -> tuple[list[str], dict[str, tuple[str, str]]]:
 
 
 @dataclass
-class Renewer:
+class Renewer(Background):
     """The Holders of `claims`, renewing each every `every` seconds (the client's heartbeat)."""
 
     node: KubeNode
@@ -113,15 +114,6 @@ class Renewer:
                 renew(self.node, self.claims)
         except BaseException as err:  # reported by the test
             self.error = err
-
-    def __enter__(self) -> Renewer:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
 
 
 def renew(node: KubeNode, claims: list[str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
+from batteryop.hostimage.host_env import read_env as parse_env
 from batteryop.testing.kubenode import binaries
 from batteryop.testing.kubenode.names import (
     CLUSTER_DOMAIN,
@@ -180,20 +181,8 @@ def start_kubelet(node: KubeNode, member: Member, kubeadm_env: Mapping[str, str]
 
 
 def read_env(path: Path) -> dict[str, str]:
-    """An EnvironmentFile as systemd reads it: `KEY="value"` lines."""
+    """An EnvironmentFile as systemd reads it: `KEY="value"` lines (`parse_env`)."""
     return parse_env(path.read_text())
-
-
-def parse_env(text: str) -> dict[str, str]:
-    """The text of an EnvironmentFile, as `read_env` reads it."""
-    env: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        env[key.strip()] = value.strip().strip('"')
-    return env
 
 
 def kubelet_environment_files(definition: Path) -> list[str]:
