@@ -20,11 +20,15 @@ the installed operator) are printed for the closing note and the docs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 import yaml
@@ -46,6 +50,7 @@ from cluster.drills import (
     publish_host_and_place_pool,
     ready_pool,
     start_drain,
+    until_claims,
     wait_restarted,
 )
 from cryptography import x509
@@ -53,8 +58,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from batteryop.api import names, samples
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
+from batteryop.manifests import database, render
 from batteryop.testing.kubenode import install
-from batteryop.testing.kubenode.node import NODE_NAME, KubeNode
+from batteryop.testing.kubenode.node import NODE_NAME, KubeNode, kubectl_binary
 
 POOL = "demo"
 ROUNDS = 20
@@ -188,6 +194,8 @@ BURST = 30
 # the sweep expired the earliest three in between, as it should. The drills' Pool keeps its
 # Leases longer than both drills together take.
 BURST_LEASE = {"expiryThreshold": "10m"}
+RESTORE_BURST = 8
+RESTORE_POOL = 3 * RESTORE_BURST + 2
 
 
 @pytest.mark.req("CL-008", "CL-030", "CL-061", "DP-002")
@@ -289,6 +297,129 @@ def test_a_drain_of_the_host_waits_until_its_claims_are_released(
         if drain.poll() is None:
             drain.kill()
         node.kubectl(["uncordon", NODE_NAME])
+
+
+def kubectl_stream(
+    node: KubeNode,
+    args: list[str],
+    *,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
+) -> str:
+    """kubectl with binary standard streams, as a user pipes a file through it; its stderr."""
+    proc = subprocess.run(
+        [kubectl_binary(), f"--kubeconfig={node.cp.admin_kubeconfig}", *args],
+        stdin=stdin,
+        stdout=stdout if stdout is not None else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return proc.stderr.decode()
+
+
+def destroy_battery_volume(node: KubeNode) -> None:
+    """battery's volume lost: the operator's Pod stopped, the claim, the volume and every byte
+    on it gone; then a new, empty volume and claim, as after replacing a failed disk."""
+    ns = install.NAMESPACE
+    node.kubectl(["-n", ns, "scale", f"deploy/{names.OPERATOR_DEPLOYMENT}", "--replicas=0"])
+    selector = f"{names.COMPONENT_LABEL}={render.COMPONENT_OPERATOR}"
+    node.kubectl(["-n", ns, "wait", "--for=delete", "pod", "-l", selector, "--timeout=180s"])
+    node.kubectl(["-n", ns, "delete", "pvc", names.BATTERY_DATA_PVC, "--wait=true"])
+    node.kubectl(["delete", "pv", install.BATTERY_VOLUME, "--wait=true"])
+    shutil.rmtree(node.state / "volumes" / install.BATTERY_VOLUME)
+    install.battery_volume(node)
+    apply(node, render.pvc_object(ns))
+
+
+def copy_leases(copy: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
+        return {row[0] for row in conn.execute("SELECT lease_id FROM leases")}
+
+
+@pytest.mark.req("DP-116", "DP-117", "DP-118", "DP-119", "CL-012", "CL-030", "TD-123")
+def test_battery_backed_up_in_a_burst_and_restored_onto_a_new_volume(
+    node: KubeNode, installed: install.Installed, demo: str, tmp_path: Path
+) -> None:
+    ready_pool(node, "backup", RESTORE_POOL, lease=BURST_LEASE)
+
+    def claim(names_: list[str]) -> None:
+        apply(node, *(samples.sample_claim(c, "backup", HOLDER, DEMO_NAMESPACE) for c in names_))
+
+    before = [f"restore-a{i:02}" for i in range(RESTORE_BURST)]
+    during = [f"restore-b{i:02}" for i in range(RESTORE_BURST)]
+    after = [f"restore-c{i:02}" for i in range(RESTORE_BURST)]
+    claim(before)
+    asyncio.run(bound_at(node, set(before)))
+    # The backup runs while a burst binds (DP-116): whatever the copy holds is one moment's.
+    copy = tmp_path / "poolmgr.db"
+    claim(during)
+    started = time.monotonic()
+    with copy.open("wb") as out:
+        said = kubectl_stream(node, database.backup_args(install.NAMESPACE), stdout=out)
+    backed_up = time.monotonic() - started
+    asyncio.run(bound_at(node, set(during)))
+    claim(after)  # bound after the copy: battery's restored database cannot know them
+    asyncio.run(bound_at(node, set(after)))
+    claims = before + during + after
+    leases = {c: s["leaseID"] for c, s in claim_statuses(node, "restore-").items()}
+    vms = {(s.get("microVM") or {}).get("uid") for s in claim_statuses(node, "").values()}
+    in_copy = copy_leases(copy)
+    kept = {c for c in claims if leases[c] in in_copy}
+    assert set(before) <= kept and not kept & set(after), (sorted(kept), said)
+
+    destroy_battery_volume(node)
+    image = node.kubectl(database.image_args(install.NAMESPACE))
+    started = time.monotonic()
+    with copy.open("rb") as source:
+        restored = kubectl_stream(
+            node, database.restore_args(install.NAMESPACE, image), stdin=source
+        )
+    took = time.monotonic() - started
+    assert "restored" in restored, restored
+    node.kubectl(
+        ["-n", install.NAMESPACE, "scale", f"deploy/{names.OPERATOR_DEPLOYMENT}", "--replicas=1"]
+    )
+    started = time.monotonic()
+
+    # Every claim Bound on the Lease the copy holds, or reported lost: nothing silently kept.
+    def settled(found: dict[str, dict]) -> bool:
+        phases = {c: ((found.get(c) or {}).get("status") or {}).get("phase") for c in claims}
+        return all(phases[c] == ("Bound" if c in kept else "Expired") for c in claims)
+
+    asyncio.run(until_claims(node, settled, 300, "claims Bound on the copy's Leases or Expired"))
+    reconciled = time.monotonic() - started
+    statuses = claim_statuses(node, "restore-")
+    assert {c: statuses[c]["leaseID"] for c in kept} == {c: leases[c] for c in kept}
+    held = battery_leases(node)
+    assert all(leases[c] in held for c in kept)
+    lost = set(claims) - kept
+    events = json.loads(
+        node.kubectl(
+            [
+                "get",
+                "events",
+                "-n",
+                DEMO_NAMESPACE,
+                "--field-selector=reason=LeaseExpired",
+                "-o",
+                "json",
+            ]
+        )
+    )["items"]
+    assert lost <= {e["involvedObject"]["name"] for e in events}  # CL-012: each one named
+    # DP-117: the copy's free MicroVMs were retired: a claim now gets a MicroVM no claim had.
+    claim(["restore-fresh"])
+    asyncio.run(bound_at(node, {"restore-fresh"}))
+    fresh = claim_statuses(node, "restore-fresh")["restore-fresh"]["microVM"]["uid"]
+    assert fresh not in vms
+    print(
+        f"\nbattery's database backed up during a burst in {backed_up:.2f} s ({said.strip()}); "
+        f"volume destroyed; restored in {took:.2f} s ({restored.strip()}); "
+        f"{len(kept)} claims kept Bound, {len(lost)} reported Expired (LeaseExpired), "
+        f"{reconciled:.1f} s from the operator's start"
+    )
 
 
 @pytest.mark.req("TD-113")

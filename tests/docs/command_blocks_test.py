@@ -457,6 +457,7 @@ def known() -> Known:
         ("ConfigMap", ns, names.CA_BUNDLE_CONFIG_MAP),
         ("ConfigMap", ns, names.ADDRESS_PINS_CONFIG_MAP),
     }
+    objects.add(("Pod", ns, names.BATTERY_DB_RESTORE_POD))  # the Restore runbook's `kubectl run`
     prefixes = {(kind, ns, names.DRAIN_GUARD_PREFIX) for kind in ("Pod", "PodDisruptionBudget")}
     constants = [v for v in vars(names).values() if isinstance(v, str)]
     return Known(

@@ -55,7 +55,7 @@ from typing import Any, Final
 import yaml
 
 from batteryop.api import crds, names
-from batteryop.battery import configfile
+from batteryop.battery import configfile, database
 from batteryop.manifests import admission, cert_manager, csr_approver, exec_agent, rbac
 
 Obj = dict[str, Any]
@@ -118,8 +118,8 @@ TLS_DIR: Final = configfile.DEFAULT_TLS_DIR
 TLS_CERT_KEY: Final = configfile.TLS_CERT_FILE
 TLS_KEY_KEY: Final = configfile.TLS_KEY_FILE
 SERVING_CA_FILE_NAME: Final = configfile.SERVING_CA_FILE
-DATA_DIR: Final = "/data"
-DB_FILE: Final = f"{DATA_DIR}/poolmgr.db"
+DATA_DIR: Final = str(database.DEFAULT_DB.parent)
+DB_FILE: Final = str(database.DEFAULT_DB)
 TOKEN_DIR: Final = rbac.TOKEN_DIR
 TOKEN_EXPIRATION_SECONDS: Final = rbac.TOKEN_EXPIRATION_SECONDS
 KUBE_ROOT_CA_CONFIG_MAP: Final = rbac.KUBE_ROOT_CA_CONFIG_MAP
@@ -250,7 +250,7 @@ def pvc_object(namespace: str) -> Obj:
     }
 
 
-def _container_security() -> Obj:
+def container_security() -> Obj:
     return {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
@@ -259,7 +259,7 @@ def _container_security() -> Obj:
     }
 
 
-def _resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> Obj:
+def container_resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> Obj:
     return {
         "requests": {"cpu": cpu, "memory": memory},
         "limits": {"cpu": cpu_limit, "memory": memory_limit},
@@ -304,11 +304,14 @@ def operator_container(image: str) -> Obj:
         ],
         "readinessProbe": _probe(READYZ_PATH, initial=5, period=10),  # DP-012
         "livenessProbe": _probe(HEALTHZ_PATH, initial=15, period=20),
-        "resources": _resources("50m", "128Mi", "1", "512Mi"),
-        "securityContext": _container_security(),
+        "resources": container_resources("50m", "128Mi", "1", "512Mi"),
+        "securityContext": container_security(),
         "volumeMounts": [
             _mount(VOLUME_TOKEN, TOKEN_DIR),
             rbac.tmp_mount(VOLUME_TMP_OPERATOR),
+            # DP-116: `battery-operator db backup` copies battery's live database from here.
+            # Writable: a reader of a WAL database writes its shared-memory index (-shm).
+            _mount(VOLUME_DATA, DATA_DIR, read_only=False),
         ],
     }
 
@@ -354,8 +357,8 @@ def host_registry_container(image: str) -> Obj:
             "initialDelaySeconds": 15,
             "periodSeconds": 20,
         },
-        "resources": _resources("20m", "64Mi", "500m", "256Mi"),
-        "securityContext": _container_security(),
+        "resources": container_resources("20m", "64Mi", "500m", "256Mi"),
+        "securityContext": container_security(),
         "volumeMounts": [
             _mount(VOLUME_TOKEN, TOKEN_DIR),
             # DP-006, DP-007: restart battery only once this mount shows what was written.
@@ -371,8 +374,8 @@ def battery_container(image: str) -> Obj:
         "name": BATTERY_CONTAINER,
         "image": image,
         "args": [f"-config={CONFIG_FILE}", f"-db={DB_FILE}", "-log-level=info"],
-        "resources": _resources("50m", "64Mi", "1", "512Mi"),
-        "securityContext": _container_security(),
+        "resources": container_resources("50m", "64Mi", "1", "512Mi"),
+        "securityContext": container_security(),
         "volumeMounts": [
             _mount(VOLUME_CONFIG, CONFIG_DIR),  # DP-004
             _mount(VOLUME_TLS, TLS_DIR),  # DP-005

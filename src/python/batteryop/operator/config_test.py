@@ -1,4 +1,5 @@
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,17 @@ def test_the_cli_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> No
     assert err == [
         "battery-operator: --battery-address: '10.1.2.3:50051' must be a loopback address"
     ]
+
+
+def test_db_runs_the_database_command_not_the_operator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # DP-116: `battery-operator db ...` in the operator's image is batteryop.battery.database.
+    assert main(["db", "check", str(tmp_path / "missing.db"), "--scratch", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"battery-operator db: {tmp_path / 'missing.db'}: No such file or directory\n"
+    )
+    with pytest.raises(SystemExit) as usage:
+        main(["db"])
+    assert usage.value.code == 2

@@ -1,6 +1,7 @@
 """battery-operator's entry point: flags, logging, clients, probes, metrics, then run.
 
     battery-operator --battery-address=127.0.0.1:50051 --health-probe-bind-address=:8081
+    battery-operator db backup|check|restore ...   (battery's database: batteryop.battery.database)
 
 Exits 2 with one line naming the flag on a bad setting; 0 after SIGTERM or SIGINT once
 every controller has stopped. Readiness (`/readyz`) is false while battery's Events stream
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 
-from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, TLSConfig
+from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, TLSConfig, database
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
 from batteryop.obs.addresses import parse_bind_address
@@ -95,6 +96,9 @@ async def run(config: OperatorConfig, stop: asyncio.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["db"]:  # DP-116: battery's database, from the operator's container
+        return database.main(args[1:], prog="battery-operator db")
     return run_deployable(
         "battery-operator",
         argv,

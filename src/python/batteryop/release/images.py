@@ -44,10 +44,15 @@ def labels(name: str, version: Version) -> dict[str, str]:
     }
 
 
+def entrypoint(name: str) -> list[str]:
+    """The image `name`'s entrypoint: its PEX under the image's Python (no shell)."""
+    return [PYTHON, f"{APP_DIR}/{name}.pex"]
+
+
 def config(name: str, version: Version) -> oci.ImageConfig:
     # DP-103: non-root, and the entrypoint needs no shell.
     return oci.ImageConfig(
-        entrypoint=[PYTHON, f"{APP_DIR}/{name}.pex"],
+        entrypoint=entrypoint(name),
         user=f"{rootfs.NONROOT}:{rootfs.NONROOT}",
         env={
             "PEX_ROOT": PEX_ROOT,
