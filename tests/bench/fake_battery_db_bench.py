@@ -37,24 +37,27 @@ WRITES = 200 if FULL else 20
 BURST = 100 if FULL else 10
 
 
-def _state(vms: int) -> Store:
+def battery_state(vms: int) -> Store:
+    """One Pool of `vms` VMs, every other one leased, two outbox events each."""
     now = datetime.now(UTC)
     store = Store(lambda: now)
     key = ("bench", "big")
     store.put_pool(key, pool_spec("big", "bench", ["host-a", "host-b"], size=vms))
     for i in range(vms):
         uid = str(uuid.uuid4())
-        store.add_vm(VmRow(uid, f"big-{i:08x}", key, "host-a", Phase.AVAILABLE, None, now, now))
+        lease_id = str(uuid.uuid4()) if i % 2 else None
+        phase = Phase.LEASED if lease_id else Phase.AVAILABLE
+        store.add_vm(VmRow(uid, f"big-{i:08x}", key, "host-a", phase, lease_id, now, now))
         store.emit(types_pb2.VM_PROVISIONED, key, uid)
         store.emit(types_pb2.VM_AVAILABLE, key, uid)
-        if i % 2:
-            lease = LeaseRow(str(uuid.uuid4()), uid, key, now, now, now + timedelta(minutes=1), uid)
+        if lease_id:
+            lease = LeaseRow(lease_id, uid, key, now, now, now + timedelta(minutes=1), uid)
             store.add_lease(lease)
     return store
 
 
 async def test_db_write_cost() -> None:
-    store = _state(VMS)
+    store = battery_state(VMS)
     with tempfile.TemporaryDirectory() as tmp:
         db = Database(Path(tmp) / "poolmgr.db")
         db.save(store)  # the first write: every row
