@@ -85,17 +85,20 @@ def install_release(
     return done
 
 
-def battery_env(node: KubeNode, pki: install.Pki, tmp: Path) -> dict[str, str]:
-    ca = tmp / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY  # CT-101: the agents' own serving CA
-    ca.write_bytes(pki.exec_serving_ca)
-    return {
+def battery_env(node: KubeNode, pki: install.Pki, tmp: Path, *, ca: bool = True) -> dict[str, str]:
+    """The `battery` command's environment; without `ca`, a kubeconfig is all it has (CC-114)."""
+    env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp),
         "KUBECONFIG": str(node.cp.admin_kubeconfig),
         "BATTERY_NAMESPACE": DEMO_NAMESPACE,
         "BATTERY_HOLDER": HOLDER,
-        "BATTERY_CA": str(ca),
     }
+    if ca:
+        path = tmp / names.EXEC_AGENT_SERVING_CA_BUNDLE_KEY  # CT-101: the agents' own serving CA
+        path.write_bytes(pki.exec_serving_ca)
+        env["BATTERY_CA"] = str(path)
+    return env
 
 
 def publish_host_and_place_pool(node: KubeNode, pool: str) -> None:

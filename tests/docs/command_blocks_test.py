@@ -130,6 +130,8 @@ def commands(block: Block) -> Iterator[str]:
         text = block.body.replace("\\\n", " ")
         for line in text.splitlines():
             line = line.split(" #")[0].strip()
+            # `NAME=$(command)`: the command.
+            line = re.sub(r"^[A-Z_]+=\$\((.*)\)$", r"\1", line)
             for part in shell_parts(line):
                 part = re.sub(r"^(?:do|then)\b\s*", "", part)
                 if part and not re.match(r"^(?:for|done|fi)\b", part):
@@ -223,6 +225,8 @@ class Kubectl:
         words: list[str] = []
         rest = iter(argv[1:])
         for arg in rest:
+            if arg == "--":  # what follows is the container's command (exec, run)
+                break
             if arg.startswith("-") and arg != "-":
                 name, eq, value = arg.partition("=")
                 flags.append(
@@ -389,7 +393,7 @@ KINDS = {
 FREE = frozenset({"Node", "PersistentVolume", "MicroVMClaim", "Pool", "CSR", "Event"})
 NOT_SERVED = frozenset({"Certificate", "OCIRepository", "Kustomization"})
 """Kinds the test control plane does not serve (cert-manager's, Flux's): their gets are not run."""
-NAMED_VERBS = frozenset({"get", "describe", "delete", "patch", "edit", "annotate", "label"})
+NAMED_VERBS = frozenset({"get", "describe", "delete", "patch", "edit", "annotate", "label", "wait"})
 """kubectl verbs taking `TYPE NAME...` (or `TYPE/NAME`); the others take `TYPE/NAME` or a Pod."""
 NODE_VERBS = frozenset({"cordon", "uncordon", "drain"})
 FLUX_KINDS = {("source", "oci"): "OCIRepository", ("kustomization",): "Kustomization"}

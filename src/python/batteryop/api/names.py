@@ -256,6 +256,11 @@ CLIENT_CA_BUNDLE_KEY: Final = "client-ca.crt"
 EXEC_AGENT_SERVING_CA_BUNDLE_KEY: Final = "exec-agent-serving-ca.crt"
 """Key of the Exec Agent serving CA certificate in CA_BUNDLE_CONFIG_MAP: what a client trusts
 for an Exec Agent, and nothing else (CT-101)."""
+CA_READER_ROLE: Final = "battery-operator-ca-reader"
+"""Role and RoleBinding letting every authenticated user read CA_BUNDLE_CONFIG_MAP (CT-107), so
+a kubeconfig is all a client needs to trust the Exec Agents (CC-114)."""
+AUTHENTICATED_GROUP: Final = "system:authenticated"
+"""Kubernetes' group of every authenticated user."""
 CSR_APPROVER_NAME: Final = "battery-operator-csr-approver"
 """The CSR approver's Deployment and ServiceAccount."""
 ADDRESS_PINS_CONFIG_MAP: Final = "host-address-pins"

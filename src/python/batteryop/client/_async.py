@@ -46,6 +46,7 @@ from batteryop.api.closing import AsyncClosing
 from batteryop.api.conditions import ClaimReason
 from batteryop.api.errors import MalformedObjectError
 from batteryop.client import _core
+from batteryop.client._ca import CaLookup
 from batteryop.client._exceptions import (
     ClaimError,
     ClaimTimeoutError,
@@ -173,7 +174,8 @@ class AsyncClient(AsyncClosing):
     Kubernetes credentials: `kube_config`, else the kubeconfig file `kubeconfig` (and
     `context`), else in-cluster or `$KUBECONFIG` / `~/.kube/config`. `serving_ca` (PEM bytes, or
     a file) is the CA that signs Exec Agent serving certificates; without it (and without an
-    `exec_transport`) claims work but `exec` raises `ConfigError`.
+    `exec_transport`) the client reads the one the release publishes (CC-114), and `exec`
+    raises `ConfigError` saying what it tried if it cannot.
 
     The identity needs, in `namespace`: microvmclaims create, get, list, watch, patch, delete;
     pools get; secrets create, get, delete; serviceaccounts/token create for each Holder.
@@ -207,10 +209,8 @@ class AsyncClient(AsyncClosing):
             )
         except KubeConfigError as e:
             raise ConfigError(f"unusable Kubernetes configuration: {e}") from e
-        ca = _read_ca(serving_ca)
-        self._serving_ca: bytes | None = None
-        if exec_transport is None and ca is not None:
-            self._serving_ca = check_serving_ca(ca)
+        ca = _read_ca(serving_ca)  # CC-114: none given, the release's published one
+        self._ca = CaLookup(self._kube, None if ca is None else check_serving_ca(ca))
         self._transport: ExecTransport | None = exec_transport
         self._grpc: GrpcExecTransport | None = None
         self._claims: set[AsyncClaim] = set()
@@ -223,6 +223,7 @@ class AsyncClient(AsyncClosing):
             await claim.detach()
         if self._cleanups:
             await asyncio.wait(set(self._cleanups), timeout=self.timeouts.release)
+        self._ca.cancel()
         for transport in (self._transport, self._grpc):
             if transport is not None:
                 await transport.aclose()
@@ -578,7 +579,9 @@ class AsyncClient(AsyncClosing):
             )
             return _core.read_token(answer, datetime.now(UTC))
 
-    def _exec_transport(self) -> ExecTransport:
+    async def _exec_transport(self) -> ExecTransport:
+        if self._transport is None:
+            await self._ca.get()
         transport = self._transport if self._transport is not None else self._grpc_transport()
         if transport is None:
             raise ConfigError("no Exec Agent CA configured: pass serving_ca to the client")
@@ -587,12 +590,12 @@ class AsyncClient(AsyncClosing):
     def _grpc_transport(self) -> GrpcExecTransport | None:
         """The client's own gRPC transport (None when it was given another, or no CA), made
         at its first use: gRPC is imported then, not with the client (`_exec`)."""
-        if self._serving_ca is None:
+        if self._ca.known is None:
             return None
         if self._grpc is None:
             from batteryop.client._transport import GrpcExecTransport  # _GRPC_TRANSPORT
 
-            self._grpc = GrpcExecTransport(self._serving_ca, open_timeout=self.timeouts.exec_open)
+            self._grpc = GrpcExecTransport(self._ca.known, open_timeout=self.timeouts.exec_open)
         return self._grpc
 
     def _connect(self, address: str | None) -> None:
@@ -603,6 +606,8 @@ class AsyncClient(AsyncClosing):
         whatever fails here fails again at the first exec, which reports it."""
         if not address or _GRPC_TRANSPORT not in sys.modules:
             return
+        if self._ca.known is None and self._transport is None:  # CC-114: once it is known
+            return self._ca.then(lambda: self._connect(address))
         with contextlib.suppress(Exception):
             transport = self._grpc_transport()
             if transport is not None:
@@ -854,7 +859,7 @@ class AsyncClaim:
         The result holds the exit code and the agent's error messages (no output).
         """
         self.raise_if_lost()
-        transport = self._client._exec_transport()
+        transport = await self._client._exec_transport()
         address = self.agent_address
         if not address:
             # The Host may have reported its agent since the claim was read.

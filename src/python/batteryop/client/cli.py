@@ -103,7 +103,7 @@ def _client(
     from batteryop.client._sync import Client
     from batteryop.client._threads import start_daemon
 
-    if execs and _OWN_PROCESS and ctx.obj["ca"]:
+    if execs and _OWN_PROCESS:
         start_daemon(_import_exec_transport, "battery-import")
 
     opts = ctx.obj
@@ -179,7 +179,10 @@ def _describe(claim: Claim) -> str:
     "--ca",
     envvar="BATTERY_CA",
     type=click.Path(dir_okay=False),
-    help="PEM CA that signs Exec Agent serving certificates [env BATTERY_CA].",
+    help=(
+        "PEM CA that signs Exec Agent serving certificates [env BATTERY_CA]; default: the one "
+        "the release publishes (ConfigMap battery-operator-system/flintlockd-ca)."
+    ),
 )
 @click.pass_context
 def cli(

@@ -171,12 +171,17 @@ def meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> 
     return meta
 
 
+def ca_reader_rules() -> list[Obj]:
+    """CT-107: the published CA certificates (no key), readable by anyone who logged in."""
+    return [rule(CORE, ["configmaps"], ["get"], [names.CA_BUNDLE_CONFIG_MAP])]
+
+
 def _subject(namespace: str) -> Obj:
     return {"kind": "ServiceAccount", "name": OPERATOR_SERVICE_ACCOUNT, "namespace": namespace}
 
 
 def objects(*, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-    """The ServiceAccount, the ClusterRoles, the Role and their bindings, in apply order."""
+    """The ServiceAccount, the ClusterRoles, the Roles and their bindings, in apply order."""
     return [
         {
             "apiVersion": "v1",
@@ -222,6 +227,21 @@ def objects(*, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
             "metadata": meta(MANAGER_ROLE, labels, namespace),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": MANAGER_ROLE},
             "subjects": [_subject(namespace)],
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "Role",
+            "metadata": meta(names.CA_READER_ROLE, labels, namespace),
+            "rules": ca_reader_rules(),
+        },
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "RoleBinding",
+            "metadata": meta(names.CA_READER_ROLE, labels, namespace),
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": names.CA_READER_ROLE},
+            "subjects": [
+                {"kind": "Group", "apiGroup": RBAC_GROUP, "name": names.AUTHENTICATED_GROUP}
+            ],
         },
     ]
 

@@ -31,6 +31,8 @@ APPLY_ORDER = [
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "Role",  # CT-107: the CA reader, bound to every authenticated user
+    "RoleBinding",
     "ConfigMap",
     "PersistentVolumeClaim",
     "Deployment",
@@ -138,7 +140,8 @@ def test_every_namespaced_object_is_in_the_namespace_given() -> None:
         if obj["kind"] not in cluster_kinds:
             assert obj["metadata"]["namespace"] == "elsewhere", obj["kind"]
         for subject in obj.get("subjects", []):
-            assert subject["namespace"] == "elsewhere"
+            if subject["kind"] != "Group":  # system:authenticated has no namespace
+                assert subject["namespace"] == "elsewhere"
 
 
 def test_render_returns_fresh_objects() -> None:
