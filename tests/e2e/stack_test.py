@@ -14,6 +14,7 @@ import asyncio
 import time
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from e2e.driver import (
@@ -87,8 +88,10 @@ async def release_via_cli(stack: Stack, name: str) -> None:
         await until(kube, CLAIMS, name, lambda b: b is None, what="gone")
 
 
-@pytest.mark.req("TD-024", "TD-026", "TD-110", "CL-060", "CC-010")
-async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(stack: Stack) -> None:
+@pytest.mark.req("TD-024", "TD-026", "TD-110", "CL-060", "CC-010", "CC-115")
+async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(
+    stack: Stack, tmp_path: Path
+) -> None:
     claim = await bound_claim_via_cli(stack)
     name, uid = claim["metadata"]["name"], claim["metadata"]["uid"]
     # CL-060: battery's Lease carries the claim's uid.
@@ -97,6 +100,24 @@ async def test_a_claim_binds_execs_renews_and_releases_through_the_cli(stack: St
 
     code, out, err = await cli(stack, "exec", name, "--", "uname", "-a")
     assert (code, out.split()[:1]) == (0, ["Linux"]), err
+
+    # CC-115: a folder in and out through the Exec Agent, modes kept (a relative path is the
+    # MicroVM's working folder: the sandbox's here).
+    folder = tmp_path / "tree"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "run.sh").write_bytes(b"#!/bin/sh\necho in the VM\n")
+    (folder / "sub" / "run.sh").chmod(0o750)
+    code, _, err = await cli(stack, "cp", str(folder), f"{name}:tree")
+    assert code == 0, err
+    code, out, err = await cli(stack, "exec", name, "--", "sh", "tree/sub/run.sh")
+    assert (code, out) == (0, "in the VM\n"), err
+    code, _, err = await cli(stack, "cp", f"{name}:tree", str(tmp_path / "back"))
+    assert code == 0, err
+    back = tmp_path / "back" / "sub" / "run.sh"
+    assert back.read_bytes() == (folder / "sub" / "run.sh").read_bytes()
+    assert back.stat().st_mode & 0o777 == 0o750
+    code, _, err = await cli(stack, "cp", f"{name}:no-such-file", str(tmp_path / "x"))
+    assert code == 1 and err.count("\n") == 1 and "no such file or folder" in err, err
 
     code, _, err = await cli(stack, "renew", name)
     assert code == 0, err

@@ -41,7 +41,9 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
         "each method a documented call of the public API)",
     ),
     ("client/_async.py", "AsyncClaim"): Allowed(
-        306, "the claim handle's public surface: one documented method per call"
+        320,
+        "the claim handle's public surface: one documented method per call (put and get "
+        "delegate to _files)",
     ),
     ("kube/client.py", "KubeClient"): Allowed(
         424,

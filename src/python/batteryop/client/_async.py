@@ -92,6 +92,7 @@ from batteryop.kube.resources import (
 )
 
 if TYPE_CHECKING:
+    from batteryop.client._files import Source, Target
     from batteryop.client._transport import GrpcExecTransport
 
 log = logging.getLogger("batteryop.client")
@@ -841,6 +842,20 @@ class AsyncClaim:
             timeout_seconds=timeout_seconds,
         )
         return ExecResult(result.exit_code, b"".join(out), b"".join(err), result.errors)
+
+    async def put(self, path: str, source: Source, *, mode: int | None = None) -> None:
+        """Copy bytes, a local file or folder (by path) or an open binary file to `path` in
+        the MicroVM, streamed, over exec (CC-115); a file keeps its mode unless `mode` is set."""
+        from batteryop.client import _files
+
+        await _files.put(self, path, source, mode=mode)
+
+    async def get(self, path: str, target: Target | None = None) -> bytes | None:
+        """Copy the file or folder `path` out of the MicroVM to `target` (a local path, or an
+        open binary file), streamed and put in place once whole; no target: the file's bytes."""
+        from batteryop.client import _files
+
+        return await _files.get(self, path, target)
 
     async def exec_stream(
         self,

@@ -92,6 +92,11 @@ class NoAgentAddressError(ExecError):
     """The claim's status names no Exec Agent address (the Host has not reported one)."""
 
 
+class FileTransferError(ClientError):
+    """A copy in or out of a MicroVM failed, or was refused (CC-115): a path that is not there,
+    a target that cannot be written, an archive entry that would land outside its folder."""
+
+
 class ExecUnavailableError(ExecError):
     """The Exec Agent could not be reached, or the stream ended without an exit code."""
 

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from batteryop.api._compat import TIMEOUT_ERRORS
 from batteryop.client._async import (
@@ -47,6 +47,9 @@ from batteryop.client._models import (
 )
 from batteryop.client._threads import start_daemon
 from batteryop.kube.config import KubeConfig
+
+if TYPE_CHECKING:
+    from batteryop.client._files import Source, Target
 
 T = TypeVar("T")
 
@@ -332,6 +335,14 @@ class Claim:
                 argv, stdin=stdin, env=env, cwd=cwd, user=user, timeout_seconds=timeout_seconds
             )
         )
+
+    def put(self, path: str, source: Source, *, mode: int | None = None) -> None:
+        """See `AsyncClaim.put`."""
+        self._portal.call(self._async.put(path, source, mode=mode))
+
+    def get(self, path: str, target: Target | None = None) -> bytes | None:
+        """See `AsyncClaim.get`."""
+        return self._portal.call(self._async.get(path, target))
 
     def exec_stream(
         self,

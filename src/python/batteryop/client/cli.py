@@ -365,6 +365,41 @@ def _warn_host_not_ready(held: Claim) -> None:
         click.echo(f"battery: warning: {problem}", err=True)
 
 
+def _remote(spec: str) -> tuple[str, str] | None:
+    """`CLAIM:PATH` -> (CLAIM, PATH); a local path (no colon before any slash) -> None."""
+    claim_name, colon, path = spec.partition(":")
+    if not colon or "/" in claim_name or not claim_name:
+        return None
+    return claim_name, path
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("source", metavar="SRC")
+@click.argument("target", metavar="DST")
+@click.pass_context
+def cp(ctx: click.Context, source: str, target: str) -> None:  # CC-115
+    """Copy a file or folder into a claim's MicroVM or out of it: CLAIM:PATH on one side, a
+    local path or - (stdin/stdout) on the other."""
+    inbound, outbound = _remote(target), _remote(source)
+    if (inbound is None) == (outbound is None):
+        _fail("name CLAIM:PATH on exactly one side: battery cp LOCAL CLAIM:PATH, or the reverse", 2)
+    claim_name, path = inbound or outbound  # type: ignore[misc]
+    if not path:
+        _fail(f"no path after {claim_name}: (CLAIM:PATH)", 2)
+    with _errors(EXIT_ERROR):
+        client = _client(ctx, execs=True)
+        try:
+            held = client.attach(claim_name, hold=True)
+            _warn_host_not_ready(held)
+            if inbound is not None:
+                held.put(path, sys.stdin.buffer if source == "-" else source)
+            else:
+                held.get(path, sys.stdout.buffer if target == "-" else target)
+            held.detach()
+        finally:
+            client.close()
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("claim_name", metavar="CLAIM")
 @click.pass_context

@@ -257,3 +257,18 @@ def test_options_before_the_double_dash_are_battery_s_and_after_it_the_command_s
     )
     assert code == EXIT_EXEC_ERROR
     assert err.startswith("battery: error: no usable Kubernetes configuration")
+
+
+ONE_SIDE = "name CLAIM:PATH on exactly one side: battery cp LOCAL CLAIM:PATH, or the reverse"
+
+
+@pytest.mark.req("CC-115", "CC-109")
+def test_cp_names_a_claim_on_exactly_one_side() -> None:
+    for argv, said in (
+        (("a", "b"), ONE_SIDE),
+        (("c1:/x", "c2:/y"), ONE_SIDE),
+        (("c1:", "local"), "no path after c1: (CLAIM:PATH)"),
+    ):
+        done = python("-m", "batteryop.client.cli", "cp", *argv)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"battery: error: {said}\n"
