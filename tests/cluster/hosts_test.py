@@ -526,7 +526,6 @@ def test_three_alerts_fire_for_their_faults_and_clear_once_fixed(
         assert float(alert["value"]) == 0  # no replica subscribed
         fixed = time.monotonic()
     assert crashing.error is None, crashing.error
-    assert crashing.kills >= 2, crashing.kills
     clear(prometheus, timing, fixed, timeout=180)
     timings.append(timing)
     quiet(prometheus, "after battery came back")

@@ -161,7 +161,6 @@ class PodDiscovery:
     ca: bytes
     token: str
     server: ThreadingHTTPServer | None = None
-    lists: int = 0
 
     @contextmanager
     def serving(self) -> Iterator[str]:
@@ -184,7 +183,6 @@ class PodDiscovery:
                 except (OSError, ValueError) as err:  # Prometheus keeps its last targets
                     self.send_error(502, str(err))
                     return
-                discovery.lists += 1
                 body = json.dumps(pod_targets(pods)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -281,9 +279,15 @@ class Prometheus:
     @contextmanager
     def _run(cls, node: KubeNode, folder: Path) -> Iterator[Prometheus]:
         listen = f"{node.members[0].address}:{PORT}"
+        # Its own UTS namespace, named as its Node: Prometheus looks its host name up at each
+        # configuration load (the scrape offsets' seed), and the machine's name is not in the
+        # Node's /etc/hosts; that lookup timed out for 10 s.
+        own_name = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"']
         proc = node.spawn(
             cls.NAME,
             [
+                *own_name,
+                node.members[0].name,
                 str(BINARY),
                 f"--config.file={folder / 'prometheus.yml'}",
                 f"--storage.tsdb.path={folder / 'data'}",
