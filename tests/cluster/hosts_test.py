@@ -26,8 +26,17 @@ as a consumer uses it:
   one Node at a time; the stand-in does not, so their order is not asserted). (With node-local storage the Pod cannot move: see the
   Operations page.)
 
+- a real Prometheus (`cluster.prometheus`: Debian's, its targets the API server's Pods)
+  scrapes the operator, the host registry, the CSR approver and both Exec Agents, every target
+  up; with the release's rules (each `for` shortened to `DRILL_HOLD`), a drill makes three
+  alerts fire, each alone, for a fault the cluster confirms, and clear once it is fixed:
+  BatteryHostNotReady (flintlockd killed on a Host), BatteryPoolExhausted (two claims on a Pool
+  of one MicroVM that is replaced only when deleted), BatteryUnreachable (battery's container
+  killed each time the kubelet starts it).
+
 The drain's time from release to done, the operator Pod's move and the longest time with no
-claim bound, and the fault's times are printed for the closing note.
+claim bound, the fault's times, and each alert's time from its fault to firing and from its fix
+to cleared are printed for the closing note.
 """
 
 from __future__ import annotations
