@@ -26,14 +26,25 @@ as a consumer uses it:
   one Node at a time; the stand-in does not, so their order is not asserted). (With node-local storage the Pod cannot move: see the
   Operations page.)
 
+- a real Prometheus (`cluster.prometheus`: Debian's, its targets the API server's Pods)
+  scrapes the operator, the host registry, the CSR approver and both Exec Agents, every target
+  up; with the release's rules (each `for` shortened to `DRILL_HOLD`), a drill makes three
+  alerts fire, each alone, for a fault the cluster confirms, and clear once it is fixed:
+  BatteryHostNotReady (flintlockd killed on a Host), BatteryPoolExhausted (two claims on a Pool
+  of one MicroVM that is replaced only when deleted), BatteryUnreachable (battery's container
+  killed each time the kubelet starts it).
+
 The drain's time from release to done, the operator Pod's move and the longest time with no
-claim bound, and the fault's times are printed for the closing note.
+claim bound, the fault's times, and each alert's time from its fault to firing and from its fix
+to cleared are printed for the closing note.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import signal
 import subprocess
 import threading
 import time
@@ -45,6 +56,8 @@ from cluster.drills import (
     DEMO_NAMESPACE,
     HOLDER,
     Prober,
+    apply,
+    bound_at,
     claim_statuses,
     install_release,
     kube,
@@ -55,13 +68,35 @@ from cluster.drills import (
     start_drain,
     wait_published,
 )
+from cluster.prometheus import BINARY as PROMETHEUS
+from cluster.prometheus import (
+    DRILL_HOLD,
+    INTERVAL,
+    JOB,
+    SCRAPED_PORTS,
+    CrashLoop,
+    Prometheus,
+    Timing,
+    clear,
+    fire,
+    host_report,
+    scraped_containers,
+)
 
-from batteryop.api import names
-from batteryop.api.conditions import ClaimReason, HostReportReason
+from batteryop.api import names, samples
+from batteryop.api.conditions import (
+    ClaimConditionType,
+    ClaimReason,
+    HostReportReason,
+    PoolConditionType,
+    PoolReason,
+)
+from batteryop.api.pool import ReplenishmentType
 from batteryop.client import Claim, Client, HostNotReadyError
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.resources import PODS
-from batteryop.manifests.render import BATTERY_CONTAINER
+from batteryop.manifests import exec_agent
+from batteryop.manifests.render import BATTERY_CONTAINER, OPERATOR_CONTAINER
 from batteryop.testing.host_registry_env import until_listed
 from batteryop.testing.kubenode import faults, hostboot, install
 from batteryop.testing.kubenode.node import KubeNode, Member
@@ -362,6 +397,152 @@ def test_the_operators_pod_moves_off_its_drained_node_and_no_bound_claim_is_lost
 
 def bound(node: KubeNode) -> dict[str, dict]:
     return {n: s for n, s in claim_statuses(node, "").items() if s.get("phase") == "Bound"}
+
+
+@pytest.fixture(scope="module")
+def prometheus(node: KubeNode, installed: install.Installed) -> Iterator[Prometheus]:
+    if not PROMETHEUS.is_file():
+        pytest.skip(f"{PROMETHEUS} is not installed (Debian's prometheus; .ci/run installs it)")
+    with Prometheus.start(node, node.state / "prometheus") as running:
+        yield running
+
+
+@pytest.mark.req("TD-125", "DP-110", by="own-fake")
+def test_prometheus_finds_every_component_through_the_api_server_and_scrapes_it(
+    node: KubeNode, prometheus: Prometheus
+) -> None:
+    want = scraped_containers(node)
+    assert {component for component, _ in want} == set(SCRAPED_PORTS)
+    agents = {pod for component, pod in want if component == exec_agent.CONTAINER}
+    assert len(agents) == len(node.members)  # one Exec Agent per Host, each its own target
+    started = time.monotonic()
+
+    def every_target_up() -> dict[tuple[str, str], dict] | None:
+        found = {(t["labels"]["component"], t["labels"]["pod"]): t for t in prometheus.targets()}
+        up = set(found) == want and all(t["health"] == "up" for t in found.values())
+        return found if up else None
+
+    found = prometheus.until("every component's target up", every_target_up, timeout=120)
+    # Each Exec Agent is scraped on its own Host's address; the rest on their Pods'.
+    for member in node.members:
+        (agent,) = (
+            t
+            for (component, _), t in found.items()
+            if component == exec_agent.CONTAINER and t["labels"]["node"] == member.name
+        )
+        assert agent["scrapeUrl"] == f"http://{member.address}:{exec_agent.HEALTH_PORT}/metrics"
+    # Every scrape read samples: `up` is not merely a port that answered.
+    samples = prometheus.value(f'count(scrape_samples_scraped{{job="{JOB}"}} > 0)')
+    assert samples == len(want)
+    print(
+        f"\nPrometheus (targets from the API server's Pods, labelled as Kubernetes service "
+        f"discovery's pod role labels them) scrapes {len(found)} targets, "
+        f"every one up {time.monotonic() - started:.1f} s after it started: "
+        + ", ".join(sorted(f"{c} on {t['labels']['node']}" for (c, _), t in found.items()))
+    )
+
+
+def quiet(prometheus: Prometheus, what: str) -> None:
+    """Until no alert is pending or firing (the drill's faults start from a quiet cluster)."""
+    prometheus.until(f"no alert active {what}", lambda: not prometheus.alerts(), timeout=180)
+
+
+def only(prometheus: Prometheus, alert: str) -> None:
+    """The fault's alert is the only one active: it fired for this fault's reason."""
+    assert set(prometheus.alerts()) == {alert}, prometheus.alerts()
+
+
+@pytest.mark.req("TD-125", "DP-110", "EA-030", "PO-021", "CL-003", by="own-fake")
+def test_three_alerts_fire_for_their_faults_and_clear_once_fixed(
+    node: KubeNode, client: Client, prometheus: Prometheus
+) -> None:
+    everywhere = {m.name: f"{m.address}:{names.FLINTLOCKD_PORT}" for m in node.members}
+    # The earlier tests' claims go: the demo Pool has MicroVMs free again.
+    node.kubectl(["delete", "microvmclaims", "--all", "-n", DEMO_NAMESPACE, "--wait=false"])
+    # A Pool of one MicroVM that is replaced only when deleted, not when leased: a claim beyond
+    # the one it holds waits (the default ImmediateOnLease would boot another at once).
+    alarm = samples.demo_pool("alarm", namespace=DEMO_NAMESPACE)
+    alarm["spec"].update(size=1, replenishment={"type": str(ReplenishmentType.REPLACE_ON_DELETE)})
+    apply(node, alarm)
+    node.kubectl(
+        ["wait", "-n", DEMO_NAMESPACE, "pool/alarm", "--for=condition=Ready", "--timeout=180s"]
+    )
+    quiet(prometheus, "before the drill")
+    timings = []
+
+    # 1. flintlockd on a Host dies: its Exec Agent reports the Host not ready.
+    host, other = node.members[-1], node.members[0]
+    timing = Timing("BatteryHostNotReady", f"flintlockd on {host.name} killed")
+    flintlockd = node.procs.pop(host.proc("flintlockd"))
+    fault = time.monotonic()
+    flintlockd.popen.send_signal(signal.SIGKILL)
+    flintlockd.popen.wait(timeout=30)
+    alert = fire(prometheus, timing, fault, timeout=120)
+    only(prometheus, timing.alert)
+    assert float(alert["value"]) == 1  # one Host
+    assert host_report(node, host.name) == (
+        names.EXEC_AGENT_READY_FALSE,
+        HostReportReason.FLINTLOCKD_NOT_READY,
+    )
+    assert host_report(node, other.name)[0] == names.EXEC_AGENT_READY_TRUE
+    fixed = time.monotonic()
+    install.start_flintlockd(node, host)  # as its unit's Restart= starts it again
+    clear(prometheus, timing, fixed, timeout=120)
+    timings.append(timing)
+    print(f"\n{timing.line()}")
+    asyncio.run(wait_published(node, everywhere))  # battery has both Hosts again
+    quiet(prometheus, "after the Host came back")
+
+    # 2. More claims than a Pool holds: the Pool is exhausted.
+    timing = Timing("BatteryPoolExhausted", "two claims on a Pool of one MicroVM")
+    fault = time.monotonic()
+    apply(
+        node,
+        *(samples.sample_claim(f"alarm-{i}", "alarm", HOLDER, DEMO_NAMESPACE) for i in range(2)),
+    )
+    alert = fire(prometheus, timing, fault, timeout=120)
+    only(prometheus, timing.alert)
+    assert float(alert["value"]) == 1  # one Pool
+    pool = json.loads(node.kubectl(["get", "pool", "alarm", "-n", DEMO_NAMESPACE, "-o", "json"]))
+    (exhausted,) = (
+        c for c in pool["status"]["conditions"] if c["type"] == PoolConditionType.EXHAUSTED
+    )
+    assert (exhausted["status"], exhausted["reason"]) == ("True", PoolReason.NONE_AVAILABLE)
+    phases = sorted(
+        (s.get("phase"), c["reason"])
+        for s in claim_statuses(node, "alarm-").values()
+        for c in s.get("conditions") or []
+        if c["type"] == ClaimConditionType.BOUND
+    )
+    assert phases == [("Bound", ClaimReason.BOUND), ("Pending", ClaimReason.POOL_EXHAUSTED)]
+    fixed = time.monotonic()  # the runbook's fix: a larger Pool
+    grow = ["patch", "pool", "alarm", "-n", DEMO_NAMESPACE, "--type=merge"]
+    node.kubectl([*grow, "-p", '{"spec":{"size":3}}'])
+    clear(prometheus, timing, fixed, timeout=120)
+    asyncio.run(bound_at(node, {"alarm-0", "alarm-1"}))
+    timings.append(timing)
+    print(f"\n{timing.line()}")
+    quiet(prometheus, "after the Pool grew")
+
+    # 3. battery crash-loops: the operator has no Events stream.
+    timing = Timing("BatteryUnreachable", "battery's container killed at each start")
+    with CrashLoop(node) as crashing:
+        fault = time.monotonic()
+        alert = fire(prometheus, timing, fault, timeout=180)
+        only(prometheus, timing.alert)
+        # The operator itself runs and is scraped: it is battery it cannot reach.
+        assert prometheus.value(f'up{{component="{OPERATOR_CONTAINER}"}}') == 1
+        assert float(alert["value"]) == 0  # no replica subscribed
+        fixed = time.monotonic()
+    assert crashing.error is None, crashing.error
+    clear(prometheus, timing, fixed, timeout=180)
+    timings.append(timing)
+    quiet(prometheus, "after battery came back")
+    print(
+        f"\nthe alert drill (the release's expressions, every `for` {DRILL_HOLD}, scraped and "
+        f"evaluated every {INTERVAL}; battery killed {crashing.kills} times):\n"
+        + "\n".join(t.line() for t in timings)
+    )
 
 
 @pytest.mark.req("TD-113", by="own-fake")
