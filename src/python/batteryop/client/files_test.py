@@ -61,9 +61,11 @@ class Guest:
 
         try:
             await asyncio.gather(feed(), pump(proc.stdout, stdout), pump(proc.stderr, stderr))
-        finally:  # a sink that raised ends the command, as the agent ends a cancelled stream
+        except BaseException:  # a sink that raised ends the command, as the agent ends the stream
             if proc.poll() is None:
                 proc.kill()
+            raise
+        finally:  # the output ended before the process did, perhaps: its exit status, waited for
             code = await asyncio.to_thread(proc.wait)
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 with contextlib.suppress(OSError):
