@@ -69,10 +69,12 @@ class CaLookup:
             self.known = task.result()
 
     async def get(self) -> bytes:
-        """The CA, looked up if not known (ConfigError saying what was tried if it cannot be)."""
-        if self.known is not None:
-            return self.known
-        return await asyncio.shield(self._start())
+        """The CA, looked up if not known (ConfigError saying what was tried if it cannot be).
+        Kept here, not only by `_done`: a lookup that finished just now may not have run its
+        callbacks yet when this returns its result."""
+        if self.known is None:
+            self.known = await asyncio.shield(self._start())
+        return self.known
 
     def then(self, known: Callable[[], None]) -> None:
         """Look the CA up without waiting; `known()` once it is, if it can be."""

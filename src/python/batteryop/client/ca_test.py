@@ -4,6 +4,7 @@ CA reader Role, against the real API server; and says what it tried when it cann
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -12,7 +13,7 @@ from kubernetes import client as k8s
 
 from batteryop.api import names
 from batteryop.client import AsyncClient, ConfigError
-from batteryop.client._ca import published_ca
+from batteryop.client._ca import CaLookup, published_ca
 from batteryop.kube.config import KubeConfig
 from batteryop.manifests import rbac
 from batteryop.testing.controlplane import ControlPlane
@@ -137,3 +138,15 @@ async def test_the_ca_reader_opens_that_one_config_map_and_nothing_else(
         assert await published_ca(client._kube) == PEM
     finally:
         await client.aclose()
+
+
+async def test_a_lookup_done_before_its_callbacks_ran_still_gives_the_ca() -> None:
+    # The CLI connects ahead while a claim binds (`then`); its exec may ask (`get`) in the turn
+    # between the lookup's end and its callbacks: the cold CI run's `battery run` did.
+    lookup = CaLookup.__new__(CaLookup)
+    lookup.known = None
+    done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    done.set_result(PEM)  # finished; `_done` would run on the next turn only
+    lookup._task = done
+    assert await lookup.get() == PEM
+    assert lookup.known == PEM
