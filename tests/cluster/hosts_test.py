@@ -402,7 +402,12 @@ def bound(node: KubeNode) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def prometheus(node: KubeNode, installed: install.Installed) -> Iterator[Prometheus]:
     if not PROMETHEUS.is_file():
-        pytest.skip(f"{PROMETHEUS} is not installed (Debian's prometheus; .ci/run installs it)")
+        # As alerts_test without promtool (the same Debian package): .ci/run installs it, so
+        # CI never skips; a machine set up by hand without it cannot run the drill.
+        pytest.skip(
+            f"{PROMETHEUS} is not installed: the alert drill needs Debian's prometheus, which "
+            ".ci/run installs (apt-get install prometheus)"
+        )
     with Prometheus.start(node, node.state / "prometheus") as running:
         yield running
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -157,27 +158,30 @@ def backup(db: Path, out: BinaryIO) -> Summary:
                 source.backup(copy)  # one step: the copy is one transaction's view
                 _single_file(copy)
                 summary = summarize(copy, scratch)
-        digest = hashlib.sha256()
         with scratch.open("rb") as file:
-            while chunk := file.read(CHUNK):
-                digest.update(chunk)
-                out.write(chunk)
+            digest = _copy(file, out)
         out.flush()
-        return Summary(**{**summary.__dict__, "sha256": digest.hexdigest()})
+        return dataclasses.replace(summary, sha256=digest)
     finally:
         _unlink(scratch)
 
 
+def _copy(source: BinaryIO, out: BinaryIO) -> str:
+    """Stream source to out, a chunk at a time; the sha256 of what passed."""
+    digest = hashlib.sha256()
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
+        out.write(chunk)
+    return digest.hexdigest()
+
+
 def receive(source: BinaryIO, target: Path) -> str:
     """Stream source into target (fsynced); its sha256."""
-    digest = hashlib.sha256()
     with target.open("wb") as file:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            file.write(chunk)
+        digest = _copy(source, file)
         file.flush()
         os.fsync(file.fileno())
-    return digest.hexdigest()
+    return digest
 
 
 def check(source: BinaryIO, scratch_dir: Path) -> Summary:
@@ -188,7 +192,7 @@ def check(source: BinaryIO, scratch_dir: Path) -> Summary:
         digest = receive(source, scratch)
         with _closing(_connect(scratch)) as conn:
             summary = summarize(conn, scratch)
-        return Summary(**{**summary.__dict__, "sha256": digest})
+        return dataclasses.replace(summary, sha256=digest)
     finally:
         _unlink(scratch)
 
@@ -249,7 +253,7 @@ def restore(source: BinaryIO, db: Path, *, keep_free: bool = False) -> Restored:
                     shutil.move(db.parent / name, replaced / name)
         os.replace(incoming, db)
         _fsync(db.parent)
-        return Restored(Summary(**{**summary.__dict__, "sha256": digest}), retired, replaced)
+        return Restored(dataclasses.replace(summary, sha256=digest), retired, replaced)
     finally:
         _unlink(incoming)
 
