@@ -263,8 +263,15 @@ class AsyncClient(AsyncClosing):
         if pool_body is None and not wait_for_pool:
             # CC-113: nothing to wait for; say so now instead of waiting out the timeout.
             raise PoolNotFoundError(f"Pool {pool} does not exist in namespace {ns}")
-        with _mapped(f"creating a claim on Pool {pool}"):
-            created = _core.parse_claim(await self._kube.create(CLAIMS, body, ns))
+        create = asyncio.ensure_future(self._kube.create(CLAIMS, body, ns))
+        try:
+            with _mapped(f"creating a claim on Pool {pool}"):
+                created = _core.parse_claim(await asyncio.shield(create))
+        except asyncio.CancelledError:
+            # CC-005: the POST may have made a claim, which only its answer names
+            # (generateName); that answer is awaited and the claim deleted.
+            await self._shielded(self._delete_created(create), "a claim being created")
+            raise
         claim_name, uid = created.metadata.name, created.metadata.uid
         progress = _BindProgress(wait_for_pool=wait_for_pool)
         limit = self.timeouts.bind if timeout is None else timeout
@@ -529,12 +536,21 @@ class AsyncClient(AsyncClosing):
                     raise outcome
 
     async def _delete_shielded(self, name: str, uid: str, secret_uid: str | None) -> None:
-        """`_delete`, finished even if the caller is cancelled meanwhile (again and again);
-        failures are logged (the error that stopped the caller is the one raised). `aclose()`
-        waits for a delete its caller stopped waiting for."""
-        task = asyncio.ensure_future(
-            asyncio.wait_for(self._delete(name, uid, secret_uid), self.timeouts.release)
-        )
+        """`_delete`, finished even if the caller is cancelled meanwhile (`_shielded`)."""
+        await self._shielded(self._delete(name, uid, secret_uid), f"{self.namespace}/{name}")
+
+    async def _delete_created(self, create: asyncio.Future[dict[str, Any]]) -> None:
+        """Delete the claim `create` made, once its answer names it; a refused POST made none."""
+        with contextlib.suppress(KubeError, MalformedObjectError):
+            made = _core.parse_claim(await create).metadata
+            await self._delete(made.name, made.uid, None)
+
+    async def _shielded(self, cleanup: Awaitable[None], what: str) -> None:
+        """Run `cleanup` (deleting MicroVMClaim `what`) within `Timeouts.release`, finished
+        even if the caller is cancelled meanwhile (again and again); failures are logged (the
+        error that stopped the caller is the one raised). `aclose()` waits for a clean-up its
+        caller stopped waiting for."""
+        task = asyncio.ensure_future(asyncio.wait_for(cleanup, self.timeouts.release))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
         try:
@@ -543,7 +559,7 @@ class AsyncClient(AsyncClosing):
             task.add_done_callback(_log_failure)
             raise
         except _GAVE_UP as e:
-            log.warning("Could not delete MicroVMClaim %s/%s: %s", self.namespace, name, e)
+            log.warning("Could not delete MicroVMClaim %s: %s", what, e)
 
     async def _renew(self, claim: AsyncClaim) -> MicroVMClaim | None:
         """One renewal (CC-010); the claim as it reads after it, None if it is gone."""

@@ -1,15 +1,17 @@
 """The `battery` command as a process against the real kube-apiserver (no operator): how it
 logs in (CC-112), a Pool that does not exist (CC-113), and Ctrl-C during clean-up (CC-108).
 
-The Ctrl-C test puts a few-line proxy between the command and the API server that holds a
+The Ctrl-C tests put a few-line proxy between the command and the API server. It holds a
 claim's DELETE until the test lets it through, so a second Ctrl-C surely lands while the
 claim is being deleted; a DELETE whose client went away meanwhile is dropped, as the API
-server would never have seen it.
+server would never have seen it. It can also hold the answer to a claim's POST, so Ctrl-C
+surely lands after the claim is made and before the command knows its name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -151,6 +153,8 @@ class HoldingProxy:
         self.created = asyncio.Event()
         self.deleting = asyncio.Event()
         self.let_go = asyncio.Event()
+        self.answer = asyncio.Event()  # cleared: a claim's POST is made but its answer held
+        self.answer.set()
         self.forwarded_deletes: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -176,11 +180,12 @@ class HoldingProxy:
                 timeout=aiohttp.ClientTimeout(total=None),
             ) as upstream,
         ):
+            if request.method == "POST" and is_claims and upstream.status == 201:
+                self.created.set()
+                await self.answer.wait()
             response = web.StreamResponse(status=upstream.status)
             response.content_type = upstream.content_type
             await response.prepare(request)
-            if request.method == "POST" and is_claims and upstream.status == 201:
-                self.created.set()
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()
@@ -211,6 +216,45 @@ async def proxy(
     yield holding, path
     holding.let_go.set()
     await runner.cleanup()
+
+
+async def interrupted(process: asyncio.subprocess.Process) -> bytes:
+    """Send SIGINT until the command says something on stderr, and return that line. Signals
+    sent before it handled the first merge into one, so one is sent again each half second
+    until one has been taken; the line says which path it took."""
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        while True:
+            process.send_signal(signal.SIGINT)
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(process.stderr.readline(), 0.5)
+
+
+@pytest.mark.req("CC-005", "CC-108")
+async def test_ctrl_c_before_the_claims_creation_is_answered_still_deletes_it(
+    crds: list[str], namespace: str, kube_admin: k8s.ApiClient, proxy: tuple[HoldingProxy, Path]
+) -> None:
+    """The claim exists once the API server has made it, but only the answer to the POST
+    names it (generateName): Ctrl-C in between must wait for that answer, then delete it."""
+    holding, kubeconfig = proxy
+    holding.answer.clear()
+    holding.let_go.set()
+    process = await battery(
+        "--kubeconfig", str(kubeconfig), "-n", namespace, "run", "later", "--wait-for-pool",
+        "--", "true",
+    )  # fmt: skip
+    await asyncio.wait_for(holding.created.wait(), 30)
+    [claim] = claims(kube_admin, namespace)  # made; the command has not heard so yet
+    # The first SIGINT taken stops the wait; the next says the clean-up is under way, so the
+    # answer is let through only once the command has stopped waiting for it.
+    assert await interrupted(process) == b"battery: interrupted; cleaning up, please wait\n"
+    holding.answer.set()
+    code, _, err = await finished(process)
+    assert code == EXIT_INTERRUPTED, err
+    assert holding.forwarded_deletes == [
+        f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.CLAIM_PLURAL}/{claim['metadata']['name']}"
+    ]
+    assert claims(kube_admin, namespace) == []
 
 
 @pytest.mark.req("CC-005", "CC-108")
