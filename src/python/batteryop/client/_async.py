@@ -215,15 +215,14 @@ class AsyncClient(AsyncClosing):
         self._transport: ExecTransport | None = exec_transport
         self._grpc: GrpcExecTransport | None = None
         self._claims: set[AsyncClaim] = set()
-        self._cleanups: set[asyncio.Future[None]] = set()
+        self._cleanups = _Cleanups(self.timeouts.release)
 
     async def aclose(self) -> None:
         """Stop holding every claim this client returned (without releasing them) and close,
         after the deletes of claims a cancelled caller gave up on have finished (CC-005)."""
         for claim in list(self._claims):
             await claim.detach()
-        if self._cleanups:
-            await asyncio.wait(set(self._cleanups), timeout=self.timeouts.release)
+        await self._cleanups.wait()
         self._ca.cancel()
         for transport in (self._transport, self._grpc):
             if transport is not None:
@@ -270,7 +269,7 @@ class AsyncClient(AsyncClosing):
         except asyncio.CancelledError:
             # CC-005: the POST may have made a claim, which only its answer names
             # (generateName); that answer is awaited and the claim deleted.
-            await self._shielded(self._delete_created(create), "a claim being created")
+            await self._cleanups.run(self._delete_created(create), "a claim being created")
             raise
         claim_name, uid = created.metadata.name, created.metadata.uid
         progress = _BindProgress(wait_for_pool=wait_for_pool)
@@ -536,30 +535,14 @@ class AsyncClient(AsyncClosing):
                     raise outcome
 
     async def _delete_shielded(self, name: str, uid: str, secret_uid: str | None) -> None:
-        """`_delete`, finished even if the caller is cancelled meanwhile (`_shielded`)."""
-        await self._shielded(self._delete(name, uid, secret_uid), f"{self.namespace}/{name}")
+        """`_delete`, finished even if the caller is cancelled meanwhile (`_Cleanups`)."""
+        await self._cleanups.run(self._delete(name, uid, secret_uid), f"{self.namespace}/{name}")
 
     async def _delete_created(self, create: asyncio.Future[dict[str, Any]]) -> None:
         """Delete the claim `create` made, once its answer names it; a refused POST made none."""
         with contextlib.suppress(KubeError, MalformedObjectError):
             made = _core.parse_claim(await create).metadata
             await self._delete(made.name, made.uid, None)
-
-    async def _shielded(self, cleanup: Awaitable[None], what: str) -> None:
-        """Run `cleanup` (deleting MicroVMClaim `what`) within `Timeouts.release`, finished
-        even if the caller is cancelled meanwhile (again and again); failures are logged (the
-        error that stopped the caller is the one raised). `aclose()` waits for a clean-up its
-        caller stopped waiting for."""
-        task = asyncio.ensure_future(asyncio.wait_for(cleanup, self.timeouts.release))
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(_log_failure)
-            raise
-        except _GAVE_UP as e:
-            log.warning("Could not delete MicroVMClaim %s: %s", what, e)
 
     async def _renew(self, claim: AsyncClaim) -> MicroVMClaim | None:
         """One renewal (CC-010); the claim as it reads after it, None if it is gone."""
@@ -640,6 +623,34 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
 def _log_failure(task: asyncio.Future[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("Could not delete a MicroVMClaim: %s", task.exception())
+
+
+class _Cleanups:
+    """Deletes of claims that finish even when their caller is cancelled (CC-005)."""
+
+    def __init__(self, bound: float | None) -> None:
+        self._bound = bound  # Timeouts.release
+        self._running: set[asyncio.Future[None]] = set()
+
+    async def run(self, cleanup: Awaitable[None], what: str) -> None:
+        """Run `cleanup` (deleting MicroVMClaim `what`) within the bound, finished even if the
+        caller is cancelled meanwhile (again and again); failures are logged (the error that
+        stopped the caller is the one raised)."""
+        task = asyncio.ensure_future(asyncio.wait_for(cleanup, self._bound))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_failure)
+            raise
+        except _GAVE_UP as e:
+            log.warning("Could not delete MicroVMClaim %s: %s", what, e)
+
+    async def wait(self) -> None:
+        """Wait (within the bound) for the clean-ups whose callers stopped waiting."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=self._bound)
 
 
 class AsyncClaim:
