@@ -167,6 +167,19 @@ async def test_battery_run_exits_with_the_remote_code_and_releases(
         await gone(stack, namespace, c["metadata"]["name"])
 
 
+@pytest.mark.req("CC-116", "CC-106")
+async def test_battery_run_falls_back_and_says_which_pool_served(
+    stack: Stack, namespace: str, cli: Cli
+) -> None:
+    """The Pool `empty` has no MicroVM, so `--fallback demo` serves the run."""
+    await ready_pool(stack, namespace, name="empty", size=0)
+    code, out, err = await cli(
+        "run", "empty", "--fallback", "demo", "--timeout", "60", "--", "echo", "served"
+    )
+    assert (code, out) == (0, "served\n"), err
+    assert " of fallback Pool demo (agent " in err, err
+
+
 @pytest.mark.req("CC-102", "CC-103", "CC-104", "CC-105")
 async def test_battery_claim_ls_exec_release(stack: Stack, namespace: str, cli: Cli) -> None:
     code, out, err = await cli("claim", "demo", "--timeout", "60")

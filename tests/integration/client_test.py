@@ -138,6 +138,56 @@ async def test_cancelling_the_wait_deletes_the_claim(
     await gone(stack, namespace, "cancelled")
 
 
+@pytest.mark.req("CC-116", "CL-106", "CL-108", "RS-104")
+async def test_a_claim_on_an_exhausted_pool_is_served_by_its_fallback(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, size=0)
+    await ready_pool(stack, namespace, name="spare", size=1, heartbeat="3s")
+    started = time.perf_counter()
+    claim = await client.claim("demo", HOLDER, fallback_pools=["spare"], timeout=60)
+    print(f"\nfallback claim -> Bound: {(time.perf_counter() - started) * 1000:.0f} ms")
+    try:
+        assert claim.pool == "spare"
+        # The renewal interval is the serving Pool's, not the first one's (10 s).
+        assert claim.heartbeat_interval.total_seconds() == 3
+        body = stack.custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, claim.name
+        )
+        assert body["status"]["poolRef"] == {"name": "spare"}
+        [lease] = [x for x in stack.battery.lease_records() if x.request_id == claim.uid]
+        assert (lease.pool_name, lease.vm_uid) == ("spare", claim.microvm_uid)
+        said = (
+            k8s.CoreV1Api(stack.api)
+            .list_namespaced_event(namespace, field_selector=f"involvedObject.name={claim.name}")
+            .items
+        )
+        assert any(
+            e.reason == "BoundFromFallback" and "Pool demo has no available MicroVM" in e.message
+            for e in said
+        ), [(e.reason, e.message) for e in said]
+        [info] = await client.claims()
+        assert info.pool == "spare"
+    finally:
+        await claim.release()
+    await gone(stack, namespace, claim.name)
+
+
+@pytest.mark.req("CC-116", "CC-113")
+async def test_with_fallback_pools_only_none_existing_fails_at_once(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    with pytest.raises(
+        PoolNotFoundError, match=f"Pools nowhere, nor do not exist in namespace {namespace}"
+    ):
+        await client.claim("nowhere", HOLDER, fallback_pools=["nor"])
+    await ready_pool(stack, namespace, name="spare", size=1)
+    claim = await client.claim("nowhere", HOLDER, fallback_pools=["spare"], timeout=60)
+    assert claim.pool == "spare"
+    await claim.release()
+    await gone(stack, namespace, claim.name)
+
+
 @pytest.mark.req("CC-113")
 async def test_a_missing_pool_fails_at_once_and_no_claim_is_made(
     stack: Stack, namespace: str, client: AsyncClient

@@ -48,9 +48,15 @@ def consumer_kubeconfig(stack: Stack, namespace: str, path: Path) -> Path:
 
 
 def create_pool(
-    stack: Stack, namespace: str, *, size: int = 2, heartbeat: str = "10s", expiry: str = "30s"
+    stack: Stack,
+    namespace: str,
+    *,
+    name: str = "demo",
+    size: int = 2,
+    heartbeat: str = "10s",
+    expiry: str = "30s",
 ) -> None:
-    body = samples.demo_pool(namespace=namespace)
+    body = samples.demo_pool(name, namespace=namespace)
     body["spec"]["size"] = size
     body["spec"]["lease"] = {"heartbeatInterval": heartbeat, "expiryThreshold": expiry}
     stack.custom.create_namespaced_custom_object(
@@ -58,10 +64,10 @@ def create_pool(
     )
 
 
-async def ready_pool(stack: Stack, namespace: str, **kwargs: Any) -> None:
-    create_pool(stack, namespace, **kwargs)
+async def ready_pool(stack: Stack, namespace: str, *, name: str = "demo", **kwargs: Any) -> None:
+    create_pool(stack, namespace, name=name, **kwargs)
     await asyncio.to_thread(
-        wait_for, stack, names.POOL_PLURAL, namespace, "demo", ready, what="Ready=True"
+        wait_for, stack, names.POOL_PLURAL, namespace, name, ready, what="Ready=True"
     )
 
 

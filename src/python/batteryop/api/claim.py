@@ -4,7 +4,8 @@ The Consumer writes the spec (the Pool, the Holder, and `renewTime` to renew); o
 controller writes the status. `MicroVMClaim.from_dict(c.to_dict()) == c` for every claim.
 
 Requirements: RS-020 (poolRef), RS-021 (serviceAccountName), RS-023 (renewTime), RS-024 (the
-status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed).
+status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed),
+RS-103 (fallbackPoolRefs), RS-104 (status.poolRef: the Pool that serves the claim).
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ class ClaimSpec:
     """The Holder: the ServiceAccount, in the claim's namespace, that may use the MicroVM."""
     renew_time: datetime | None = None
     """Set by the Holder to renew the Lease (a MicroTime)."""
+    fallback_pool_names: tuple[str, ...] = ()
+    """spec.fallbackPoolRefs[].name: Pools to lease from, in order, when `pool_name` cannot
+    serve (RS-103, CL-106). Immutable."""
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """Every Pool the claim may lease from, in the order they are tried."""
+        return (self.pool_name, *self.fallback_pool_names)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "spec") -> ClaimSpec:
@@ -43,6 +52,7 @@ class ClaimSpec:
             pool_name=f.obj("poolRef").string("name"),
             service_account_name=f.string("serviceAccountName"),
             renew_time=f.opt_time("renewTime"),
+            fallback_pool_names=tuple(r.string("name") for r in f.obj_list("fallbackPoolRefs")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,6 +60,8 @@ class ClaimSpec:
             "poolRef": {"name": self.pool_name},
             "serviceAccountName": self.service_account_name,
         }
+        if self.fallback_pool_names:
+            out["fallbackPoolRefs"] = [{"name": name} for name in self.fallback_pool_names]
         if self.renew_time is not None:
             out["renewTime"] = format_micro_time(self.renew_time)
         return out
@@ -60,6 +72,8 @@ class ClaimStatus:
     """battery's answer to the claim. Times are battery's or the controller's, never computed."""
 
     phase: ClaimPhase | None = None
+    pool_name: str | None = None
+    """status.poolRef.name: the Pool the Lease is from, written with it (RS-104, CL-108)."""
     lease_id: str | None = None
     microvm_uid: str | None = None
     """status.microVM.uid."""
@@ -81,6 +95,7 @@ class ClaimStatus:
         phase = f.opt_string("phase")
         return cls(
             phase=None if phase is None else f.choice("phase", ClaimPhase),
+            pool_name=pool.string("name") if (pool := f.opt_obj("poolRef")) else None,
             lease_id=f.opt_string("leaseID"),
             microvm_uid=vm.string("uid") if vm else None,
             node_name=host.opt_string("nodeName"),
@@ -96,6 +111,8 @@ class ClaimStatus:
         out: dict[str, Any] = {}
         if self.phase is not None:
             out["phase"] = str(self.phase)
+        if self.pool_name is not None:
+            out["poolRef"] = {"name": self.pool_name}
         if self.lease_id is not None:
             out["leaseID"] = self.lease_id
         if self.microvm_uid is not None:
@@ -130,6 +147,12 @@ class MicroVMClaim(Named):
     def exec_secret_name(self) -> str:
         """The Secret the Holder's tokens are bound to."""
         return names.exec_secret_name(self.metadata.name)
+
+    @property
+    def serving_pool(self) -> str:
+        """The Pool the claim's Lease is from once Bound (`status.poolRef`), else the Pool it
+        names first; a claim bound before status.poolRef existed reads `spec.poolRef`."""
+        return self.status.pool_name or self.spec.pool_name
 
     @property
     def holder(self) -> str:

@@ -120,6 +120,9 @@ class ClaimReason(StrEnum):
     """Bound=False while Pending: ClaimVM answered only on cordoned Hosts (CL-103, CL-104)."""
     BATTERY_UNAVAILABLE = "BatteryUnavailable"
     """Bound=False while Pending, or Synced=False: a call failed in transit (CL-007, CL-040)."""
+    LEASED_FROM_ANOTHER_POOL = "LeasedFromAnotherPool"
+    """Bound=False while Pending: ClaimVM on the first Pool of the claim's list answered that
+    battery leased the claim from another of them (BA-102), which could not be asked (CL-107)."""
     LEASE_EXPIRED = "LeaseExpired"
     """Bound=False in phase Expired: battery no longer holds the Lease (CL-012..CL-014)."""
     # Synced
@@ -172,7 +175,10 @@ class EventReason(StrEnum):
     """Warning on a Pool: battery reported VM_HOOK_FAILED for one of its MicroVMs (PO-041)."""
     RELEASED = "Released"
     """Normal, on a deleted claim: battery released its Lease and the finalizer goes (CL-020).
-    The only claim Event with no condition behind it; the others reuse `ClaimReason`."""
+    One of two claim Events with no condition behind it; the others reuse `ClaimReason`."""
+    BOUND_FROM_FALLBACK = "BoundFromFallback"
+    """Normal, on a claim: a Pool of spec.fallbackPoolRefs served it, and why the Pools before
+    it did not (CL-108). Posted whether or not Bound Events are."""
 
 
 class CSRCondition(StrEnum):

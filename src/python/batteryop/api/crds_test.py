@@ -13,6 +13,7 @@ import copy
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -903,6 +904,7 @@ def test_the_holder_can_renew_by_setting_renew_time(objects: Objects) -> None:
 def bound_status(expires: datetime) -> dict[str, Any]:
     return {
         "phase": "Bound",
+        "poolRef": {"name": "pool-sample"},
         "leaseID": "0d6f7c9e-lease",
         "microVM": {"uid": "01HVMUID"},
         "host": {"nodeName": "host-1", "agentAddress": "10.0.0.5:10270"},
@@ -960,15 +962,16 @@ def test_the_expires_column_shows_the_timestamp(objects: Objects) -> None:
         _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
     )
     columns = [c["name"] for c in table["columnDefinitions"]]
-    assert columns == ["Name", "Pool", "Phase", "Node", "Expires", "Reason", "Age"]
+    assert columns == ["Name", "Pool", "Served-By", "Phase", "Node", "Expires", "Reason", "Age"]
     (row,) = table["rows"]
     cells = dict(zip(columns, row["cells"], strict=True))
     assert cells["Expires"] == format_time(expires)
     assert (cells["Pool"], cells["Phase"], cells["Node"]) == ("pool-sample", "Bound", "host-1")
-    # The Reason column shows the Bound condition's reason, and only with `-o wide`.
-    assert cells["Reason"] == "Bound"
+    # The Reason column shows the Bound condition's reason, and only with `-o wide`; so does
+    # Served-By, the Pool the Lease is from (RS-104).
+    assert (cells["Reason"], cells["Served-By"]) == ("Bound", "pool-sample")
     priorities = {c["name"]: c.get("priority", 0) for c in table["columnDefinitions"]}
-    assert priorities["Reason"] == 1
+    assert (priorities["Reason"], priorities["Served-By"]) == (1, 1)
 
 
 @pytest.mark.controlplane
@@ -1030,6 +1033,63 @@ def test_claims_can_be_listed_by_pool_and_by_node(objects: Objects) -> None:
     assert listed("spec.poolRef.name=pool-a") == ["a1", "a2"]
     assert listed("status.host.nodeName=host-1") == ["a2"]
     assert listed("status.phase=Bound,spec.poolRef.name=pool-a") == ["a2"]
+    assert listed("status.poolRef.name=pool-sample") == ["a2"]  # RS-104: the serving Pool
+
+
+def with_fallback(*pools: str, name: str = "claim-sample") -> dict[str, Any]:
+    body = samples.sample_claim(name=name)
+    body["spec"]["fallbackPoolRefs"] = [{"name": p} for p in pools]
+    return body
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("RS-103")
+def test_fallback_pools_are_a_short_list_of_other_pools_each_named_once(
+    objects: Objects,
+) -> None:
+    made = MicroVMClaim.from_dict(objects.create(names.CLAIM_PLURAL, with_fallback("b", "c")))
+    assert made.spec.pool_names == ("pool-sample", "b", "c")
+    message = refusal(
+        lambda: objects.create(names.CLAIM_PLURAL, with_fallback("b", "pool-sample", name="x"))
+    )
+    assert "spec.fallbackPoolRefs" in message
+    assert "spec.fallbackPoolRefs must not name spec.poolRef's Pool" in message
+    message = refusal(lambda: objects.create(names.CLAIM_PLURAL, with_fallback("b", "b", name="x")))
+    assert "spec.fallbackPoolRefs[1]" in message and "Duplicate value" in message
+    message = refusal(
+        lambda: objects.create(names.CLAIM_PLURAL, with_fallback("b", "c", "d", "e", name="x"))
+    )
+    assert "spec.fallbackPoolRefs" in message and "must have at most 3 items" in message
+    message = refusal(
+        lambda: objects.create(names.CLAIM_PLURAL, with_fallback("Not_A_Name", name="x"))
+    )
+    assert "spec.fallbackPoolRefs[0].name" in message and "should match" in message
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("RS-103")
+def test_fallback_pools_cannot_be_added_changed_or_removed(objects: Objects) -> None:
+    objects.create(names.CLAIM_PLURAL, samples.sample_claim(name="plain"))
+    message = refusal(
+        lambda: objects.patch(
+            names.CLAIM_PLURAL, "plain", {"spec": {"fallbackPoolRefs": [{"name": "b"}]}}
+        )
+    )
+    assert "spec.fallbackPoolRefs is immutable" in message
+    objects.create(names.CLAIM_PLURAL, with_fallback("b"))
+    changes: list[Any] = [[{"name": "c"}], None]  # changed, removed
+    for change in changes:
+        message = refusal(
+            partial(
+                objects.patch,
+                names.CLAIM_PLURAL,
+                "claim-sample",
+                {"spec": {"fallbackPoolRefs": change}},
+            )
+        )
+        assert "spec.fallbackPoolRefs is immutable" in message
+    stored = MicroVMClaim.from_dict(objects.get(names.CLAIM_PLURAL, "claim-sample"))
+    assert stored.spec.fallback_pool_names == ("b",)
 
 
 @pytest.mark.controlplane

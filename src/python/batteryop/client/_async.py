@@ -32,7 +32,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -244,24 +244,29 @@ class AsyncClient(AsyncClosing):
         on_host_not_ready: HostCallback | None = None,
         timeout: float | None = None,
         wait_for_pool: bool = False,
+        fallback_pools: Sequence[str] = (),
     ) -> AsyncClaim:
         """A Bound claim on `pool` held for the ServiceAccount `holder`.
 
+        With `fallback_pools`, the operator leases from the first of them that has a MicroVM
+        when `pool` has none, does not exist or is being deleted, in order (CC-116);
+        `AsyncClaim.pool` then names the Pool that served.
+
         Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, 300 s; None
         there: forever). A Pool that does not exist fails at once with `PoolNotFoundError`
-        and no claim is left behind (CC-113); with `wait_for_pool` the claim waits for the
-        Pool to appear instead. When the wait ends without Bound (timeout, cancellation, any
+        and no claim is left behind (CC-113; with fallback Pools: when none of them exists);
+        with `wait_for_pool` the claim waits for a Pool to appear instead. When the wait ends without Bound (timeout, cancellation, any
         error), the claim is deleted before the error is raised: `PoolExhaustedError` if the
         Pool was exhausted, `PoolNotFoundError` if it did not exist, else `ClaimTimeoutError`.
         """
         ns = self.namespace
-        body = _core.claim_body(
-            ns, pool, holder, name=name, generate_name=generate_name, labels=labels
-        )
-        pool_body = None if wait_for_pool else await self._read_pool(pool, None)
+        pools = (pool, *fallback_pools)
+        body = _core.claim_body(ns, pool, holder, name=name, generate_name=generate_name,
+                                labels=labels, fallback_pools=fallback_pools)  # fmt: skip
+        pool_body = None if wait_for_pool else await self._read_pool(pools, None)
         if pool_body is None and not wait_for_pool:
             # CC-113: nothing to wait for; say so now instead of waiting out the timeout.
-            raise PoolNotFoundError(f"Pool {pool} does not exist in namespace {ns}")
+            raise PoolNotFoundError(f"{_missing(pools)} in namespace {ns}")
         create = asyncio.ensure_future(self._kube.create(CLAIMS, body, ns))
         try:
             with _mapped(f"creating a claim on Pool {pool}"):
@@ -293,9 +298,9 @@ class AsyncClient(AsyncClosing):
                     self._wait_bound(created, on_pending, progress), limit
                 )
             except TIMEOUT_ERRORS:
-                raise self._gave_up(claim_name, pool, limit, progress) from None
-            if pool_body is None:
-                pool_body = await self._read_pool(pool, claim_name)
+                raise self._gave_up(claim_name, pools, limit, progress) from None
+            if _name_of(pool_body) != bound.serving_pool:  # waited for it, or a fallback's
+                pool_body = await self._read_pool((bound.serving_pool,), claim_name)
             held = AsyncClaim(
                 self,
                 bound,
@@ -319,26 +324,24 @@ class AsyncClient(AsyncClosing):
             await self._delete_shielded(claim_name, uid, secret_uid)
             raise
 
-    async def _read_pool(self, pool: str, claim: str | None) -> dict[str, Any] | None:
-        with _mapped(f"reading Pool {pool}", claim):
-            try:
+    async def _read_pool(self, pools: Sequence[str], claim: str | None) -> dict[str, Any] | None:
+        """The first of `pools` that exists (read in order, stopping there), or None."""
+        for pool in pools:
+            with _mapped(f"reading Pool {pool}", claim), contextlib.suppress(NotFoundError):
                 return await self._kube.get(POOLS, pool, self.namespace)
-            except NotFoundError:
-                return None
+        return None
 
     def _gave_up(
-        self, name: str, pool: str, limit: float | None, progress: _BindProgress
+        self, name: str, pools: Sequence[str], limit: float | None, progress: _BindProgress
     ) -> ClaimError:
         waited = f"after {limit:g}s" if limit is not None else ""
         p = progress.pending
         if p is not None and p.reason == ClaimReason.POOL_EXHAUSTED:
             return PoolExhaustedError(
-                f"Pool {pool} stayed exhausted {waited}; deleted claim {name}", claim=name
+                f"{_pools(pools)} stayed exhausted {waited}; deleted claim {name}", claim=name
             )
         if p is not None and p.reason == ClaimReason.POOL_NOT_FOUND:
-            return PoolNotFoundError(
-                f"Pool {pool} does not exist; deleted claim {name}", claim=name
-            )
+            return PoolNotFoundError(f"{_missing(pools)}; deleted claim {name}", claim=name)
         why = f" ({p.reason}: {p.message})" if p is not None else ""
         return ClaimTimeoutError(
             f"claim {name} was not Bound {waited}{why}; deleted it", claim=name
@@ -417,7 +420,7 @@ class AsyncClient(AsyncClosing):
         if p is not None and p.reason == ClaimReason.POOL_NOT_FOUND and not progress.wait_for_pool:
             # CC-113: the Pool went away after the check before the create.
             raise PoolNotFoundError(
-                f"Pool {claim.spec.pool_name} does not exist; deleted claim {name}", claim=name
+                f"{_missing(claim.spec.pool_names)}; deleted claim {name}", claim=name
             )
         return None
 
@@ -460,7 +463,7 @@ class AsyncClient(AsyncClosing):
                 raise ClaimError(f"Secret {secret_name} is not owned by claim {name}", claim=name)
             try:
                 pool_body: dict[str, Any] | None = await self._kube.get(
-                    POOLS, claim.spec.pool_name, self.namespace
+                    POOLS, claim.serving_pool, self.namespace
                 )
             except NotFoundError:
                 pool_body = None
@@ -620,6 +623,19 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+def _pools(pools: Sequence[str]) -> str:
+    """`Pool a`, or `Pools a, b` for a claim with fallback Pools (CC-116)."""
+    return f"Pool {pools[0]}" if len(pools) == 1 else f"Pools {', '.join(pools)}"
+
+
+def _missing(pools: Sequence[str]) -> str:
+    return f"{_pools(pools)} {'does' if len(pools) == 1 else 'do'} not exist"
+
+
+def _name_of(body: Mapping[str, Any] | None) -> str | None:
+    return None if body is None else (body.get("metadata") or {}).get("name")
+
+
 def _log_failure(task: asyncio.Future[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("Could not delete a MicroVMClaim: %s", task.exception())
@@ -705,7 +721,7 @@ class AsyncClaim:
 
     @property
     def pool(self) -> str:
-        return self._claim.spec.pool_name
+        return self._claim.serving_pool
 
     @property
     def holder(self) -> str:

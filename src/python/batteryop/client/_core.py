@@ -11,7 +11,7 @@ lease counts as lost), CC-013 (when the Host counts as not ready).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -39,8 +39,10 @@ def claim_body(
     name: str | None = None,
     generate_name: str | None = None,
     labels: Mapping[str, str] | None = None,
+    fallback_pools: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A new MicroVMClaim on `pool` for the Holder ServiceAccount `holder` (CC-001).
+    """A new MicroVMClaim on `pool` for the Holder ServiceAccount `holder` (CC-001), falling
+    back to `fallback_pools` in order (CC-116).
 
     Without `name`, the server picks one from `generate_name` (default `<pool>-`).
     """
@@ -55,11 +57,14 @@ def claim_body(
         metadata["generateName"] = generate_name or f"{pool}-"
     if labels:
         metadata["labels"] = dict(labels)
+    spec: dict[str, Any] = {"poolRef": {"name": pool}, "serviceAccountName": holder}
+    if fallback_pools:
+        spec["fallbackPoolRefs"] = [{"name": p} for p in fallback_pools]
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.CLAIM_KIND,
         "metadata": metadata,
-        "spec": {"poolRef": {"name": pool}, "serviceAccountName": holder},
+        "spec": spec,
     }
 
 
@@ -214,7 +219,7 @@ def claim_info(claim: MicroVMClaim) -> ClaimInfo:
         name=claim.metadata.name,
         namespace=claim.metadata.namespace,
         uid=claim.metadata.uid,
-        pool=claim.spec.pool_name,
+        pool=claim.serving_pool,
         holder=claim.spec.service_account_name,
         phase=str(s.phase) if s.phase is not None else ClaimPhase.PENDING.value,
         microvm_uid=s.microvm_uid,

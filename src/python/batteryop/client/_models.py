@@ -49,6 +49,7 @@ class ClaimInfo:
     namespace: str
     uid: str
     pool: str
+    """The Pool the Lease is from (a fallback Pool's, CC-116), else the one it names first."""
     holder: str
     phase: str
     microvm_uid: str | None

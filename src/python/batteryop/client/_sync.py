@@ -23,7 +23,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -186,6 +186,7 @@ class Client:
         on_host_not_ready: HostCallback | None = None,
         timeout: float | None = None,
         wait_for_pool: bool = False,
+        fallback_pools: Sequence[str] = (),
     ) -> Claim:
         """See `AsyncClient.claim`."""
         held = self._portal.call(
@@ -200,6 +201,7 @@ class Client:
                 on_host_not_ready=on_host_not_ready,
                 timeout=timeout,
                 wait_for_pool=wait_for_pool,
+                fallback_pools=fallback_pools,
             )
         )
         return Claim(self._portal, held)

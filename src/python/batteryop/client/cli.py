@@ -133,8 +133,9 @@ def _stderr_may_be_terminal() -> bool:
 
 
 @contextlib.contextmanager
-def _progress(pool: str) -> Iterator[Callable[[Pending], None]]:
+def _progress(pools: tuple[str, ...]) -> Iterator[Callable[[Pending], None]]:
     """A spinner on a terminal while a claim waits, else one line per new pending reason."""
+    pool = " or ".join(pools)
     if _stderr_may_be_terminal() and _stderr().is_terminal:
         with _stderr().status(f"Waiting for a MicroVM from Pool {pool}...") as status:
 
@@ -152,10 +153,12 @@ def _progress(pool: str) -> Iterator[Callable[[Pending], None]]:
         yield line
 
 
-def _describe(claim: Claim) -> str:
+def _describe(claim: Claim, asked: str | None = None) -> str:
+    """The bound claim in one line; a fallback Pool that served it is named (CC-116)."""
     expires = format_time(claim.lease_expires_at) if claim.lease_expires_at else "-"
+    via = f" of fallback Pool {claim.pool}" if asked is not None and claim.pool != asked else ""
     return (
-        f"claim {claim.name}: Bound to MicroVM {claim.microvm_uid} on {claim.node_name} "
+        f"claim {claim.name}: Bound to MicroVM {claim.microvm_uid} on {claim.node_name}{via} "
         f"(agent {claim.agent_address or '-'}, lease expires {expires})"
     )
 
@@ -217,6 +220,13 @@ _WAIT_FOR_POOL = click.option(  # CC-113
     help="Wait (up to --timeout) for a Pool that does not exist yet, instead of failing.",
 )
 
+_FALLBACK = click.option(  # CC-116
+    "--fallback",
+    metavar="POOL",
+    multiple=True,
+    help="A Pool to lease from when the ones before it cannot serve; repeat for more, in order.",
+)
+
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("pool")
@@ -224,6 +234,7 @@ _WAIT_FOR_POOL = click.option(  # CC-113
 @click.option("--name", help="Claim name (default: generated from the Pool's).")
 @_TIMEOUT
 @_WAIT_FOR_POOL
+@_FALLBACK
 @click.option("--hold", is_flag=True, help="Keep renewing in the foreground until interrupted.")
 @click.pass_context
 def claim(  # CC-102
@@ -233,6 +244,7 @@ def claim(  # CC-102
     name: str | None,
     timeout: float,
     wait_for_pool: bool,
+    fallback: tuple[str, ...],
     hold: bool,
 ) -> None:
     """Bind a claim on POOL and print its name.
@@ -243,11 +255,16 @@ def claim(  # CC-102
     with _errors(EXIT_ERROR):
         client = _client(ctx, bind_timeout=timeout)
         try:
-            with _progress(pool) as on_pending:
+            with _progress((pool, *fallback)) as on_pending:
                 held = client.claim(
-                    pool, holder, name=name, on_pending=on_pending, wait_for_pool=wait_for_pool
+                    pool,
+                    holder,
+                    name=name,
+                    on_pending=on_pending,
+                    wait_for_pool=wait_for_pool,
+                    fallback_pools=fallback,
                 )
-            click.echo(_describe(held), err=True)
+            click.echo(_describe(held, pool), err=True)
             click.echo(held.name)
             if hold:
                 click.echo(f"battery: holding {held.name}; Ctrl-C stops renewing", err=True)
@@ -467,6 +484,7 @@ def ls(ctx: click.Context) -> None:  # CC-105
 @_HOLDER
 @_TIMEOUT
 @_WAIT_FOR_POOL
+@_FALLBACK
 @_INTERACTIVE
 @click.pass_context
 def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
@@ -476,6 +494,7 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     holder: str,
     timeout: float,
     wait_for_pool: bool,
+    fallback: tuple[str, ...],
     interactive: bool,
 ) -> None:
     """Claim a MicroVM from POOL, run COMMAND in it, release it; exit with COMMAND's code.
@@ -486,12 +505,16 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     with _errors(EXIT_EXEC_ERROR):
         client = _client(ctx, bind_timeout=timeout, execs=True)
         try:
-            with _progress(pool) as on_pending:
+            with _progress((pool, *fallback)) as on_pending:
                 held = client.claim(
-                    pool, holder, on_pending=on_pending, wait_for_pool=wait_for_pool
+                    pool,
+                    holder,
+                    on_pending=on_pending,
+                    wait_for_pool=wait_for_pool,
+                    fallback_pools=fallback,
                 )
             with held:  # CC-021: released on the way out, also on Ctrl-C
-                click.echo(_describe(held), err=True)
+                click.echo(_describe(held, pool), err=True)
                 code = _run_in(held, command, interactive)
         finally:
             client.close()

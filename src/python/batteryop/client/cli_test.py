@@ -77,7 +77,7 @@ def test_a_claim_s_progress_on_a_pipe_is_lines_without_rich(
         "import sys\n"
         "from batteryop.client import cli\n"
         "from batteryop.client._models import Pending\n"
-        "with cli._progress('p1') as update:\n"
+        "with cli._progress(('p1',)) as update:\n"
         "    update(Pending(reason='PoolExhausted', message='all 2 leased'))\n"
         "print('rich' in sys.modules)\n"
     )

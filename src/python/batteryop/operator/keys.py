@@ -45,12 +45,16 @@ def pool_key(body: Mapping[str, Any]) -> PoolKey:
 
 
 def pool_key_for_claim(claim_body: Mapping[str, Any]) -> PoolKey | None:
-    """The key of the Pool a MicroVMClaim body names (`spec.poolRef.name`, same namespace).
+    """The key of the Pool a MicroVMClaim body leases from: `status.poolRef.name` once a
+    Lease is recorded (RS-104; a fallback Pool's, say), else `spec.poolRef.name`; in the
+    claim's namespace.
 
     None when the body names no Pool or has no namespace. Pure: reads only the body.
     """
     namespace = _str(_obj(claim_body.get("metadata")).get("namespace"))
-    pool = _str(_obj(_obj(claim_body.get("spec")).get("poolRef")).get("name"))
+    pool = _str(_obj(_obj(claim_body.get("status")).get("poolRef")).get("name")) or _str(
+        _obj(_obj(claim_body.get("spec")).get("poolRef")).get("name")
+    )
     if not namespace or not pool:
         return None
     return PoolKey(namespace, pool)

@@ -10,6 +10,11 @@ Takes `bind`'s `PendingCause` and writes phase Pending with Bound=False and its 
   being released (CL-062).
 - `HostCordoned`: every ClaimVM answer was on a cordoned Host and was given back, or giving
   one back failed (CL-103, CL-104).
+- `LeasedFromAnotherPool`: the first Pool of the claim's list answered that battery leased
+  the claim from another of them, which could not be asked (CL-107).
+
+With `spec.fallbackPoolRefs` the reason is about the whole list: `PoolExhausted` if any Pool
+was only out of MicroVMs, else the first Pool's, and the message names each Pool (CL-106).
 
 The retry waits the time the claim has already been pending, measured from Bound's
 lastTransitionTime and clamped to 1-30 s, so the wait grows while the claim waits and an

@@ -66,8 +66,14 @@ class ClaimScope(Scope):
 
     @property
     def pool(self) -> PoolKey:
-        """The claim's Pool: `spec.poolRef.name` in the claim's namespace (`.ref` in battery)."""
-        return PoolKey(self.claim.namespace, self.claim.spec.pool_name)
+        """The Pool the claim's Lease is from (`status.poolRef`, RS-104), else the first it
+        names (`spec.poolRef`), in the claim's namespace (`.ref` in battery)."""
+        return PoolKey(self.claim.namespace, self.status.pool_name or self.claim.spec.pool_name)
+
+    @property
+    def pools(self) -> tuple[PoolKey, ...]:
+        """Every Pool the claim may lease from, in the order `bind` tries them (CL-106)."""
+        return tuple(PoolKey(self.claim.namespace, n) for n in self.claim.spec.pool_names)
 
     @property
     def bound(self) -> bool:
