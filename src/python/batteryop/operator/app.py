@@ -162,6 +162,7 @@ class Operator:
         out.update(self.lease_checks.sizes())
         out["claims:slot_waiters"] = len(self.claim_slots.waiting) + len(self.claim_slots.reserved)
         out["claims:lease_reads"] = len(self.lease_reads)
+        out["claims:woken"] = len(self.inputs.waiters)  # each kept HOLD_SECONDS (CL-109)
         # One per Pool, each kept RECENT_SECONDS after its call started.
         out["lease_reads:recent"] = self.lease_reads.recent_answers()
         # Remembered for an hour by design (CL-013), so it follows the churn, then empties.

@@ -21,6 +21,7 @@ from batteryop.kube.config import KubeConfig
 from batteryop.obs.exported.operator import NAMESPACE
 from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.app import Operator
+from batteryop.operator.claims.waiters import HOLD_SECONDS, Waiters
 from batteryop.operator.config import parse
 from batteryop.operator.pools.hosts import HostSet
 
@@ -333,6 +334,46 @@ async def test_a_battery_event_and_a_node_change_queue_only_the_claims_they_conc
             "MODIFIED", {**node("host-a"), "metadata": {"name": "host-a", "resourceVersion": "2"}}
         )
         assert queued == [("ns", "c1")]
+
+
+def waiting(name: str, created: str, pool: str = "warm", **spec: Any) -> dict[str, Any]:
+    body = claim(name)
+    body["metadata"]["creationTimestamp"] = created  # type: ignore[index]
+    body["spec"] = {"poolRef": {"name": pool}, **spec}
+    return body
+
+
+def available(pool: str) -> Event:
+    return Event(1, EventType.VM_AVAILABLE, PoolRef("ns", pool), "vm-new", None)
+
+
+@pytest.mark.req("CL-109")
+async def test_each_microvm_made_available_wakes_the_claim_waiting_longest_for_its_pool() -> None:
+    async with offline_operator() as operator:
+        clock = FakeClock()
+        operator.inputs.waiters = Waiters(clock)
+        inputs = operator.inputs
+        inputs.on_claim("ADDED", waiting("new", "2026-12-06T10:00:05Z"))
+        inputs.on_claim("ADDED", waiting("old", "2026-12-06T10:00:01Z"))
+        inputs.on_claim(
+            "ADDED",
+            waiting("via-fallback", "2026-12-06T10:00:03Z", pool="cold",
+                    fallbackPoolRefs=[{"name": "warm"}]),
+        )  # fmt: skip
+        inputs.on_claim("ADDED", waiting("elsewhere", "2026-12-06T09:00:00Z", pool="other"))
+        bound = waiting("bound", "2026-12-06T09:00:00Z")
+        bound["status"] = {"phase": "Bound", "leaseID": "l1"}
+        inputs.on_claim("ADDED", bound)
+
+        queued: list[tuple[str, str]] = []
+        operator.claims.enqueue = lambda key, after=0.0: queued.append(key)  # type: ignore
+        for _ in range(4):  # a refill of four MicroVMs, three claims waiting for them
+            await inputs.on_battery_event(available("warm"))
+        assert queued == [("ns", "old"), ("ns", "via-fallback"), ("ns", "new")]
+        clock.advance(HOLD_SECONDS)  # the woken claim that still waits is woken again
+        await inputs.on_battery_event(available("warm"))
+        assert queued[-1] == ("ns", "old")
+        assert operator.sizes()["claims:woken"] == 1
 
 
 async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:

@@ -13,7 +13,8 @@ on too few Hosts after a restart, PO-101).
   bound to that Node (agent address and HostReady, CL-005, CL-050..053).
 - The battery config ConfigMap (published Host set) -> every Pool (PO-011).
 - battery Events -> the Pool named (PO-023); VM_HOOK_FAILED -> a Warning on the Pool
-  (PO-041); MicroVM deleted -> the claim holding it (CL-013).
+  (PO-041); MicroVM deleted -> the claim holding it (CL-013); VM_AVAILABLE -> the claim
+  waiting longest for that Pool, one per MicroVM (CL-109, `claims.waiters`).
 - battery's Events stream connected, and a claim listed at start: every Bound claim, to read
   its Lease from battery at once (CL-030, `check_every_lease`).
 
@@ -27,14 +28,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from batteryop.api import names
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.battery import PoolRef
+from batteryop.battery.models import EventType
 from batteryop.kube.events import EventRecorder
 from batteryop.operator.claim_metrics import ClaimMetrics
 from batteryop.operator.claims import indexes
 from batteryop.operator.claims.expiry import DeletedVMs
 from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.slots import ClaimSlots
+from batteryop.operator.claims.waiters import Waiters
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
 from batteryop.operator.keys import pool_key_for_claim
 from batteryop.operator.pools.deps import PoolDeps
@@ -47,6 +51,12 @@ POOL_EVENT_COALESCE_SECONDS = 1.0
 """A battery Event refreshes its Pool this much later; the events meanwhile add nothing. A
 burst of binds makes a burst of events for one Pool (leased, provisioning, ready, ...): at one
 refresh a second its status costs a few writes per 100 claims instead of one per two."""
+
+
+def _created(body: Mapping[str, Any] | None) -> str:
+    """A body's creationTimestamp (RFC 3339 in UTC, so its order is the time's), or ""."""
+    value = ((body or {}).get("metadata") or {}).get("creationTimestamp")
+    return value if isinstance(value, str) else ""
 
 
 def _bound(claim: Mapping[str, Any]) -> bool:
@@ -75,6 +85,7 @@ class Inputs:
         claim_slots: ClaimSlots,
         recorder: EventRecorder,
         claim_metrics: ClaimMetrics,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.pools = pools
         self.claims = claims
@@ -85,6 +96,7 @@ class Inputs:
         self.claim_slots = claim_slots
         self.recorder = recorder
         self.claim_metrics = claim_metrics
+        self.waiters = Waiters(clock)
         self.nodes_listed = False
         self.published: tuple[str, ...] | None = None
 
@@ -182,6 +194,8 @@ class Inputs:
             for key in self.claims_holding(deleted):
                 self.claims.enqueue(key)  # CL-013
         ref: PoolRef | None = getattr(event, "pool", None)
+        if ref is not None and getattr(event, "type", None) == EventType.VM_AVAILABLE:
+            self._wake_a_waiter(ref)
         if ref is not None:
             # PO-023, coalesced: a burst of claims makes a burst of events for one Pool, and
             # one refresh a moment later serves them all.
@@ -192,6 +206,15 @@ class Inputs:
                 self.recorder.post(
                     pool, record.type, record.reason, record.message, action=record.reason
                 )  # PO-041: posted, so the Events stream never waits for the API server
+
+    def _wake_a_waiter(self, ref: PoolRef) -> None:
+        """CL-109: a MicroVM of `ref` became available; the claim waiting longest for it is
+        reconciled now rather than at its backoff."""
+        cache = self.claims.cache
+        waiting = cache.keys_by(indexes.BY_WAITING_POOL, f"{ref.namespace}/{ref.name}")
+        key = self.waiters.pick((_created(cache.get(k)), k) for k in waiting)
+        if key is not None:
+            self.claims.enqueue(key)
 
     def check_every_lease(self) -> None:
         """CL-030: every Bound claim, not being deleted, reads its Lease from battery now."""

@@ -44,8 +44,15 @@ Key = tuple[str, str]
 
 Reconcile = Callable[[Mapping[str, Any]], Awaitable[Outcome]]
 
-Indexer = Callable[[Mapping[str, Any]], str | None]
-"""An index's value for a body (e.g. the MicroVM uid a claim records); None: not indexed."""
+Indexer = Callable[[Mapping[str, Any]], "str | tuple[str, ...] | None"]
+"""An index's value for a body (e.g. the MicroVM uid a claim records), or its values (a
+claim waits on each Pool of its list); None or (): not indexed."""
+
+
+def _index_values(value: str | tuple[str, ...] | None) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    return frozenset((value,)) if isinstance(value, str) else frozenset(value)
 
 
 def key_of(body: Mapping[str, Any]) -> Key:
@@ -134,7 +141,7 @@ class ObjectCache:
         self._bodies: dict[Key, dict[str, Any]] = {}
         self._indexers = dict(indexers or {})
         self._index: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
-        self._filed: dict[Key, dict[str, str]] = {}  # key -> index name -> its value there
+        self._filed: dict[Key, dict[str, frozenset[str]]] = {}  # key -> index -> its values
         self._echoes: dict[Key, tuple[float, list[str]]] = {}
         self._writes: dict[Key, list[Write]] = {}
         self._clock = clock
@@ -228,19 +235,16 @@ class ObjectCache:
         if not self._indexers:
             return
         filed = self._filed.get(key, {})
-        now: dict[str, str] = {}
+        now: dict[str, frozenset[str]] = {}
         for name, indexer in self._indexers.items():
-            value = indexer(stored)
-            before = filed.get(name)
-            if value == before:
-                if value is not None:
-                    now[name] = value
-                continue
-            if before is not None:
-                self._unfile(name, before, key)
-            if value is not None:
+            values = _index_values(indexer(stored))
+            before = filed.get(name, frozenset())
+            for value in before - values:
+                self._unfile(name, value, key)
+            for value in values - before:
                 self._index[name].setdefault(value, set()).add(key)
-                now[name] = value
+            if values:
+                now[name] = values
         if now:
             self._filed[key] = now
         else:
@@ -248,8 +252,9 @@ class ObjectCache:
 
     def _remove(self, key: Key) -> None:
         self._bodies.pop(key, None)
-        for name, value in self._filed.pop(key, {}).items():
-            self._unfile(name, value, key)
+        for name, values in self._filed.pop(key, {}).items():
+            for value in values:
+                self._unfile(name, value, key)
 
     def _unfile(self, name: str, value: str, key: Key) -> None:
         keys = self._index[name][value]
