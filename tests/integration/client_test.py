@@ -13,6 +13,7 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,22 @@ async def test_a_claim_on_an_exhausted_pool_is_served_by_its_fallback(
     finally:
         await claim.release()
     await gone(stack, namespace, claim.name)
+
+
+@pytest.mark.req("CC-117", "CL-110", "CC-005")
+async def test_a_claim_that_waits_for_capacity_fails_itself_and_is_deleted(
+    stack: Stack, namespace: str, client: AsyncClient
+) -> None:
+    await ready_pool(stack, namespace, size=0)
+    with pytest.raises(PoolExhaustedError) as gave_up:
+        # The operator fails the claim at 2 s; the client's own timeout only bounds the test.
+        await client.claim("demo", HOLDER, wait_for_capacity=timedelta(seconds=2), timeout=60)
+    assert str(gave_up.value).endswith(
+        "failed: not Bound within spec.waitForCapacity (2s): "
+        "Pool demo has no available MicroVM; deleted it"
+    ), str(gave_up.value)
+    assert gave_up.value.claim is not None
+    await gone(stack, namespace, gave_up.value.claim)
 
 
 @pytest.mark.req("CC-116", "CC-113")

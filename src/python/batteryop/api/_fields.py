@@ -128,9 +128,13 @@ class Fields:
         return value
 
     def duration(self, key: str, default: timedelta) -> timedelta:
+        found = self.opt_duration(key)
+        return default if found is None else found
+
+    def opt_duration(self, key: str) -> timedelta | None:
         value = self.opt_string(key)
         if value is None:
-            return default
+            return None
         try:
             return parse_duration(value)
         except ValueError as e:

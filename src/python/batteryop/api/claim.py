@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from batteryop.api import names
@@ -25,7 +25,7 @@ from batteryop.api.conditions import (
     parse_conditions,
 )
 from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
-from batteryop.api.times import format_micro_time, format_time
+from batteryop.api.times import format_duration, format_micro_time, format_time
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class ClaimSpec:
     fallback_pool_names: tuple[str, ...] = ()
     """spec.fallbackPoolRefs[].name: Pools to lease from, in order, when `pool_name` cannot
     serve (RS-103, CL-106). Immutable."""
+    wait_for_capacity: timedelta | None = None
+    """spec.waitForCapacity: how long after its creation the claim may wait to be Bound before
+    it fails (RS-105, CL-110); None: it waits until deleted."""
 
     @property
     def pool_names(self) -> tuple[str, ...]:
@@ -53,6 +56,7 @@ class ClaimSpec:
             service_account_name=f.string("serviceAccountName"),
             renew_time=f.opt_time("renewTime"),
             fallback_pool_names=tuple(r.string("name") for r in f.obj_list("fallbackPoolRefs")),
+            wait_for_capacity=f.opt_duration("waitForCapacity"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +66,8 @@ class ClaimSpec:
         }
         if self.fallback_pool_names:
             out["fallbackPoolRefs"] = [{"name": name} for name in self.fallback_pool_names]
+        if self.wait_for_capacity is not None:
+            out["waitForCapacity"] = format_duration(self.wait_for_capacity)
         if self.renew_time is not None:
             out["renewTime"] = format_micro_time(self.renew_time)
         return out

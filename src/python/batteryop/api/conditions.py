@@ -91,6 +91,8 @@ class ClaimPhase(StrEnum):
     PENDING = "Pending"
     BOUND = "Bound"
     EXPIRED = "Expired"
+    FAILED = "Failed"
+    """No Pool of its list leased it a MicroVM within `spec.waitForCapacity` (CL-110); final."""
 
 
 class ClaimConditionType(StrEnum):
@@ -123,6 +125,8 @@ class ClaimReason(StrEnum):
     LEASED_FROM_ANOTHER_POOL = "LeasedFromAnotherPool"
     """Bound=False while Pending: ClaimVM on the first Pool of the claim's list answered that
     battery leased the claim from another of them (BA-102), which could not be asked (CL-107)."""
+    CAPACITY_TIMEOUT = "CapacityTimeout"
+    """Bound=False in phase Failed: not bound within spec.waitForCapacity (CL-110)."""
     LEASE_EXPIRED = "LeaseExpired"
     """Bound=False in phase Expired: battery no longer holds the Lease (CL-012..CL-014)."""
     # Synced

@@ -1067,6 +1067,30 @@ def test_fallback_pools_are_a_short_list_of_other_pools_each_named_once(
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("RS-105")
+def test_wait_for_capacity_is_a_duration_from_a_second_to_a_day(objects: Objects) -> None:
+    for n, good in enumerate(("1s", "90s", "1h30m", "24h")):
+        body = samples.sample_claim(name=f"ok-{n}")
+        body["spec"]["waitForCapacity"] = good
+        made = MicroVMClaim.from_dict(objects.create(names.CLAIM_PLURAL, body))
+        assert made.spec.wait_for_capacity is not None
+    for bad, says in (
+        ("0s", "spec.waitForCapacity must be a duration from 1s to 24h"),
+        ("25h", "spec.waitForCapacity must be a duration from 1s to 24h"),
+        ("-5s", "should match"),
+        ("soon", "should match"),
+    ):
+        body = samples.sample_claim(name="bad")
+        body["spec"]["waitForCapacity"] = bad
+        message = refusal(partial(objects.create, names.CLAIM_PLURAL, body))
+        assert "spec.waitForCapacity" in message and says in message, (bad, message)
+    failed = objects.patch_status(
+        names.CLAIM_PLURAL, "ok-0", {"phase": "Failed"}
+    )  # CL-110's phase is one the schema takes
+    assert failed["status"]["phase"] == "Failed"
+
+
+@pytest.mark.controlplane
 @pytest.mark.req("RS-103")
 def test_fallback_pools_cannot_be_added_changed_or_removed(objects: Objects) -> None:
     objects.create(names.CLAIM_PLURAL, samples.sample_claim(name="plain"))

@@ -245,12 +245,14 @@ class AsyncClient(AsyncClosing):
         timeout: float | None = None,
         wait_for_pool: bool = False,
         fallback_pools: Sequence[str] = (),
+        wait_for_capacity: timedelta | None = None,
     ) -> AsyncClaim:
         """A Bound claim on `pool` held for the ServiceAccount `holder`.
 
         With `fallback_pools`, the operator leases from the first of them that has a MicroVM
         when `pool` has none, does not exist or is being deleted, in order (CC-116);
-        `AsyncClaim.pool` then names the Pool that served.
+        `AsyncClaim.pool` then names the Pool that served. With `wait_for_capacity` the claim
+        fails itself if not Bound that long after its creation (CC-117: `PoolExhaustedError`).
 
         Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, 300 s; None
         there: forever). A Pool that does not exist fails at once with `PoolNotFoundError`
@@ -262,7 +264,8 @@ class AsyncClient(AsyncClosing):
         ns = self.namespace
         pools = (pool, *fallback_pools)
         body = _core.claim_body(ns, pool, holder, name=name, generate_name=generate_name,
-                                labels=labels, fallback_pools=fallback_pools)  # fmt: skip
+                                labels=labels, fallback_pools=fallback_pools,
+                                wait_for_capacity=wait_for_capacity)  # fmt: skip
         pool_body = None if wait_for_pool else await self._read_pool(pools, None)
         if pool_body is None and not wait_for_pool:
             # CC-113: nothing to wait for; say so now instead of waiting out the timeout.
@@ -412,6 +415,8 @@ class AsyncClient(AsyncClosing):
         assert claim is not None
         if _core.is_bound(claim):
             return claim
+        if (failed := _core.failed(claim)) is not None:  # CC-117: it gave up waiting itself
+            raise PoolExhaustedError(f"claim {name} failed: {failed}; deleted it", claim=name)
         p = _core.pending(claim)
         if p is not None and p != progress.pending:
             progress.pending = p

@@ -21,7 +21,7 @@ from batteryop.api.claim import MicroVMClaim
 from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ConditionStatus
 from batteryop.api.errors import MalformedObjectError
 from batteryop.api.lease import DEFAULT_HEARTBEAT_INTERVAL, pool_lease
-from batteryop.api.times import format_micro_time, parse_time
+from batteryop.api.times import format_duration, format_micro_time, parse_time
 from batteryop.client._models import ClaimInfo, Pending
 
 TOKEN_REQUEST_API_VERSION: Final = "authentication.k8s.io/v1"
@@ -40,9 +40,11 @@ def claim_body(
     generate_name: str | None = None,
     labels: Mapping[str, str] | None = None,
     fallback_pools: Sequence[str] = (),
+    wait_for_capacity: timedelta | None = None,
 ) -> dict[str, Any]:
     """A new MicroVMClaim on `pool` for the Holder ServiceAccount `holder` (CC-001), falling
-    back to `fallback_pools` in order (CC-116).
+    back to `fallback_pools` in order (CC-116), failing if not Bound within
+    `wait_for_capacity` (CC-117).
 
     Without `name`, the server picks one from `generate_name` (default `<pool>-`).
     """
@@ -60,6 +62,8 @@ def claim_body(
     spec: dict[str, Any] = {"poolRef": {"name": pool}, "serviceAccountName": holder}
     if fallback_pools:
         spec["fallbackPoolRefs"] = [{"name": p} for p in fallback_pools]
+    if wait_for_capacity is not None:
+        spec["waitForCapacity"] = format_duration(wait_for_capacity)
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.CLAIM_KIND,
@@ -203,6 +207,15 @@ def lost_reason(claim: MicroVMClaim | None, uid: str) -> str | None:
         detail = f": {cond.message}" if cond is not None and cond.message else ""
         return f"lost its lease (Expired){detail}"
     return None
+
+
+def failed(claim: MicroVMClaim) -> str | None:
+    """Why the claim failed (phase Failed: not Bound within spec.waitForCapacity, CC-117),
+    or None while it has not."""
+    if claim.status.phase != ClaimPhase.FAILED:
+        return None
+    cond = claim.status.condition(ClaimConditionType.BOUND)
+    return cond.message if cond is not None else "not Bound within spec.waitForCapacity"
 
 
 def host_not_ready(claim: MicroVMClaim) -> tuple[str, str] | None:

@@ -187,6 +187,7 @@ class Client:
         timeout: float | None = None,
         wait_for_pool: bool = False,
         fallback_pools: Sequence[str] = (),
+        wait_for_capacity: timedelta | None = None,
     ) -> Claim:
         """See `AsyncClient.claim`."""
         held = self._portal.call(
@@ -202,6 +203,7 @@ class Client:
                 timeout=timeout,
                 wait_for_pool=wait_for_pool,
                 fallback_pools=fallback_pools,
+                wait_for_capacity=wait_for_capacity,
             )
         )
         return Claim(self._portal, held)

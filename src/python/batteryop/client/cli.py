@@ -27,11 +27,12 @@ import signal
 import stat
 import sys
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from batteryop.api.times import format_time
+from batteryop.api.times import format_time, parse_duration
 from batteryop.client._exceptions import ClientError
 from batteryop.client._models import Pending, Timeouts
 
@@ -220,6 +221,23 @@ _WAIT_FOR_POOL = click.option(  # CC-113
     help="Wait (up to --timeout) for a Pool that does not exist yet, instead of failing.",
 )
 
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 90s, 5m)") from None
+
+
+_WAIT_FOR_CAPACITY = click.option(  # CC-117
+    "--wait-for-capacity",
+    metavar="DURATION",
+    callback=_duration,
+    help="Have the claim itself fail if not Bound this long after it is made (e.g. 90s).",
+)
+
 _FALLBACK = click.option(  # CC-116
     "--fallback",
     metavar="POOL",
@@ -235,6 +253,7 @@ _FALLBACK = click.option(  # CC-116
 @_TIMEOUT
 @_WAIT_FOR_POOL
 @_FALLBACK
+@_WAIT_FOR_CAPACITY
 @click.option("--hold", is_flag=True, help="Keep renewing in the foreground until interrupted.")
 @click.pass_context
 def claim(  # CC-102
@@ -245,6 +264,7 @@ def claim(  # CC-102
     timeout: float,
     wait_for_pool: bool,
     fallback: tuple[str, ...],
+    wait_for_capacity: timedelta | None,
     hold: bool,
 ) -> None:
     """Bind a claim on POOL and print its name.
@@ -263,6 +283,7 @@ def claim(  # CC-102
                     on_pending=on_pending,
                     wait_for_pool=wait_for_pool,
                     fallback_pools=fallback,
+                    wait_for_capacity=wait_for_capacity,
                 )
             click.echo(_describe(held, pool), err=True)
             click.echo(held.name)
@@ -485,6 +506,7 @@ def ls(ctx: click.Context) -> None:  # CC-105
 @_TIMEOUT
 @_WAIT_FOR_POOL
 @_FALLBACK
+@_WAIT_FOR_CAPACITY
 @_INTERACTIVE
 @click.pass_context
 def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
@@ -495,6 +517,7 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     timeout: float,
     wait_for_pool: bool,
     fallback: tuple[str, ...],
+    wait_for_capacity: timedelta | None,
     interactive: bool,
 ) -> None:
     """Claim a MicroVM from POOL, run COMMAND in it, release it; exit with COMMAND's code.
@@ -512,6 +535,7 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
                     on_pending=on_pending,
                     wait_for_pool=wait_for_pool,
                     fallback_pools=fallback,
+                    wait_for_capacity=wait_for_capacity,
                 )
             with held:  # CC-021: released on the way out, also on Ctrl-C
                 click.echo(_describe(held, pool), err=True)

@@ -205,6 +205,18 @@ def test_a_usage_error_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
     assert err.startswith("battery: error: ")
 
 
+@pytest.mark.req("CC-117", "CC-109")
+def test_a_wait_for_capacity_that_is_no_duration_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(["run", "demo", "--wait-for-capacity", "soon", "--", "true"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        "battery: error: Invalid value for '--wait-for-capacity': "
+        "'soon' is not a duration (e.g. 90s, 5m)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "want"),
     [

@@ -32,4 +32,5 @@ def test_the_diagram_follows_the_chain_in_order() -> None:
     names = [doc.name for group in read_steps("claims").values() for doc in group]
     positions = [dot.index(f" {name}</B>") for name in names]
     assert positions == sorted(positions)
-    assert "s2 -> phase_Bound" in dot
+    bind = [doc.function for doc in read_steps("claims")["CHAIN"]].index("bind")
+    assert f"s{bind} -> phase_Bound" in dot

@@ -85,7 +85,7 @@ from batteryop.operator.claims.cordoned import (
     GiveBackFailedError,
     claim_off_cordoned,
 )
-from batteryop.operator.claims.scope import ClaimScope, PendingCause
+from batteryop.operator.claims.scope import FINAL_PHASES, ClaimScope, PendingCause
 from batteryop.operator.keys import PoolKey
 
 EXPIRY_READ_DELAY_SECONDS = 0.0
@@ -139,7 +139,7 @@ def _wait_for_slot(scope: ClaimScope) -> None:
 
 async def bind(scope: ClaimScope) -> None:
     """Claim a MicroVM for an unbound claim; see the module docstring for the guard."""
-    if scope.status.lease_id is not None or scope.status.phase is ClaimPhase.EXPIRED:
+    if scope.status.lease_id is not None or scope.status.phase in FINAL_PHASES:
         return
     waiter = (scope.claim.namespace, scope.claim.name)
     refusal = _refusal(scope)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from batteryop.api.conditions import ClaimPhase
+
 BY_MICROVM: Final = "microvm"
 """status.microVM.uid -> the claims recording that MicroVM (CL-013)."""
 
@@ -36,12 +38,16 @@ def node_of(body: Mapping[str, Any]) -> str | None:
     return (_status(body).get("host") or {}).get("nodeName") or None
 
 
+_FINAL: Final = frozenset({ClaimPhase.EXPIRED.value, ClaimPhase.FAILED.value})
+
+
 def waiting_on(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """`namespace/pool` for each Pool of the list of a claim with no Lease, not Expired and not
-    being deleted (`spec.poolRef`, then `spec.fallbackPoolRefs`); () for any other claim."""
+    """`namespace/pool` for each Pool of the list of a claim with no Lease, neither Expired nor
+    Failed, and not being deleted (`spec.poolRef`, then `spec.fallbackPoolRefs`); () for any other claim.
+    """
     meta = body.get("metadata") or {}
     status = _status(body)
-    if meta.get("deletionTimestamp") or status.get("leaseID") or status.get("phase") == "Expired":
+    if meta.get("deletionTimestamp") or status.get("leaseID") or status.get("phase") in _FINAL:
         return ()
     spec = body.get("spec") or {}
     refs = [spec.get("poolRef"), *(spec.get("fallbackPoolRefs") or [])]

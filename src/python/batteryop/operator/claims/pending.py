@@ -18,7 +18,9 @@ was only out of MicroVMs, else the first Pool's, and the message names each Pool
 
 The retry waits the time the claim has already been pending, measured from Bound's
 lastTransitionTime and clamped to 1-30 s, so the wait grows while the claim waits and an
-Operator restart does not reset it. A Warning Event is posted when the reason changes, not on
+Operator restart does not reset it; no later than the claim's `spec.waitForCapacity`
+deadline (`give_up`, CL-110). A MicroVM made available wakes a waiting claim sooner
+(CL-109). A Warning Event is posted when the reason changes, not on
 every retry. The chain stops here: an unbound claim has nothing to renew or check.
 """
 
@@ -44,4 +46,7 @@ async def pending(scope: ClaimScope) -> None:
             extra=scope.log_extra(reason=str(cause.reason), detail=cause.message),
         )
     scope.outcome.requeue(backoff_since(bound, scope.now))  # retry with backoff
+    deadline = scope.capacity_deadline
+    if deadline is not None:  # CL-110: fail on time, whatever the backoff
+        scope.outcome.requeue(max(0.0, (deadline - scope.now).total_seconds()))
     scope.stop()

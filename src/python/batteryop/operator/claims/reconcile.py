@@ -35,6 +35,7 @@ from batteryop.operator.claims.check_expiry import check_expiry
 from batteryop.operator.claims.deps import ClaimDeps
 from batteryop.operator.claims.expiry import expire_deleted
 from batteryop.operator.claims.finalizer import ensure_finalizer
+from batteryop.operator.claims.give_up import give_up
 from batteryop.operator.claims.host_ready import host_ready
 from batteryop.operator.claims.pending import pending
 from batteryop.operator.claims.release import release
@@ -48,6 +49,7 @@ _log = logging.getLogger(__name__)
 CHAIN: tuple[Step[ClaimScope], ...] = (
     release,
     ensure_finalizer,
+    give_up,
     bind,
     pending,
     expire_deleted,

@@ -37,6 +37,10 @@ class BatteryCall:
     error: BatteryError | None = None
 
 
+FINAL_PHASES = frozenset({ClaimPhase.EXPIRED, ClaimPhase.FAILED})
+"""Phases a claim never leaves but by its deletion."""
+
+
 @dataclass(frozen=True)
 class PendingCause:
     """Why a claim is not bound yet: the Bound condition's reason and message."""
@@ -69,6 +73,19 @@ class ClaimScope(Scope):
         """The Pool the claim's Lease is from (`status.poolRef`, RS-104), else the first it
         names (`spec.poolRef`), in the claim's namespace (`.ref` in battery)."""
         return PoolKey(self.claim.namespace, self.status.pool_name or self.claim.spec.pool_name)
+
+    @property
+    def capacity_deadline(self) -> datetime | None:
+        """When a claim that sets `spec.waitForCapacity` and is not Bound fails (CL-110):
+        creationTimestamp plus that duration; None for any other claim (one with a Lease, an
+        Expired or Failed one, one being deleted)."""
+        wait = self.claim.spec.wait_for_capacity
+        created = self.claim.metadata.creation_timestamp
+        if wait is None or created is None or self.claim.metadata.deleting:
+            return None
+        if self.status.lease_id is not None or self.status.phase in FINAL_PHASES:
+            return None
+        return created + wait
 
     @property
     def pools(self) -> tuple[PoolKey, ...]:
