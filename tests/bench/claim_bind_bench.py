@@ -42,7 +42,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 from pathlib import Path
@@ -455,9 +455,12 @@ def report_agents_ready(cp: ControlPlane) -> None:
         api.close()
 
 
-async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_path: Path) -> None:
-    prepare_cluster(controlplane, HOSTS)
-    floor = await asyncio.to_thread(api_server_floor, controlplane, "bench-floor")
+@contextlib.asynccontextmanager
+async def operator_stack(
+    controlplane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[tuple[OperatorProcess, dict[str, int]]]:
+    """The fake flintlockd Hosts, the fake battery and the operator (production logging) as
+    their own processes on `controlplane`; the operator, and the pid of every process."""
     report_agents_ready(controlplane)
     kubeconfig = operator_kubeconfig(controlplane, tmp_path / "operator.kubeconfig")
     async with contextlib.AsyncExitStack() as stack:
@@ -476,6 +479,13 @@ async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_p
         pids["operator"] = operator.popen.pid
         pids["fake-battery"] = battery.pid
         pids["test+fake-flintlockd"] = os.getpid()
+        yield operator, pids
+
+
+async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_path: Path) -> None:
+    prepare_cluster(controlplane, HOSTS)
+    floor = await asyncio.to_thread(api_server_floor, controlplane, "bench-floor")
+    async with operator_stack(controlplane, tmp_path) as (operator, pids):
         result = await asyncio.to_thread(
             run_bench, controlplane, "bench-claims", pids, operator.metrics_text
         )
