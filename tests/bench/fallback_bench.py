@@ -73,7 +73,8 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     wait_pool_available(custom, namespace, 2 * N + 5)
     watcher = BoundWatcher(api, namespace)
     try:
-        direct, fallback = [], []
+        direct: list[float] = []
+        fallback: list[float] = []
         for i in range(N):
             for name, pools, into in (
                 (f"direct-{i}", ("warm",), direct),
@@ -82,7 +83,7 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
                 sent = create(custom, namespace, name, *pools)
                 watcher.wait([name], 60)
                 into.append(watcher.bound[name] - sent)
-        woken = []
+        woken: list[float] = []
         for i in range(WAKES):
             pool, name = f"later-{i}", f"waits-{i}"
             create(custom, namespace, name, pool)
