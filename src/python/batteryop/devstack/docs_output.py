@@ -40,6 +40,7 @@ PAGES = (
     "docs/try-it-locally.md",
     "docs/install.md",
     "docs/client.md",
+    "docs/fallback.md",
 )
 GENERATED = frozenset(
     {

@@ -340,6 +340,7 @@ def waiting(name: str, created: str, pool: str = "warm", **spec: Any) -> dict[st
     body = claim(name)
     body["metadata"]["creationTimestamp"] = created  # type: ignore[index]
     body["spec"] = {"poolRef": {"name": pool}, **spec}
+    body["status"] = {"phase": "Pending"}
     return body
 
 
@@ -361,6 +362,9 @@ async def test_each_microvm_made_available_wakes_the_claim_waiting_longest_for_i
                     fallbackPoolRefs=[{"name": "warm"}]),
         )  # fmt: skip
         inputs.on_claim("ADDED", waiting("elsewhere", "2026-12-06T09:00:00Z", pool="other"))
+        unread = waiting("unread", "2026-12-06T09:00:00Z")
+        del unread["status"]  # its first reconcile is under way: not waiting
+        inputs.on_claim("ADDED", unread)
         bound = waiting("bound", "2026-12-06T09:00:00Z")
         bound["status"] = {"phase": "Bound", "leaseID": "l1"}
         inputs.on_claim("ADDED", bound)

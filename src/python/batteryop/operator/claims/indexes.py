@@ -6,7 +6,7 @@ claims by what their status records never walk every claim: a battery Event repo
 MicroVM deleted queues the claims holding it (CL-013), a Node whose report changed queues the
 claims bound to it (CL-005, CL-050..CL-053). Both read the status as written: a claim
 files under a value only once its status records it. A MicroVM becoming available queues a
-claim waiting for its Pool (CL-109): an unbound claim files under each Pool of its list.
+claim waiting for its Pool (CL-109): a Pending claim files under each Pool of its list.
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ def node_of(body: Mapping[str, Any]) -> str | None:
     return (_status(body).get("host") or {}).get("nodeName") or None
 
 
-_FINAL: Final = frozenset({ClaimPhase.EXPIRED.value, ClaimPhase.FAILED.value})
-
-
 def waiting_on(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """`namespace/pool` for each Pool of the list of a claim with no Lease, neither Expired nor
-    Failed, and not being deleted (`spec.poolRef`, then `spec.fallbackPoolRefs`); () for any other claim.
-    """
+    """`namespace/pool` for each Pool of the list (`spec.poolRef`, then
+    `spec.fallbackPoolRefs`) of a claim `bind` left Pending with no Lease, not being deleted;
+    () for any other claim. A claim not yet reconciled has no phase: it is not waiting, its
+    first reconcile is under way."""
     meta = body.get("metadata") or {}
     status = _status(body)
-    if meta.get("deletionTimestamp") or status.get("leaseID") or status.get("phase") in _FINAL:
+    if meta.get("deletionTimestamp") or status.get("leaseID"):
+        return ()
+    if status.get("phase") != ClaimPhase.PENDING.value:
         return ()
     spec = body.get("spec") or {}
     refs = [spec.get("poolRef"), *(spec.get("fallbackPoolRefs") or [])]

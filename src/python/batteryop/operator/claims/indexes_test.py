@@ -31,6 +31,9 @@ def claim(
     if vm is not None:
         status["microVM"] = {"uid": vm}
         status["leaseID"] = f"lease-{vm}"
+        status["phase"] = "Bound"
+    else:
+        status["phase"] = "Pending"
     if node is not None:
         status["host"] = {"nodeName": node}
     meta = {"namespace": "ns", "name": name, "uid": f"{uid}-{name}", "resourceVersion": rv}
@@ -91,7 +94,7 @@ def test_a_claim_is_filed_once_its_status_records_the_value_and_leaves_when_it_c
 
 
 @pytest.mark.req("CL-109")
-def test_an_unbound_claim_waits_on_each_pool_of_its_list_until_it_records_a_lease() -> None:
+def test_a_pending_claim_waits_on_each_pool_of_its_list_until_it_records_a_lease() -> None:
     cache = new_cache()
     cache.observe("ADDED", claim("a", "1", None, None, pools=("p", "q")))
     cache.observe("ADDED", claim("b", "1", None, None, pools=("q",)))
@@ -103,6 +106,10 @@ def test_an_unbound_claim_waits_on_each_pool_of_its_list_until_it_records_a_leas
     deleting = claim("b", "2", None, None, pools=("q",))
     deleting["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
     cache.observe("MODIFIED", deleting)
+    assert cache.sizes()["index:waiting"] == 0
+    new = claim("c", "1", None, None)
+    del new["status"]["phase"]  # not reconciled yet: its first reconcile is under way
+    cache.observe("ADDED", new)
     assert cache.sizes()["index:waiting"] == 0
 
 

@@ -2,8 +2,9 @@
 
 A claim `bind` left Pending tries again after its backoff (1-30 s, `pending`). battery reports
 each MicroVM that becomes available (`VM_AVAILABLE`, on its Pool); the operator then queues,
-at once, the claim that has waited longest among those whose list names that Pool (first or
-fallback, `indexes.BY_WAITING_POOL`). One claim per MicroVM: a refill of k MicroVMs wakes k
+at once, the claim that has waited longest among the Pending claims whose list names that
+Pool (first or fallback, `indexes.BY_WAITING_POOL`; a claim not yet reconciled is not
+waiting). One claim per MicroVM: a refill of k MicroVMs wakes k
 claims, and a Pool with a thousand waiting claims gets one more ClaimVM per MicroVM, not a
 thousand. A claim woken is not woken again for `HOLD_SECONDS`, while its reconcile is under
 way, so the next MicroVM goes to the next claim. A claim missed here (its wake lost in a
