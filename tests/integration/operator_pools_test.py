@@ -10,7 +10,7 @@ from integration.stack import Stack, create_demo_pool, ready, wait_for
 from batteryop.api import names
 
 
-@pytest.mark.req("PO-001", "PO-010", "PO-020", "PO-022")
+@pytest.mark.req("PO-001", "PO-010", "PO-020", "PO-022", "RS-106")
 async def test_a_pool_is_created_in_battery_and_reports_ready(stack: Stack, namespace: str) -> None:
     create_demo_pool(stack, namespace)
     body = await asyncio.to_thread(
@@ -23,6 +23,9 @@ async def test_a_pool_is_created_in_battery_and_reports_ready(stack: Stack, name
     status = body["status"]
     assert status["available"] + status.get("leased", 0) + status.get("provisioning", 0) >= 2
     assert status["observedGeneration"] == body["metadata"]["generation"]
+    # RS-106: the scale subresource's current replicas (ImmediateOnLease: the warm MicroVMs).
+    assert status["replicas"] == status["available"] + status.get("provisioning", 0)
+    assert status["selector"] == names.pool_selector("demo")
     # battery holds it on both published Hosts (the demo Pool selects every Host).
     held = [p for p in stack.battery.pool_specs() if p.name == "demo" and p.namespace == namespace]
     assert len(held) == 1

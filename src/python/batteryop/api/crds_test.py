@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -25,7 +26,7 @@ from batteryop.api import pool as pool_api
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.pool import Pool
 from batteryop.api.times import format_duration, format_time
-from batteryop.testing.controlplane import install_crd
+from batteryop.testing.controlplane import ControlPlane, install_crd
 
 DELETE = object()
 """Stands for "remove this field" in a mutation."""
@@ -975,6 +976,50 @@ def test_the_expires_column_shows_the_timestamp(objects: Objects) -> None:
 
 
 @pytest.mark.controlplane
+@pytest.mark.req("RS-106")
+def test_a_pool_scales_through_its_scale_subresource(
+    objects: Objects, controlplane: ControlPlane
+) -> None:
+    objects.create(names.POOL_PLURAL, samples.sample_pool())
+    selector = names.pool_selector("pool-sample")
+    objects.patch_status(
+        names.POOL_PLURAL, "pool-sample", {"available": 3, "replicas": 3, "selector": selector}
+    )
+    custom, ns = objects.custom, objects.namespace
+    scale = custom.get_namespaced_custom_object_scale(
+        names.GROUP, names.VERSION, ns, names.POOL_PLURAL, "pool-sample"
+    )
+    size = objects.get(names.POOL_PLURAL, "pool-sample")["spec"]["size"]
+    assert (scale["spec"]["replicas"], scale["status"]) == (
+        size,
+        {"replicas": 3, "selector": selector},
+    )
+    with controlplane.kubectl_env() as env:
+        scaled = subprocess.run(
+            ["kubectl", "scale", "pool", "pool-sample", "-n", ns, "--replicas=7"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert scaled.returncode == 0, scaled.stderr
+    assert scaled.stdout == "pool.battery.liquidmetal-x.dev/pool-sample scaled\n"
+    assert objects.get(names.POOL_PLURAL, "pool-sample")["spec"]["size"] == 7
+    message = refusal(
+        partial(
+            custom.patch_namespaced_custom_object_scale,
+            names.GROUP,
+            names.VERSION,
+            ns,
+            names.POOL_PLURAL,
+            "pool-sample",
+            {"spec": {"replicas": -1}},
+        )
+    )
+    assert "spec.replicas" in message or "spec.size" in message, message
+
+
+@pytest.mark.controlplane
 @pytest.mark.req("RS-101")
 def test_pool_columns_show_size_counts_and_readiness(objects: Objects) -> None:
     objects.create(names.POOL_PLURAL, samples.sample_pool())
@@ -1124,10 +1169,11 @@ def test_the_group_serves_pools_and_claims_and_no_microvm_kind(objects: Objects)
     assert set(by_name) == {
         names.POOL_PLURAL,
         f"{names.POOL_PLURAL}/status",
+        f"{names.POOL_PLURAL}/scale",  # RS-106
         names.CLAIM_PLURAL,
         f"{names.CLAIM_PLURAL}/status",
     }
-    assert {r.kind for r in resources} == {names.POOL_KIND, names.CLAIM_KIND}
+    assert {r.kind for r in resources} == {names.POOL_KIND, names.CLAIM_KIND, "Scale"}
     for plural, short in (
         (names.POOL_PLURAL, names.POOL_SHORT_NAMES),
         (names.CLAIM_PLURAL, names.CLAIM_SHORT_NAMES),

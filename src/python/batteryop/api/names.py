@@ -85,6 +85,16 @@ FIRECRACKER_LABEL: Final = f"{GROUP}/firecracker"
 CLOUD_HYPERVISOR_LABEL: Final = f"{GROUP}/cloud-hypervisor"
 """Set on a Host that can run Cloud Hypervisor MicroVMs."""
 HOST_POOL_LABEL: Final = f"{GROUP}/host-pool"
+POOL_LABEL: Final = f"{GROUP}/pool"
+"""The label key of a Pool's `scale` selector (RS-106). Nothing carries it today; the
+HorizontalPodAutoscaler needs a selector, and external and object metrics do not use it."""
+
+
+def pool_selector(pool: str) -> str:
+    """The label selector a Pool's `scale` subresource reports (`status.selector`, RS-106)."""
+    return f"{POOL_LABEL}={pool}"
+
+
 """The CAPI host pool a Host's Machine belongs to."""
 DRAIN_GUARD_LABEL: Final = f"{GROUP}/drain-guard"
 """On the drain guard Pod and its PodDisruptionBudget; the value is the Node name."""

@@ -347,6 +347,11 @@ class PoolStatus:
     provisioning: int = 0
     quarantined: int = 0
     conditions: tuple[Condition, ...] = ()
+    replicas: int | None = None
+    """The MicroVMs that count toward `spec.size` (RS-106): what the `scale` subresource
+    reports as the current replicas."""
+    selector: str | None = None
+    """The `scale` subresource's label selector (RS-106): `<group>/pool=<name>`."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "status") -> PoolStatus:
@@ -358,6 +363,8 @@ class PoolStatus:
             provisioning=f.opt_integer("provisioning") or 0,
             quarantined=f.opt_integer("quarantined") or 0,
             conditions=parse_conditions(f.obj_list("conditions")),
+            replicas=f.opt_integer("replicas"),
+            selector=f.opt_string("selector"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -370,6 +377,8 @@ class PoolStatus:
             quarantined=self.quarantined,
             conditions=[c.to_dict() for c in self.conditions],
         )
+        _put(out, "replicas", self.replicas)
+        _put(out, "selector", self.selector)
         return out
 
     def condition(self, type: PoolConditionType) -> Condition | None:

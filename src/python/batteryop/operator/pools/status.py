@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from batteryop.api import names
 from batteryop.api.conditions import (
     Condition,
     ConditionStatus,
@@ -29,7 +30,7 @@ from batteryop.api.conditions import (
     PoolReason,
     set_condition,
 )
-from batteryop.api.pool import Pool, PoolStatus
+from batteryop.api.pool import Pool, PoolStatus, ReplenishmentType
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
 from batteryop.kube.outcome import merge_patch_from
@@ -92,8 +93,18 @@ def _with(
     return set_condition(conditions, type, status, reason, message, now, _generation(pool))
 
 
+def replicas(pool: Pool, counts: battery.PoolStatus) -> int:
+    """The MicroVMs that count toward `spec.size` as battery's replenishment counts them
+    (RS-106): the warm ones (available and provisioning) for ImmediateOnLease, whose leased
+    MicroVMs are extra, and the leased ones too for the other two strategies."""
+    warm = counts.available + counts.provisioning
+    if pool.spec.replenishment.type is ReplenishmentType.IMMEDIATE_ON_LEASE:
+        return warm
+    return warm + counts.leased
+
+
 def _counted(
-    base: PoolStatus, counts: battery.PoolStatus, conditions: tuple[Condition, ...]
+    pool: Pool, base: PoolStatus, counts: battery.PoolStatus, conditions: tuple[Condition, ...]
 ) -> PoolStatus:
     return replace(
         base,
@@ -102,6 +113,8 @@ def _counted(
         provisioning=counts.provisioning,
         quarantined=counts.quarantined,
         conditions=conditions,
+        replicas=replicas(pool, counts),  # RS-106: the scale subresource's
+        selector=names.pool_selector(pool.metadata.name),
     )
 
 
@@ -121,7 +134,7 @@ def declared_status(pool: Pool, declared: Declared, now: datetime) -> PoolStatus
         conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, counts), now
     )
     base = replace(pool.status, observed_generation=declared.observed_generation)
-    return _counted(base, counts, conditions)
+    return _counted(pool, base, counts, conditions)
 
 
 def blocked_status(pool: Pool, held: battery.Pool, now: datetime) -> PoolStatus:
@@ -137,7 +150,7 @@ def blocked_status(pool: Pool, held: battery.Pool, now: datetime) -> PoolStatus:
     conditions = _with(
         conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, held.status), now
     )
-    return _counted(pool.status, held.status, conditions)
+    return _counted(pool, pool.status, held.status, conditions)
 
 
 def unanswered_status(pool: Pool, err: BatteryError, now: datetime) -> PoolStatus:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -7,7 +8,7 @@ import pytest
 
 from batteryop.api import samples
 from batteryop.api.conditions import ConditionStatus, PoolConditionType, PoolReason
-from batteryop.api.pool import Pool
+from batteryop.api.pool import Pool, Replenishment, ReplenishmentType
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryUnavailableError
 from batteryop.operator.pools.battery_spec import to_battery_spec
@@ -16,6 +17,7 @@ from batteryop.operator.pools.status import (
     declared_status,
     exhausted,
     ready,
+    replicas,
     status_patch,
     unanswered_status,
 )
@@ -133,6 +135,18 @@ def test_counts_are_batterys_and_transition_times_move_only_with_the_status() ->
     fresh = pool(size=2)
     patched = status_patch(fresh, declared_status(fresh, Declared(None, 3, ("host-a",)), T0))
     assert patched is not None and patched["available"] == 0, "the first patch writes every count"
+
+
+@pytest.mark.req("RS-106")
+def test_replicas_count_what_the_replenishment_strategy_counts_toward_size() -> None:
+    counts = {"available": 2, "provisioning": 1, "leased": 4, "quarantined": 1}
+    immediate = pool(size=3)
+    assert immediate.spec.replenishment.type is ReplenishmentType.IMMEDIATE_ON_LEASE
+    got = declared_status(immediate, Declared(held(immediate, **counts), 3, ("host-a",)), T0)
+    assert (got.replicas, got.selector) == (3, "battery.liquidmetal-x.dev/pool=pool-sample")
+    for kind in (ReplenishmentType.MIN_SIZE_THRESHOLD, ReplenishmentType.REPLACE_ON_DELETE):
+        other = replace(immediate, spec=replace(immediate.spec, replenishment=Replenishment(kind)))
+        assert replicas(other, battery.PoolStatus(**counts)) == 7  # leased count too
 
 
 def test_an_unanswered_reconcile_changes_only_readys_message() -> None:
