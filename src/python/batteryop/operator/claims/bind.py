@@ -182,8 +182,8 @@ async def _claim_from(
 ) -> ClaimedVM | PendingCause | None:
     """ClaimVM on `pool` (through `claim_off_cordoned`): the MicroVM; or, when battery said
     for sure that this Pool leases the claim nothing, why (the next Pool may serve); or None
-    when the chain ends on this answer (`scope.pending` or the failure set). `more`: a Pool
-    follows this one."""
+    when the chain ends on this answer (`scope.pending` or the failure set). `more`: the
+    claim names more than one Pool, so battery may hold its Lease on another (CL-107)."""
     given_back: list[ClaimedVM] = []
     try:
         claimed = await claim_off_cordoned(  # CL-060, CL-103
