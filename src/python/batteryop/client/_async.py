@@ -249,17 +249,17 @@ class AsyncClient(AsyncClosing):
     ) -> AsyncClaim:
         """A Bound claim on `pool` held for the ServiceAccount `holder`.
 
-        With `fallback_pools`, the operator leases from the first of them that has a MicroVM
-        when `pool` has none, does not exist or is being deleted, in order (CC-116);
-        `AsyncClaim.pool` then names the Pool that served. With `wait_for_capacity` the claim
-        fails itself if not Bound that long after its creation (CC-117: `PoolExhaustedError`).
+        `fallback_pools`: Pools to lease from, in order, when `pool` cannot serve (CC-116;
+        `AsyncClaim.pool` names the one that did). `wait_for_capacity`: the claim fails itself
+        if not Bound that long after its creation (CC-117: `PoolExhaustedError`).
 
         Waits (by watching) up to `timeout` seconds (default `Timeouts.bind`, 300 s; None
         there: forever). A Pool that does not exist fails at once with `PoolNotFoundError`
         and no claim is left behind (CC-113; with fallback Pools: when none of them exists);
-        with `wait_for_pool` the claim waits for a Pool to appear instead. When the wait ends without Bound (timeout, cancellation, any
-        error), the claim is deleted before the error is raised: `PoolExhaustedError` if the
-        Pool was exhausted, `PoolNotFoundError` if it did not exist, else `ClaimTimeoutError`.
+        with `wait_for_pool` the claim waits for a Pool to appear instead. When the wait ends
+        without Bound (timeout, cancellation, any error), the claim is deleted before the
+        error is raised: `PoolExhaustedError` if the Pool was exhausted, `PoolNotFoundError`
+        if it did not exist, else `ClaimTimeoutError`.
         """
         ns = self.namespace
         pools = (pool, *fallback_pools)
