@@ -134,16 +134,30 @@ class BoundWatcher:
         self._watch.stop()
 
 
-def create(custom: k8s.CustomObjectsApi, namespace: str, name: str, pool: str = "warm") -> float:
+def create(
+    custom: k8s.CustomObjectsApi, namespace: str, name: str, pool: str = "warm", *fallback: str
+) -> float:
+    """Create claim `name` on `pool` (then the `fallback` Pools); the moment it was sent."""
+    body = samples.sample_claim(name=name, pool=pool, namespace=namespace)
+    if fallback:
+        body["spec"]["fallbackPoolRefs"] = [{"name": p} for p in fallback]
     sent = time.monotonic()
     custom.create_namespaced_custom_object(
-        names.GROUP,
-        names.VERSION,
-        namespace,
-        names.CLAIM_PLURAL,
-        samples.sample_claim(name=name, pool=pool, namespace=namespace),
+        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
     )
     return sent
+
+
+def make_pool(custom: k8s.CustomObjectsApi, namespace: str, name: str, size: int) -> None:
+    """The demo Pool as `name` with `size` MicroVMs and no create hook: the hook runs a process
+    per replenished MicroVM inside the fake flintlockd, which shares this machine here but runs
+    on the Hosts in a cluster."""
+    pool = samples.demo_pool(name=name, namespace=namespace)
+    pool["spec"]["size"] = size
+    pool["spec"].pop("hooks", None)
+    custom.create_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
+    )
 
 
 def wait_pool_available(
@@ -379,14 +393,7 @@ def run_bench(
     api = admin_client(cp)
     custom = k8s.CustomObjectsApi(api)
     k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
-    pool = samples.demo_pool(name="warm", namespace=namespace)
-    pool["spec"]["size"] = N + 5
-    # No create hook: it runs a process per replenished MicroVM inside the fake flintlockd,
-    # which shares this machine here but runs on the Hosts in a cluster.
-    pool["spec"].pop("hooks", None)
-    custom.create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
-    )
+    make_pool(custom, namespace, "warm", N + 5)
     wait_pool_available(custom, namespace, N + 5)
     watcher = BoundWatcher(api, namespace)
     try:

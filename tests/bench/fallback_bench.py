@@ -28,11 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.claim_bind_bench import BoundWatcher, operator_stack, wait_pool_available
+from bench.claim_bind_bench import (
+    BoundWatcher,
+    create,
+    make_pool,
+    operator_stack,
+    wait_pool_available,
+)
 from bench.stats import FULL, latency_figures
 from kubernetes import client as k8s
 
-from batteryop.api import names, samples
+from batteryop.api import names
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.localstack import HOSTS, prepare_cluster
 
@@ -40,26 +46,6 @@ N = 100 if FULL else 10
 WAKES = 10 if FULL else 2
 WAIT_S = 8.0
 """How long a woken claim has waited before its Pool gets a MicroVM."""
-
-
-def make_pool(custom: k8s.CustomObjectsApi, namespace: str, name: str, size: int) -> None:
-    pool = samples.demo_pool(name=name, namespace=namespace)
-    pool["spec"]["size"] = size
-    pool["spec"].pop("hooks", None)  # as claim_bind_bench: no per-MicroVM hook process
-    custom.create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool
-    )
-
-
-def create(custom: k8s.CustomObjectsApi, namespace: str, name: str, *pools: str) -> float:
-    body = samples.sample_claim(name=name, pool=pools[0], namespace=namespace)
-    if pools[1:]:
-        body["spec"]["fallbackPoolRefs"] = [{"name": p} for p in pools[1:]]
-    sent = time.monotonic()
-    custom.create_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, body
-    )
-    return sent
 
 
 def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:

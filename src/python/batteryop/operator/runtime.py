@@ -239,6 +239,10 @@ class ObjectCache:
         for name, indexer in self._indexers.items():
             values = _index_values(indexer(stored))
             before = filed.get(name, frozenset())
+            if values == before:  # most stores: filed where it was
+                if values:
+                    now[name] = values
+                continue
             for value in before - values:
                 self._unfile(name, value, key)
             for value in values - before:
