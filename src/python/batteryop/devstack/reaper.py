@@ -7,7 +7,8 @@ same, and `kill -9` or the OOM killer give no time at all. Each of those left th
 directory behind: the control plane's data and keys, kubeconfigs, the client venv.
 
 So the first thing `up` does is fork the reaper: a process in a session of its own (no signal
-meant for the terminal's process group reaches it), holding the read end of a pipe whose write
+meant for the terminal's process group reaches it; `start` returns only once it has left the
+stack's session), holding the read end of a pipe whose write
 end only the stack holds. The kernel closes that end when the stack ends, however it ends; the
 reaper reads end-of-file, and if the state directory still names the stack as its supervisor,
 it does what `StateDir.remove()` does (kill every recorded process, delete the directory) and
@@ -49,6 +50,7 @@ class Reaper:
 def start(state: StateDir, log_dir: Path) -> Reaper:
     """Fork the reaper for the stack that runs from `state` (call before any thread starts)."""
     read_end, write_end = os.pipe()
+    detached_r, detached_w = os.pipe()
     stack = os.getpid()
     stack_started = start_time(stack)
     pid = os.fork()
@@ -56,7 +58,9 @@ def start(state: StateDir, log_dir: Path) -> Reaper:
         code = 0
         try:
             os.close(write_end)
+            os.close(detached_r)
             _detach(log_dir)
+            os.close(detached_w)  # the stack's read below ends: we are out of its session
             while os.read(read_end, 4096):
                 pass  # nothing is ever written: end-of-file means the stack has ended
             reap(state, stack, stack_started, log_dir)
@@ -65,6 +69,11 @@ def start(state: StateDir, log_dir: Path) -> Reaper:
         finally:
             os._exit(code)
     os.close(read_end)
+    # Until the reaper has left the stack's session, a Ctrl-C at the terminal would reach it
+    # too: wait for that (its end of this pipe closing), which takes a few milliseconds.
+    os.close(detached_w)
+    os.read(detached_r, 1)
+    os.close(detached_r)
     return Reaper(pid, write_end)
 
 
