@@ -148,12 +148,24 @@ def create(
     return sent
 
 
-def make_pool(custom: k8s.CustomObjectsApi, namespace: str, name: str, size: int) -> None:
-    """The demo Pool as `name` with `size` MicroVMs and no create hook: the hook runs a process
-    per replenished MicroVM inside the fake flintlockd, which shares this machine here but runs
-    on the Hosts in a cluster."""
+def make_pool(
+    custom: k8s.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    size: int | None,
+    *,
+    autoscaling: dict[str, Any] | None = None,
+) -> None:
+    """The demo Pool as `name` with `size` MicroVMs (or sized by `autoscaling`, its
+    spec.autoscaling, when `size` is None) and no create hook: the hook runs a process per
+    replenished MicroVM inside the fake flintlockd, which shares this machine here but runs on
+    the Hosts in a cluster."""
     pool = samples.demo_pool(name=name, namespace=namespace)
-    pool["spec"]["size"] = size
+    if size is None:
+        pool["spec"].pop("size")
+        pool["spec"]["autoscaling"] = autoscaling
+    else:
+        pool["spec"]["size"] = size
     pool["spec"].pop("hooks", None)
     custom.create_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, pool

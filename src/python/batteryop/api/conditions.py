@@ -57,6 +57,8 @@ class PoolConditionType(StrEnum):
     """Whether battery holds the Pool at its size on eligible Hosts (PO-022)."""
     EXHAUSTED = "Exhausted"
     """Whether a claim would find no available MicroVM right now (PO-021)."""
+    AUTOSCALING = "Autoscaling"
+    """A Pool with spec.autoscaling: True, and why the policy chose status.size (RS-108)."""
 
 
 class PoolReason(StrEnum):
@@ -80,6 +82,19 @@ class PoolReason(StrEnum):
     """Exhausted=False: at least one MicroVM is available."""
     SIZE_ZERO = "SizeZero"
     """Exhausted=False: the Pool's size is 0."""
+    # Autoscaling (RS-108): the term of the policy that decided the size.
+    MIN_IDLE = "MinIdle"
+    """The warm buffer, spec.autoscaling.minIdle, decided the size."""
+    CLAIM_RATE = "ClaimRate"
+    """The claims made in the last window, more than minIdle, decided the size."""
+    CLAIMS_WAITING = "ClaimsWaiting"
+    """Claims waiting for a MicroVM (Pending, none available) added to the size."""
+    MAX_SIZE = "MaxSize"
+    """The wanted size was above spec.autoscaling.maxSize: the size is the ceiling."""
+    IDLE = "Idle"
+    """No claim made or waiting for spec.autoscaling.scaleToZeroAfter: the size is 0."""
+    HELD = "Held"
+    """The policy wants a smaller size, but the last change is younger than the window."""
 
 
 # --- MicroVMClaim ----------------------------------------------------------------------------
@@ -180,6 +195,9 @@ class EventReason(StrEnum):
     RELEASED = "Released"
     """Normal, on a deleted claim: battery released its Lease and the finalizer goes (CL-020).
     One of two claim Events with no condition behind it; the others reuse `ClaimReason`."""
+    RESIZED = "Resized"
+    """Normal, on a Pool with spec.autoscaling: the policy changed the size battery holds, and
+    why (RS-108)."""
     BOUND_FROM_FALLBACK = "BoundFromFallback"
     """Normal, on a claim: a Pool of spec.fallbackPoolRefs served it, and why the Pools before
     it did not (CL-108). Posted whether or not Bound Events are."""

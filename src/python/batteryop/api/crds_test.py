@@ -62,6 +62,10 @@ def test_pool_crd_defaults_are_the_python_defaults() -> None:
     )
     for obj in ("placement", "replenishment", "hooks", "lease"):
         assert at(spec, obj)["default"] == {}
+    assert at(spec, "autoscaling", "minIdle")["default"] == pool_api.DEFAULT_MIN_IDLE
+    assert at(spec, "autoscaling", "window")["default"] == format_duration(
+        pool_api.DEFAULT_AUTOSCALING_WINDOW
+    )
 
 
 def test_pool_crd_enums_are_the_python_enums() -> None:
@@ -1020,7 +1024,74 @@ def test_a_pool_scales_through_its_scale_subresource(
 
 
 @pytest.mark.controlplane
-@pytest.mark.req("RS-101")
+@pytest.mark.req("RS-107")
+def test_autoscaling_replaces_the_size_and_each_bound_is_named(
+    objects: Objects, controlplane: ControlPlane
+) -> None:
+    def policy(name: str, size: int | None = None, **fields: Any) -> dict[str, Any]:
+        body = samples.sample_pool(name=name)
+        body["spec"].pop("size")
+        if size is not None:
+            body["spec"]["size"] = size
+        if fields:
+            body["spec"]["autoscaling"] = fields
+        return body
+
+    made = objects.create(names.POOL_PLURAL, policy("auto", maxSize=10, scaleToZeroAfter="10m"))
+    spec = pool_api.Pool.from_dict(made).spec
+    assert spec.size is None
+    assert spec.autoscaling == pool_api.Autoscaling(
+        max_size=10,
+        min_idle=0,
+        window=timedelta(minutes=1),
+        scale_to_zero_after=timedelta(minutes=10),
+    )
+    for body, says in (
+        (policy("none"), "spec.size is required unless spec.autoscaling sizes the Pool"),
+        (
+            policy("both", 3, maxSize=10),
+            "spec.size must not be set with spec.autoscaling: the Pool's policy sizes it",
+        ),
+        (policy("no-max", minIdle=1), "spec.autoscaling.maxSize: Required value"),
+        (
+            policy("idle-above-max", minIdle=6, maxSize=5),
+            "spec.autoscaling.minIdle must be at most spec.autoscaling.maxSize",
+        ),
+        (policy("max-zero", maxSize=0), "spec.autoscaling.maxSize"),
+        (policy("max-huge", maxSize=10_001), "spec.autoscaling.maxSize"),
+        (
+            policy("window-zero", maxSize=5, window="0s"),
+            "spec.autoscaling.window must be a duration from 1s to 1h",
+        ),
+        (
+            policy("window-long", maxSize=5, window="2h"),
+            "spec.autoscaling.window must be a duration from 1s to 1h",
+        ),
+        (policy("window-bad", maxSize=5, window="soon"), "should match"),
+        (
+            policy("zero-long", maxSize=5, scaleToZeroAfter="25h"),
+            "spec.autoscaling.scaleToZeroAfter must be a duration from 1s to 24h",
+        ),
+    ):
+        message = refusal(partial(objects.create, names.POOL_PLURAL, body))
+        assert says in message, (body["metadata"]["name"], message)
+
+    # A scale write (kubectl scale, an HPA) to a Pool its policy sizes is refused by the rule.
+    with controlplane.kubectl_env() as env:
+        scaled = subprocess.run(
+            ["kubectl", "scale", "pool", "auto", "-n", objects.namespace, "--replicas=7"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert scaled.returncode != 0
+    assert "spec.size must not be set with spec.autoscaling" in scaled.stderr, scaled.stderr
+    assert "size" not in objects.get(names.POOL_PLURAL, "auto")["spec"]
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("RS-101", "RS-108")
 def test_pool_columns_show_size_counts_and_readiness(objects: Objects) -> None:
     objects.create(names.POOL_PLURAL, samples.sample_pool())
     objects.patch_status(
@@ -1029,6 +1100,7 @@ def test_pool_columns_show_size_counts_and_readiness(objects: Objects) -> None:
         {
             "available": 4,
             "leased": 0,
+            "size": 4,  # RS-108: the size battery holds
             "conditions": [
                 {
                     "type": "Ready",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from batteryop.api import names
@@ -30,6 +31,7 @@ from batteryop.api.conditions import (
 )
 from batteryop.api.lease import LeaseSettings
 from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
+from batteryop.api.times import format_duration, format_time
 
 
 class ReplenishmentType(StrEnum):
@@ -58,6 +60,8 @@ class InterfaceType(StrEnum):
 DEFAULT_REPLENISHMENT_TYPE: Final = ReplenishmentType.IMMEDIATE_ON_LEASE
 DEFAULT_HOOK_FAILURE_POLICY: Final = HookFailurePolicy.DELETE_AND_REPLACE
 DEFAULT_INTERFACE_TYPE: Final = InterfaceType.MACVTAP
+DEFAULT_MIN_IDLE: Final = 0
+DEFAULT_AUTOSCALING_WINDOW: Final = timedelta(seconds=60)
 # The lease's defaults are with its settings (batteryop.api.lease).
 
 
@@ -299,38 +303,80 @@ class Hooks:
 
 
 @dataclass(frozen=True)
+class Autoscaling:
+    """spec.autoscaling: the Pool's own sizing policy (RS-107); the operator sizes the Pool
+    (`batteryop.operator.pools.autoscale`) and the Pool has no spec.size."""
+
+    max_size: int
+    """The ceiling on the size battery is given."""
+    min_idle: int = DEFAULT_MIN_IDLE
+    """The warm buffer: MicroVMs kept available beyond what claims hold."""
+    window: timedelta = DEFAULT_AUTOSCALING_WINDOW
+    """The claim rate's window (the buffer covers the claims of the last window), and how long
+    a size stays before it may shrink."""
+    scale_to_zero_after: timedelta | None = None
+    """With no claim made and none waiting for this long, the size is 0; None never."""
+
+    @classmethod
+    def parse(cls, f: Fields) -> Autoscaling:
+        return cls(
+            max_size=f.integer("maxSize"),
+            min_idle=f.opt_integer("minIdle") or DEFAULT_MIN_IDLE,
+            window=f.duration("window", DEFAULT_AUTOSCALING_WINDOW),
+            scale_to_zero_after=f.opt_duration("scaleToZeroAfter"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "maxSize": self.max_size,
+            "minIdle": self.min_idle,
+            "window": format_duration(self.window),
+        }
+        if self.scale_to_zero_after is not None:
+            out["scaleToZeroAfter"] = format_duration(self.scale_to_zero_after)
+        return out
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     template: MicroVMTemplate
-    size: int
+    size: int | None
+    """spec.size; None when `autoscaling` sizes the Pool (the CRD requires exactly one)."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     """spec.placement.nodeSelector: labels a Host's Node must carry; empty selects every Host."""
     replenishment: Replenishment = field(default_factory=Replenishment)
     hooks: Hooks = field(default_factory=Hooks)
     lease: LeaseSettings = field(default_factory=LeaseSettings)
+    autoscaling: Autoscaling | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "spec") -> PoolSpec:
         f = Fields(data, path)
+        autoscaling = f.opt_obj("autoscaling")
         return cls(
             template=MicroVMTemplate.parse(f.obj("template")),
-            size=f.integer("size"),
+            size=f.integer("size") if autoscaling is None else f.opt_integer("size"),
             node_selector=f.obj_or_empty("placement").str_map("nodeSelector"),
             replenishment=Replenishment.parse(f.obj_or_empty("replenishment")),
             hooks=Hooks.parse(f.obj_or_empty("hooks")),
             lease=LeaseSettings.parse(f.obj_or_empty("lease")),
+            autoscaling=None if autoscaling is None else Autoscaling.parse(autoscaling),
         )
 
     def to_dict(self) -> dict[str, Any]:
         placement: dict[str, Any] = {}
         _put(placement, "nodeSelector", self.node_selector)
-        return {
-            "template": self.template.to_dict(),
-            "size": self.size,
-            "placement": placement,
-            "replenishment": self.replenishment.to_dict(),
-            "hooks": self.hooks.to_dict(),
-            "lease": self.lease.to_dict(),
-        }
+        out: dict[str, Any] = {"template": self.template.to_dict()}
+        _put(out, "size", self.size)
+        out.update(
+            placement=placement,
+            replenishment=self.replenishment.to_dict(),
+            hooks=self.hooks.to_dict(),
+            lease=self.lease.to_dict(),
+        )
+        if self.autoscaling is not None:
+            out["autoscaling"] = self.autoscaling.to_dict()
+        return out
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -352,6 +398,10 @@ class PoolStatus:
     reports as the current replicas."""
     selector: str | None = None
     """The `scale` subresource's label selector (RS-106): `<group>/pool=<name>`."""
+    size: int | None = None
+    """The size battery last accepted: spec.size, or the policy's (RS-108)."""
+    last_scale_time: datetime | None = None
+    """When the policy last changed `size` (RS-108); it shrinks no sooner than a window later."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "status") -> PoolStatus:
@@ -365,6 +415,8 @@ class PoolStatus:
             conditions=parse_conditions(f.obj_list("conditions")),
             replicas=f.opt_integer("replicas"),
             selector=f.opt_string("selector"),
+            size=f.opt_integer("size"),
+            last_scale_time=f.opt_time("lastScaleTime"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -379,6 +431,9 @@ class PoolStatus:
         )
         _put(out, "replicas", self.replicas)
         _put(out, "selector", self.selector)
+        _put(out, "size", self.size)
+        if self.last_scale_time is not None:
+            out["lastScaleTime"] = format_time(self.last_scale_time)
         return out
 
     def condition(self, type: PoolConditionType) -> Condition | None:

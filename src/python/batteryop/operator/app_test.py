@@ -23,6 +23,8 @@ from batteryop.obs.metrics import OperatorMetrics
 from batteryop.operator.app import Operator
 from batteryop.operator.claims.waiters import HOLD_SECONDS, Waiters
 from batteryop.operator.config import parse
+from batteryop.operator.inputs import POOL_EVENT_COALESCE_SECONDS
+from batteryop.operator.keys import PoolKey
 from batteryop.operator.pools.hosts import HostSet
 
 
@@ -378,6 +380,56 @@ async def test_each_microvm_made_available_wakes_the_claim_waiting_longest_for_i
         await inputs.on_battery_event(available("warm"))
         assert queued[-1] == ("ns", "old")
         assert operator.sizes()["claims:woken"] == 1
+
+
+def pool_with(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{names.GROUP}/{names.VERSION}",
+        "kind": "Pool",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
+        "spec": spec,
+    }
+
+
+def held(name: str, created: str, pool: str = "warm", **spec: Any) -> dict[str, Any]:
+    """`waiting`, with the finalizer (so its events queue only what PO-107 queues)."""
+    body = waiting(name, created, pool, **spec)
+    body["metadata"]["finalizers"] = [names.CLAIM_FINALIZER]
+    return body
+
+
+@pytest.mark.req("PO-107")
+async def test_a_pool_that_sizes_itself_hears_each_claim_once_and_counts_the_waiting() -> None:
+    async with offline_operator() as operator:
+        inputs = operator.inputs
+        demand = operator.pool_deps.demand
+        key = PoolKey("ns", "warm")
+        # Made before the Pool had a policy: counted once it has one.
+        inputs.on_claim("ADDED", held("early", "2026-12-06T10:00:01Z"))
+        inputs.on_pool("ADDED", pool_with("warm", size=2))
+        assert demand.last_arrival(key) is None, "a Pool without a policy records nothing"
+
+        queued: list[tuple[tuple[str, str], float]] = []
+        operator.pools.enqueue = lambda key, after=0.0: queued.append((key, after))  # type: ignore
+        inputs.on_pool("MODIFIED", pool_with("warm", autoscaling={"maxSize": 5}))
+        inputs.on_claim("ADDED", held("late", "2026-12-06T10:00:09Z"))
+        inputs.on_claim("MODIFIED", held("late", "2026-12-06T10:00:09Z"))  # not again
+        inputs.on_claim("ADDED", held("fell-back", "2026-12-06T10:00:08Z", pool="cold",
+                                         fallbackPoolRefs=[{"name": "warm"}]))  # fmt: skip
+        since = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+        assert demand.arrivals_since(key, since) == (2, since + timedelta(seconds=1))
+        assert demand.last_arrival(key) == since + timedelta(seconds=9)
+        # Waiting: the two Pending claims whose first Pool is `warm`, not the one that only
+        # names it as a fallback.
+        assert demand.waiting(key) == 2
+        bound = held("late", "2026-12-06T10:00:09Z")
+        bound["status"] = {"phase": "Bound", "leaseID": "l1"}
+        inputs.on_claim("MODIFIED", bound)
+        assert demand.waiting(key) == 1
+        # Every event of a claim on it queued the Pool, a second later (coalesced).
+        assert set(queued) == {(("ns", "warm"), POOL_EVENT_COALESCE_SECONDS)}
+        inputs.on_pool("DELETED", pool_with("warm", autoscaling={"maxSize": 5}))
+        assert demand.last_arrival(key) is None
 
 
 async def test_the_size_of_every_map_is_exported_at_each_scrape() -> None:

@@ -8,7 +8,9 @@ The Host set is only computed from every Node (a partial one would declare a Poo
 on too few Hosts after a restart, PO-101).
 
 - Pool events -> that Pool. Claim events -> that claim, and its Pool when the claim is gone
-  (a deleted Pool goes as soon as its last claim is released, PO-044).
+  (a deleted Pool goes as soon as its last claim is released, PO-044). A claim seen for the
+  first time is an arrival on its `spec.poolRef` Pool (`pools.demand`); every event of a
+  claim whose Pool has spec.autoscaling queues that Pool, coalesced (RS-108, PO-107).
 - Node events -> every Pool (the Host set resolves labels on Nodes, PO-011) and the claims
   bound to that Node (agent address and HostReady, CL-005, CL-050..053).
 - The battery config ConfigMap (published Host set) -> every Pool (PO-011).
@@ -23,6 +25,7 @@ Nothing here calls the API server or battery: each input updates a cache and que
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 from batteryop.api import names
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
+from batteryop.api.times import parse_time
 from batteryop.battery import PoolRef
 from batteryop.battery.models import EventType
 from batteryop.kube.events import EventRecorder
@@ -40,7 +44,7 @@ from batteryop.operator.claims.lease_checks import LeaseChecks
 from batteryop.operator.claims.slots import ClaimSlots
 from batteryop.operator.claims.waiters import Waiters
 from batteryop.operator.hostset import HostsAnnotationError, host_set, published_hosts
-from batteryop.operator.keys import pool_key_for_claim
+from batteryop.operator.keys import PoolKey, pool_key_for_claim
 from batteryop.operator.pools.deps import PoolDeps
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.runtime import Controller, Key, ObjectCache, key_of
@@ -97,6 +101,9 @@ class Inputs:
         self.recorder = recorder
         self.claim_metrics = claim_metrics
         self.waiters = Waiters(clock)
+        self.pool_deps.demand.waiting = self._waiting_for
+        self._sized: set[PoolKey] = set()
+        """The Pools with spec.autoscaling whose arrivals are being recorded."""
         self.nodes_listed = False
         self.published: tuple[str, ...] | None = None
 
@@ -106,6 +113,15 @@ class Inputs:
 
     def on_pool(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         self.pools.observe(event_type, body)
+        key = PoolKey(*key_of(body))
+        if event_type == "DELETED" or not (body.get("spec") or {}).get("autoscaling"):
+            self._sized.discard(key)
+            self.pool_deps.demand.forget(key)
+        elif key not in self._sized:
+            # PO-107: a Pool that sizes itself from now on counts the claims already made.
+            self._sized.add(key)
+            for claim in self.claims.cache:
+                self._demand(None, claim)
 
     def on_pools_listed(self, items: list[dict[str, Any]]) -> None:
         """A complete list of Pools: one missing from it is gone (its DELETED was missed)."""
@@ -137,11 +153,42 @@ class Inputs:
         elif event_type is None and _bound(body):
             # CL-030, on start: a listed Bound claim reads its Lease from battery at once.
             self.lease_checks.require(key_of(body))
+        self._demand(event_type, body)
         finalizers = (body.get("metadata") or {}).get("finalizers") or []
         if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
             pool = pool_key_for_claim(body)
             if pool is not None:
                 self.pools.enqueue((pool.namespace, pool.name))  # PO-044
+
+    def _demand(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """PO-107: a claim's arrival on its first Pool, and that Pool queued (coalesced) when
+        it sizes itself: an arrival or a claim starting or ending its wait changes its size."""
+        spec = body.get("spec") or {}
+        meta = body.get("metadata") or {}
+        pool = (spec.get("poolRef") or {}).get("name")
+        namespace = meta.get("namespace")
+        if not isinstance(pool, str) or not isinstance(namespace, str):
+            return
+        key = PoolKey(namespace, pool)
+        if key not in self._sized:
+            return
+        created, uid = meta.get("creationTimestamp"), meta.get("uid")
+        if event_type != "DELETED" and isinstance(created, str) and isinstance(uid, str):
+            with contextlib.suppress(ValueError):  # the API server writes RFC 3339
+                self.pool_deps.demand.record(key, uid, parse_time(created))
+        self.pools.enqueue((namespace, pool), after=POOL_EVENT_COALESCE_SECONDS)
+
+    def _waiting_for(self, pool: PoolKey) -> int:
+        """PO-107: the claims whose first Pool is `pool` that wait for a MicroVM (CL-109's
+        index: Pending, no Lease, not being deleted)."""
+        cache = self.claims.cache
+        waiting = cache.keys_by(indexes.BY_WAITING_POOL, f"{pool.namespace}/{pool.name}")
+        return sum(
+            1
+            for key in waiting
+            if ((cache.get(key) or {}).get("spec") or {}).get("poolRef", {}).get("name")
+            == pool.name
+        )
 
     def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         if event_type == "DELETED":

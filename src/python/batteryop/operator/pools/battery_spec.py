@@ -6,7 +6,7 @@ The mapping, field by field:
 |-----------------------------|---------------------------------------------------------|
 | namespace, name             | metadata.namespace, metadata.name                       |
 | microvm_template            | spec.template (camelCase → snake_case, Tap/Macvtap → TAP/MACVTAP) |
-| size                        | spec.size                                               |
+| size                        | spec.size, or the size spec.autoscaling decides (the caller's) |
 | flintlock_hosts             | the Hosts whose Nodes match spec.placement.nodeSelector (the caller resolves them) |
 | replenishment_strategy      | spec.replenishment.type / .minSize                      |
 | create_commands             | spec.hooks.create                                       |
@@ -132,19 +132,25 @@ def to_battery_template(template: MicroVMTemplate) -> battery.MicroVMTemplate:
     )
 
 
-def to_battery_spec(pool: Pool, flintlock_hosts: Iterable[str]) -> battery.PoolSpec:
-    """The PoolSpec to send battery for `pool`, placed on `flintlock_hosts`.
+def to_battery_spec(
+    pool: Pool, flintlock_hosts: Iterable[str], size: int | None = None
+) -> battery.PoolSpec:
+    """The PoolSpec to send battery for `pool`, placed on `flintlock_hosts`, of `size` (the
+    policy's, RS-108; spec.size when None).
 
     `flintlock_hosts` are the names of the Hosts whose Nodes match the Pool's node selector
     (PO-010); they are sent sorted and without duplicates, so the same set always gives an
     equal spec.
     """
     spec = pool.spec
+    size = spec.size if size is None else size
+    if size is None:
+        raise ValueError("a Pool with spec.autoscaling needs the size its policy decided")
     return battery.PoolSpec(
         namespace=pool.namespace,
         name=pool.name,
         template=to_battery_template(spec.template),
-        size=spec.size,
+        size=size,
         replenishment=battery.Replenishment(
             type=REPLENISHMENT_TYPES[spec.replenishment.type],
             min_size=spec.replenishment.min_size,

@@ -46,7 +46,11 @@ async def declare(scope: PoolScope) -> None:
     to `scope.declared` for `status`."""
     try:
         scope.declared = await declare_pool(
-            scope.pool, scope.deps.hosts, scope.deps.battery, scope.logger
+            scope.pool,
+            scope.deps.hosts,
+            scope.deps.battery,
+            scope.logger,
+            size=None if scope.sizing is None else scope.sizing.size,
         )
     except BatteryError as err:
         scope.failed(err)
@@ -65,8 +69,11 @@ async def declare_pool(
     hosts: HostSet | None,
     api: BatteryAPI,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    *,
+    size: int | None = None,
 ) -> Declared:
-    """Make battery hold `pool`'s spec on its selected Hosts; report what battery holds.
+    """Make battery hold `pool`'s spec on its selected Hosts, of `size` (spec.size when None);
+    report what battery holds.
 
     Calls: GetPool, then CreatePool or UpdatePool only when something changed.
     Raises the battery client's errors other than NotFound, AlreadyExists and refusals.
@@ -78,7 +85,7 @@ async def declare_pool(
         return Declared(held, pool.status.observed_generation, selected, hosts_published=False)
 
     selected = hosts.matching(pool.spec.node_selector)  # PO-010
-    wanted = to_battery_spec(pool, selected)
+    wanted = to_battery_spec(pool, selected, size)  # PO-107: the policy's size, if any
     generation = pool.metadata.generation
     if (
         held is not None

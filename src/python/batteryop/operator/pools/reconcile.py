@@ -21,6 +21,7 @@ from batteryop.api.pool import Pool
 from batteryop.kube.chain import Step, run_chain
 from batteryop.kube.outcome import Outcome
 from batteryop.operator.pools.answered import answered
+from batteryop.operator.pools.autoscale import autoscale, resized_event
 from batteryop.operator.pools.declare import declare
 from batteryop.operator.pools.delete import delete_pool
 from batteryop.operator.pools.deps import PoolDeps
@@ -29,10 +30,10 @@ from batteryop.operator.pools.ready_event import ready_event
 from batteryop.operator.pools.scope import PoolScope
 from batteryop.operator.pools.status import report, status_patch
 
-CHAIN: tuple[Step[PoolScope], ...] = (delete_pool, ensure_finalizer, declare, report)
+CHAIN: tuple[Step[PoolScope], ...] = (delete_pool, ensure_finalizer, autoscale, declare, report)
 """The steps, in order, until one stops the chain."""
 
-LAST: tuple[Step[PoolScope], ...] = (answered, ready_event)
+LAST: tuple[Step[PoolScope], ...] = (answered, ready_event, resized_event)
 """Run after the chain, always."""
 
 

@@ -40,6 +40,7 @@ from batteryop.battery import (
 )
 from batteryop.battery import EventType as BatteryEventType
 from batteryop.kube.outcome import Outcome
+from batteryop.operator.keys import PoolKey
 from batteryop.operator.pools.battery_spec import is_drained
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.hosts import HostSet
@@ -542,3 +543,157 @@ async def test_a_change_of_the_ready_reason_is_also_an_event() -> None:
     ]
     at_size = await events_for({"conditions": [ready("AtSize", "True")]})
     assert [(t, r) for t, r, _ in at_size] == [(EventType.NORMAL, "AtSize")]
+
+
+# --- PO-107, PO-108: a Pool that sizes itself --------------------------------------------------
+
+
+def policy_body(namespace: str, **policy: Any) -> dict[str, Any]:
+    """A Pool sized by spec.autoscaling (no spec.size), as the API server returns it."""
+    body = pool_body(namespace)
+    del body["spec"]["size"]
+    body["spec"]["autoscaling"] = {"minIdle": 1, "maxSize": 5, "window": "1m", **policy}
+    return body
+
+
+def arrive(env: Env, body: dict[str, Any], n: int, at: datetime) -> None:
+    """`n` claims naming the Pool made at `at`, as `Inputs` records them."""
+    key = PoolKey(body["metadata"]["namespace"], body["metadata"]["name"])
+    for _ in range(n):
+        env.deps.demand.record(key, str(uuid.uuid4()), at)
+
+
+def sized(env: Env, outcome: Outcome) -> tuple[int | None, str, str]:
+    status = env.status_of(outcome)
+    c = condition(status, PoolConditionType.AUTOSCALING)
+    assert c.status == ConditionStatus.TRUE
+    return status.size, c.reason, c.message
+
+
+def resized(outcome: Outcome) -> list[str]:
+    return [e.message for e in outcome.events if e.reason == EventReason.RESIZED]
+
+
+@pytest.mark.req("PO-107", "PO-108", "RS-108")
+async def test_a_pool_with_a_policy_keeps_min_idle_then_follows_the_claim_rate(env: Env) -> None:
+    body = policy_body(env.namespace)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "CreatePool"]
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 1
+    assert sized(env, outcome) == (1, PoolReason.MIN_IDLE, "minIdle 1")
+    assert env.status_of(outcome).last_scale_time == T0
+    assert resized(outcome) == ["Resized to 1: minIdle 1"]
+    assert (
+        ready(env.status_of(outcome))[2] == "0 of 1 MicroVMs are available, leased or provisioning"
+    )
+    body = await apply_outcome(body, outcome)
+
+    env.tick(5)
+    arrive(env, body, 3, T0 + timedelta(seconds=4))
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 3
+    assert sized(env, outcome) == (
+        3,
+        PoolReason.CLAIM_RATE,
+        "3 claims made in the last 1m0s (minIdle 1)",
+    )
+    assert resized(outcome) == ["Resized from 1 to 3: 3 claims made in the last 1m0s (minIdle 1)"]
+    # Looked at again when those claims leave the window: 4 s + 60 s after T0, now T0 + 5 s.
+    assert outcome.requeue_after == 59.0
+    body = await apply_outcome(body, outcome)
+
+    env.deps.demand.waiting = lambda _pool: 1
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome) == (
+        4,
+        PoolReason.CLAIMS_WAITING,
+        "3 claims made in the last 1m0s (minIdle 1), 1 claim waiting for a MicroVM",
+    )
+    body = await apply_outcome(body, outcome)
+
+    env.deps.demand.waiting = lambda _pool: 4
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome)[:2] == (5, PoolReason.MAX_SIZE)
+    assert sized(env, outcome)[2].endswith(": 7 wanted, at most maxSize 5")
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 5
+    body = await apply_outcome(body, outcome)
+    env.calls.take()
+
+    # The claims were served: nothing waits, so 3 would do, but the size stays until a window
+    # after its last change (T0 + 5 s).
+    env.deps.demand.waiting = lambda _pool: 0
+    env.tick(30)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"], "held: nothing sent"
+    assert sized(env, outcome) == (
+        5,
+        PoolReason.HELD,
+        "3 wanted (3 claims made in the last 1m0s (minIdle 1)); 5 is kept until a window "
+        "after the last change",
+    )
+    assert outcome.requeue_after == 30.0
+    body = await apply_outcome(body, outcome)
+
+    env.tick(30)  # T0 + 65 s: the claims made at T0 + 4 s are out of the window, and it is a
+    # window after the last change
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool", "UpdatePool"]
+    assert sized(env, outcome) == (1, PoolReason.MIN_IDLE, "minIdle 1")
+    assert resized(outcome) == ["Resized from 5 to 1: minIdle 1"]
+
+
+@pytest.mark.req("PO-107", "RS-108")
+async def test_an_idle_pool_scales_to_zero_and_the_next_claim_scales_it_up(env: Env) -> None:
+    body = policy_body(env.namespace, scaleToZeroAfter="2m")
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome)[0] == 1
+    # Looked at again when the idle period would end.
+    assert outcome.requeue_after == 120.0
+    body = await apply_outcome(body, outcome)
+
+    env.tick(119)
+    outcome = await env.reconcile(body)
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 1
+    assert outcome.requeue_after == 1.0
+    env.tick(1)
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome) == (0, PoolReason.IDLE, "no claim made or waiting for 2m0s")
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 0
+    assert exhausted(env.status_of(outcome)) == (ConditionStatus.FALSE, PoolReason.SIZE_ZERO)
+    assert resized(outcome) == ["Resized from 1 to 0: no claim made or waiting for 2m0s"]
+    body = await apply_outcome(body, outcome)
+
+    # A claim comes: it waits (nothing warm), and is one more MicroVM.
+    env.tick(10)
+    arrive(env, body, 1, T0 + timedelta(seconds=130))
+    env.deps.demand.waiting = lambda _pool: 1
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome) == (
+        2,
+        PoolReason.CLAIMS_WAITING,
+        "minIdle 1, 1 claim waiting for a MicroVM",
+    )
+    assert (await env.ctl.get_pool(ref_of(body))).spec.size == 2
+
+
+@pytest.mark.req("PO-107")
+async def test_replace_on_delete_counts_the_leased_microvms_in_the_size(env: Env) -> None:
+    body = policy_body(env.namespace, minIdle=2)
+    body["spec"]["replenishment"] = {"type": "ReplaceOnDelete"}
+    body["status"] = {"leased": 3}
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome) == (5, PoolReason.MIN_IDLE, "minIdle 2, 3 leased")
+
+
+@pytest.mark.req("RS-108")
+async def test_a_pool_without_a_policy_reports_its_size_and_no_autoscaling_condition(
+    env: Env,
+) -> None:
+    body = pool_body(env.namespace, size=2)
+    outcome = await env.reconcile(body)
+    status = env.status_of(outcome)
+    assert status.size == 2
+    assert status.condition(PoolConditionType.AUTOSCALING) is None
+    assert status.last_scale_time is None
+    assert resized(outcome) == []

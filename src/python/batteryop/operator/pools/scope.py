@@ -2,7 +2,7 @@
 
 As `claims.scope.ClaimScope` for a claim: the Pool as read (`pool`, the base the status patch
 is computed from), the working status the steps replace (`status`), the `Outcome` being
-built, what battery holds after `declare` (`declared`), the battery failure no step acted on
+built, what battery holds after `declare` (`declared`), the size to give battery (`sizing`, from `autoscale`), the battery failure no step acted on
 (`error`, which `answered` reports) and whether the chain has stopped. Steps never write to
 the API server and never raise for a battery failure.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from batteryop.api.conditions import PoolReason
 from batteryop.api.pool import Pool, PoolStatus
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
@@ -38,12 +39,26 @@ class Declared:
     """battery's message when it refused the spec (PO-004)."""
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """The size `declare` gives battery (`autoscale`): spec.size, or the policy's with the term
+    that decided it (RS-108, PO-107)."""
+
+    size: int
+    reason: PoolReason | None = None
+    """The Autoscaling condition's reason; None for a Pool without a policy."""
+    message: str = ""
+    recheck: datetime | None = None
+    """When the policy's answer could change with no event."""
+
+
 @dataclass
 class PoolScope(Scope):
     pool: Pool
     deps: PoolDeps
     now: datetime
     status: PoolStatus = field(init=False)
+    sizing: Sizing | None = None
     declared: Declared | None = None
     error: BatteryError | None = None
 

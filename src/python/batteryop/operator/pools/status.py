@@ -10,6 +10,9 @@
 - While deleting and refused: Ready False `DeletionBlocked` with the leased count (PO-043).
 - When battery did not answer: the counts and every condition stay; only Ready's message
   says why nothing was refreshed (a new Pool gets Ready False `NotInBattery`).
+- `size` is the size battery holds, as answered (RS-108); for a Pool with spec.autoscaling,
+  Autoscaling True with the term of the policy that decided it (`autoscale`), and
+  `lastScaleTime` when the size moved. A Pool without a policy has no Autoscaling condition.
 
 The whole conditions list is written; a condition's lastTransitionTime moves only when its
 status does (`set_condition`), and `observedGeneration` on each is the Pool's generation.
@@ -34,7 +37,7 @@ from batteryop.api.pool import Pool, PoolStatus, ReplenishmentType
 from batteryop.battery import models as battery
 from batteryop.battery.errors import BatteryError
 from batteryop.kube.outcome import merge_patch_from
-from batteryop.operator.pools.scope import Declared, PoolScope
+from batteryop.operator.pools.scope import Declared, PoolScope, Sizing
 
 
 def _microvms(n: int) -> str:
@@ -75,7 +78,7 @@ def ready(pool: Pool, declared: Declared) -> tuple[bool, PoolReason, str]:
         return False, PoolReason.NOT_IN_BATTERY, message
     counts = declared.held.status
     total = counts.available + counts.leased + counts.provisioning
-    size = pool.spec.size
+    size = declared.held.spec.size
     message = f"{total} of {size} MicroVMs are available, leased or provisioning"
     if total >= size:
         return True, PoolReason.AT_SIZE, message
@@ -121,19 +124,39 @@ def _counted(
 async def report(scope: PoolScope) -> None:
     """The step: the status of a Pool `declare` got battery's answer for."""
     if scope.declared is not None:
-        scope.status = declared_status(scope.pool, scope.declared, scope.now)
+        scope.status = declared_status(scope.pool, scope.declared, scope.now, scope.sizing)
 
 
-def declared_status(pool: Pool, declared: Declared, now: datetime) -> PoolStatus:
-    """The status of a Pool battery was asked to hold (`declare` done)."""
-    counts = declared.held.status if declared.held is not None else battery.PoolStatus()
+def _size(pool: Pool) -> int:
+    """The size the Pool has: spec.size, or the policy's as battery last took it."""
+    return pool.spec.size if pool.spec.size is not None else pool.status.size or 0
+
+
+def declared_status(
+    pool: Pool, declared: Declared, now: datetime, sizing: Sizing | None = None
+) -> PoolStatus:
+    """The status of a Pool battery was asked to hold (`declare` done), sized by `sizing`."""
+    held = declared.held
+    counts = held.status if held is not None else battery.PoolStatus()
+    size = held.spec.size if held is not None else _size(pool)
     conditions = _with(
         pool.status.conditions, pool, PoolConditionType.READY, ready(pool, declared), now
     )
-    conditions = _with(
-        conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, counts), now
+    conditions = _with(conditions, pool, PoolConditionType.EXHAUSTED, exhausted(size, counts), now)
+    base = replace(
+        pool.status,
+        observed_generation=declared.observed_generation,
+        size=size if held is not None else pool.status.size,
     )
-    base = replace(pool.status, observed_generation=declared.observed_generation)
+    if pool.spec.autoscaling is None:
+        conditions = tuple(c for c in conditions if c.type != PoolConditionType.AUTOSCALING)
+        base = replace(base, last_scale_time=None)
+    else:
+        if sizing is not None and sizing.reason is not None:
+            value = (True, sizing.reason, sizing.message)
+            conditions = _with(conditions, pool, PoolConditionType.AUTOSCALING, value, now)
+        if base.size != pool.status.size:
+            base = replace(base, last_scale_time=now)  # PO-107: a window before it shrinks
     return _counted(pool, base, counts, conditions)
 
 
@@ -148,7 +171,7 @@ def blocked_status(pool: Pool, held: battery.Pool, now: datetime) -> PoolStatus:
     value = (False, PoolReason.DELETION_BLOCKED, message)
     conditions = _with(pool.status.conditions, pool, PoolConditionType.READY, value, now)
     conditions = _with(
-        conditions, pool, PoolConditionType.EXHAUSTED, exhausted(pool.spec.size, held.status), now
+        conditions, pool, PoolConditionType.EXHAUSTED, exhausted(_size(pool), held.status), now
     )
     return _counted(pool, pool.status, held.status, conditions)
 
