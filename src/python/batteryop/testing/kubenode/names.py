@@ -39,6 +39,9 @@ registry.k8s.io is mirrored to the node's registry (containerd's hosts.toml)."""
 MIRRORED_REGISTRIES: Final = ("registry.k8s.io",)
 READY_TIMEOUT: Final = 120.0
 COREDNS_USER: Final = "batteryop:coredns"
+FRONT_PROXY_CLIENT: Final = "front-proxy-client"
+"""The name on the aggregation layer's client certificate (kubeadm's), the one name its
+`--requestheader-allowed-names` allows."""
 
 
 def node_name(index: int) -> str:

@@ -18,6 +18,9 @@ a cluster elsewhere may not (`../shared/notes/real-node.md` has the measurements
 - kube-proxy `conntrack.maxPerCore: 0`: it leaves the machine's conntrack limits alone;
 - the API server `--kubelet-preferred-address-types=InternalIP`: `kubectl logs` and `exec`
   reach the kubelet at the Node's address, never through a name lookup;
+- the API server's aggregation layer with `--enable-aggregator-routing=true`: the API server
+  runs in the machine's namespace, where no ClusterIP is routed (kube-proxy programs the
+  Nodes'), so it dials an aggregated API's endpoint address itself (`aggregation_flags`);
 - kubeadm's preflight checks this machine cannot pass are skipped, each named with why
   (`kubeadm.PREFLIGHT_SKIPPED`).
 
@@ -26,7 +29,9 @@ Identities are real: each kubelet's client certificate (`system:node:<name>` in
 cluster's CA; the other components have their own client certificates (`system:kube-proxy`,
 `system:kube-scheduler`, `system:kube-controller-manager`); the API server checks the kubelet's
 serving certificate and authenticates to it with its own client certificate, and the Node
-authorizer and NodeRestriction admission hold each kubelet to its own Node.
+authorizer and NodeRestriction admission hold each kubelet to its own Node. The aggregation
+layer's front proxy has a CA of its own (`front_proxy_ca`), as kubeadm gives it: an aggregated
+API server (`external_metrics`) trusts the forwarded user only from the certificate it signed.
 
 Only one such cluster runs on a machine at a time (a file lock): its names and addresses are
 fixed (`names.py`). `stop()` ends every process, the Pods' included, and
@@ -70,6 +75,7 @@ from batteryop.testing.kubenode.names import (
     CLUSTER_DOMAIN,
     COREDNS_USER,
     DNS_ADDRESS,
+    FRONT_PROXY_CLIENT,
     KUBERNETES_SERVICE_IP,
     MAX_NODES,
     MIRRORED_REGISTRIES,
@@ -143,6 +149,9 @@ class KubeNode:
     lock: IO[str]
     procs: dict[str, LoggedProcess] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    front_proxy_ca: bytes = b""
+    """The aggregation layer's front-proxy CA (PEM): it signed the client certificate the API
+    server presents to an aggregated API server (`FRONT_PROXY_CLIENT`)."""
 
     @property
     def ns(self) -> Namespaces:
@@ -189,6 +198,7 @@ class KubeNode:
             )
             ac_crt, ac_key = apiserver_client.write(pki, "apiserver-kubelet-client")
             (pki / "ca.crt").write_bytes(ca.cert_pem)
+            front_proxy = CertificateAuthority.create("batteryop-front-proxy-ca")
             cp = ControlPlane.start(
                 ca=ca,
                 address=GATEWAY,
@@ -202,9 +212,10 @@ class KubeNode:
                     f"--kubelet-client-key={ac_key}",
                     "--enable-admission-plugins=NodeRestriction",
                     "--enable-bootstrap-token-auth",  # kubeadm join's token (TLS bootstrap)
+                    *aggregation_flags(front_proxy, pki),
                 ],
             )
-            node = cls(state, cp, machine, members, bins, lock)
+            node = cls(state, cp, machine, members, bins, lock, front_proxy_ca=front_proxy.cert_pem)
             node.timings["build"] = built - started
             node.timings["lock"] = locked - built
             node._log_dir = log_dir or state / "logs"
@@ -428,6 +439,33 @@ class KubeNode:
         )
 
 
+def aggregation_flags(front_proxy: CertificateAuthority, pki: Path) -> list[str]:
+    """The API server's flags for the aggregation layer (what kubeadm sets, and the routing this
+    machine needs), with the front proxy's CA and client certificate written to `pki`."""
+    ca_file = pki / "front-proxy-ca.crt"
+    ca_file.write_bytes(front_proxy.cert_pem)
+    client = front_proxy.issue(FRONT_PROXY_CLIENT, client=True)
+    crt, key = client.write(pki, "front-proxy-client")
+    return [
+        # Requests carrying X-Remote-* headers are trusted only from a client certificate this
+        # CA signed (the API server's own, and what an aggregated API server reads from
+        # kube-system/extension-apiserver-authentication) ...
+        f"--requestheader-client-ca-file={ca_file}",
+        # ... and only for this name: any other certificate of that CA is refused.
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        # The headers the aggregator forwards the authenticated user in (kubeadm's names).
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        # The certificate the aggregator presents to an aggregated API server.
+        f"--proxy-client-cert-file={crt}",
+        f"--proxy-client-key-file={key}",
+        # Dial the Service's endpoint address, not its ClusterIP: the API server runs in the
+        # machine's namespace, where ClusterIPs are not routed (kube-proxy runs in the Nodes').
+        "--enable-aggregator-routing=true",
+    ]
+
+
 def _machine_lock() -> IO[str]:
     """The machine-wide lock, held for the cluster's life: one cluster per machine, its names
     and addresses being fixed. Waits for another run's, saying so."""
@@ -495,6 +533,7 @@ __all__ = [
     "CLUSTER_DOMAIN",
     "COREDNS_USER",
     "DNS_ADDRESS",
+    "FRONT_PROXY_CLIENT",
     "KUBERNETES_SERVICE_IP",
     "MIRRORED_REGISTRIES",
     "NODE_NAME",
