@@ -251,6 +251,10 @@ def start_control_plane_parts(
             # A Node whose kubelet stopped renewing its Lease is Ready=Unknown after this
             # (50 s by default; the kubelet renews every 10 s).
             "--node-monitor-grace-period=30s",
+            # A test setting: the HorizontalPodAutoscaler reads its metrics and sets its
+            # target's scale every second (15 s by default), so the autoscaling drill
+            # (install_test.py, RS-106) measures the path rather than the period.
+            "--horizontal-pod-autoscaler-sync-period=1s",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
         ],
         in_node=False,
