@@ -22,7 +22,7 @@ import yaml
 from batteryop.api import names, samples
 from batteryop.kube.client import KubeClient
 from batteryop.kube.config import KubeConfig
-from batteryop.kube.resources import CLAIMS, CONFIGMAPS
+from batteryop.kube.resources import CLAIMS, CONFIGMAPS, POOLS
 from batteryop.manifests import render
 from batteryop.testing.host_registry_env import published, until_listed
 from batteryop.testing.kubenode import install
@@ -178,6 +178,33 @@ async def renewed(node: KubeNode, times: dict[str, str], timeout: float = 120.0)
         return all((o := observed(c)) is not None and o >= w for c, w in wanted.items())
 
     await until_claims(node, check, timeout, f"claims {sorted(times)} renewed")
+
+
+async def pool_reached(
+    node: KubeNode, pool: str, marks: dict[str, Callable[[dict], bool]], timeout: float = 120.0
+) -> dict[str, float]:
+    """When (monotonic) each of `marks` first held of the demo Pool `pool`'s body, watched
+    until every one has."""
+    seen: dict[str, float] = {}
+
+    def check(found: dict[str, dict]) -> bool:
+        body = found.get(pool)
+        for mark, holds in marks.items():
+            if body is not None and mark not in seen and holds(body):
+                seen[mark] = time.monotonic()
+        return set(marks) <= set(seen)
+
+    async with kube(node) as client:
+        await until_listed(
+            client,
+            POOLS,
+            DEMO_NAMESPACE,
+            check,
+            timeout=timeout,
+            field_selector=f"metadata.name={pool}",
+            what=f"Pool {pool}: {sorted(marks)}",
+        )
+    return seen
 
 
 def apply(node: KubeNode, *objects: dict) -> None:

@@ -11,10 +11,14 @@ the node's registry; the Node is made a Host by the Host Image's own boot steps.
   starts on it, the host registry Pod publishes the Host to battery, a Pool is placed on it,
   and `battery run` from a clean venv with the released wheel runs `uname -a` through the
   agent Pod;
+- the controller manager's HorizontalPodAutoscaler scales a Pool through its `scale`
+  subresource from an external metric the test sets (`external_metrics`, served through the
+  API server's aggregation layer), up and down, and battery's count follows the size up;
 - nothing the node ran sent a packet off the machine, and the machine is as it was after.
 
 The figures (cold build, `kubectl apply` to every workload ready, one claim at a time through
-the installed operator) are printed for the closing note and the docs.
+the installed operator, the autoscaler's metric change to new size) are printed for the
+closing note and the docs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -49,6 +54,7 @@ from cluster.drills import (
     install_release,
     make_demo,
     pods,
+    pool_reached,
     publish_host_and_place_pool,
     ready_pool,
     start_drain,
@@ -62,6 +68,7 @@ from batteryop.api import names, samples
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
 from batteryop.manifests import database, render
 from batteryop.testing.kubenode import install
+from batteryop.testing.kubenode.external_metrics import ExternalMetrics
 from batteryop.testing.kubenode.node import NODE_NAME, KubeNode, kubectl_binary
 
 POOL = "demo"
@@ -274,6 +281,110 @@ def test_one_claim_at_a_time_through_the_installed_operator(
         "(kubectl apply's own start included)"
     )
     assert len(seconds) == ROUNDS
+
+
+SCALED = "scaled"
+METRIC = "claims_waiting"
+"""The external metric the autoscaler reads: what a queue of work for the Pool would report."""
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+"""The controller manager's HPA controller, with its own ServiceAccount's credentials."""
+
+
+def pool_autoscaler(pool: str, metric: str, maximum: int) -> dict:
+    """A HorizontalPodAutoscaler of the Pool `pool` (RS-106: it sets `spec.size` through the
+    `scale` subresource): one MicroVM per unit of the external `metric`, at once both ways."""
+    at_once = {"stabilizationWindowSeconds": 0, "policies": [_steps(maximum)]}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": pool, "namespace": DEMO_NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.POOL_KIND,
+                "name": pool,
+            },
+            "minReplicas": 1,
+            "maxReplicas": maximum,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {"name": metric},
+                        "target": {"type": "AverageValue", "averageValue": "1"},
+                    },
+                }
+            ],
+            "behavior": {"scaleUp": at_once, "scaleDown": at_once},
+        },
+    }
+
+
+def _steps(maximum: int) -> dict:
+    return {"type": "Pods", "value": maximum, "periodSeconds": 1}
+
+
+@contextlib.contextmanager
+def autoscaling(node: KubeNode, pool: str, metric: str, maximum: int) -> Iterator[None]:
+    """`pool_autoscaler` until the block ends, deleted then (before the metrics API goes)."""
+    apply(node, pool_autoscaler(pool, metric, maximum))
+    try:
+        yield
+    finally:
+        node.kubectl(["delete", "hpa", pool, "-n", DEMO_NAMESPACE], check=False)
+
+
+def hpa_conditions(node: KubeNode, name: str) -> dict[str, str]:
+    hpa = json.loads(node.kubectl(["get", "hpa", name, "-n", DEMO_NAMESPACE, "-o", "json"]))
+    return {c["type"]: c["status"] for c in (hpa.get("status") or {}).get("conditions", [])}
+
+
+@pytest.mark.req("RS-106")
+def test_a_horizontal_pod_autoscaler_scales_a_pool_from_an_external_metric(
+    node: KubeNode, installed: install.Installed, demo: str
+) -> None:
+    ready_pool(node, SCALED, 1)
+    metrics = ExternalMetrics(node.front_proxy_ca)
+    metrics.set(DEMO_NAMESPACE, METRIC, 1)  # at the target: the Pool stays at 1
+    with metrics.serving(node), autoscaling(node, SCALED, METRIC, maximum=6):
+        for condition in ("AbleToScale", "ScalingActive"):  # the metric was read
+            node.kubectl(
+                [
+                    "wait",
+                    "-n",
+                    DEMO_NAMESPACE,
+                    f"hpa/{SCALED}",
+                    f"--for=condition={condition}",
+                    "--timeout=120s",
+                ]
+            )
+
+        def size(want: int) -> Callable[[dict], bool]:
+            return lambda pool: pool["spec"]["size"] == want
+
+        def replicas(want: int) -> Callable[[dict], bool]:
+            return lambda pool: (pool.get("status") or {}).get("replicas") == want
+
+        up = time.monotonic()
+        metrics.set(DEMO_NAMESPACE, METRIC, 4)
+        grown = asyncio.run(pool_reached(node, SCALED, {"size": size(4), "replicas": replicas(4)}))
+        down = time.monotonic()
+        metrics.set(DEMO_NAMESPACE, METRIC, 2)
+        shrunk = asyncio.run(pool_reached(node, SCALED, {"size": size(2)}))
+        conditions = hpa_conditions(node, SCALED)
+        assert conditions["AbleToScale"] == conditions["ScalingActive"] == "True", conditions
+        # The HPA controller read the metric as itself, through the aggregator.
+        read = {seen.user for seen in metrics.requests() if METRIC in seen.path}
+        assert read == {HPA_USER}, metrics.requests()
+    pool = json.loads(node.kubectl(["get", "pool", SCALED, "-n", DEMO_NAMESPACE, "-o", "json"]))
+    print(
+        f"\nHPA drill: metric change to new spec.size {grown['size'] - up:.1f} s (up, 1 to 4), "
+        f"{shrunk['size'] - down:.1f} s (down, 4 to 2); to status.replicas "
+        f"{grown['replicas'] - up:.1f} s (up; after the shrink it is "
+        f"{pool['status'].get('replicas')}: battery deletes no MicroVM when a Pool shrinks); "
+        f"the metrics APIService Available {metrics.available_in:.1f} s after it was applied"
+    )
+    node.kubectl(["delete", "pool", SCALED, "-n", DEMO_NAMESPACE, "--wait=false"])
 
 
 @pytest.mark.req("EA-040", "EA-041")
