@@ -149,9 +149,7 @@ class KubeNode:
     lock: IO[str]
     procs: dict[str, LoggedProcess] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    front_proxy_ca: bytes = b""
-    """The aggregation layer's front-proxy CA (PEM): it signed the client certificate the API
-    server presents to an aggregated API server (`FRONT_PROXY_CLIENT`)."""
+    front_proxy_ca: bytes = b""  # PEM: the CA of the aggregator's certificate (`external_metrics`)
 
     @property
     def ns(self) -> Namespaces:
