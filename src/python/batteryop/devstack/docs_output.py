@@ -41,6 +41,7 @@ PAGES = (
     "docs/install.md",
     "docs/client.md",
     "docs/fallback.md",
+    "docs/autoscaling.md",
 )
 GENERATED = frozenset(
     {

@@ -5,7 +5,7 @@ its claims (`Demand`), in this order (`decide`):
 
 1. Idle: with `scaleToZeroAfter` set, no claim waiting, and no claim made since the later of
    the newest claim seen and the last change of size (`status.lastScaleTime`) for that long,
-   the Pool keeps nothing warm.
+   the Pool keeps nothing warm; once at 0 it stays there until a claim is made or waits.
 2. Otherwise the warm buffer is `minIdle`, or the number of claims made in the last `window`
    if that is more (the claim rate), plus one MicroVM per claim waiting for one (Pending with
    no Lease: the Pool is exhausted for it).
@@ -75,7 +75,10 @@ def decide(
     )
     after = policy.scale_to_zero_after
     if after is not None and demanded.waiting == 0 and idle_since is not None:
-        if now - idle_since >= after:
+        # At 0 with no claim made since it got there, it stays there: going to 0 is a change
+        # of size, but starts no new idle period.
+        stays = current == 0 and (demanded.last_arrival or idle_since) <= (last_scale or now)
+        if stays or now - idle_since >= after:
             return Sizing(
                 0, PoolReason.IDLE, f"no claim made or waiting for {format_duration(after)}"
             )

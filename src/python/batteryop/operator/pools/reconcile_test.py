@@ -663,6 +663,14 @@ async def test_an_idle_pool_scales_to_zero_and_the_next_claim_scales_it_up(env: 
     assert exhausted(env.status_of(outcome)) == (ConditionStatus.FALSE, PoolReason.SIZE_ZERO)
     assert resized(outcome) == ["Resized from 1 to 0: no claim made or waiting for 2m0s"]
     body = await apply_outcome(body, outcome)
+    env.calls.take()
+
+    # Going to 0 changed the size, but starts no new idle period: it stays at 0.
+    env.tick(5)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"]
+    assert outcome.status is None or env.status_of(outcome).size == 0
+    assert resized(outcome) == []
 
     # A claim comes: it waits (nothing warm), and is one more MicroVM.
     env.tick(10)
