@@ -42,6 +42,7 @@ from batteryop.battery import EventType as BatteryEventType
 from batteryop.kube.outcome import Outcome
 from batteryop.operator.keys import PoolKey
 from batteryop.operator.pools.battery_spec import is_drained
+from batteryop.operator.pools.demand import Demand
 from batteryop.operator.pools.hook_events import hook_failed_event
 from batteryop.operator.pools.hosts import HostSet
 from batteryop.operator.pools.reconcile import PoolDeps, reconcile_pool
@@ -705,3 +706,26 @@ async def test_a_pool_without_a_policy_reports_its_size_and_no_autoscaling_condi
     assert status.condition(PoolConditionType.AUTOSCALING) is None
     assert status.last_scale_time is None
     assert resized(outcome) == []
+
+
+@pytest.mark.req("PO-107")
+async def test_a_restarted_operator_keeps_the_size_a_window_though_it_saw_no_claim(
+    env: Env,
+) -> None:
+    body = policy_body(env.namespace)
+    body = await apply_outcome(body, await env.reconcile(body))
+    env.tick(1)
+    arrive(env, body, 4, T0 + timedelta(seconds=1))
+    outcome = await env.reconcile(body)
+    assert sized(env, outcome)[0] == 4
+    body = await apply_outcome(body, outcome)
+    env.calls.take()
+
+    # The operator restarts: its claims were released meanwhile, so it sees none. The status
+    # says when the size last changed, and the size stays a window from then.
+    env.deps.demand = Demand()
+    env.tick(10)
+    outcome = await env.reconcile(body)
+    assert env.calls.take() == ["GetPool"]
+    assert sized(env, outcome)[:2] == (4, PoolReason.HELD)
+    assert outcome.requeue_after == 50.0
