@@ -392,9 +392,11 @@ def pool_with(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def held(name: str, created: str, pool: str = "warm", **spec: Any) -> dict[str, Any]:
-    """`waiting`, with the finalizer (so its events queue only what PO-107 queues)."""
+    """`waiting` with the finalizer (so its events queue only what PO-107 queues), Pending
+    `PoolExhausted`."""
     body = waiting(name, created, pool, **spec)
     body["metadata"]["finalizers"] = [names.CLAIM_FINALIZER]
+    body["status"]["conditions"] = [{"type": "Bound", "status": "False", "reason": "PoolExhausted"}]
     return body
 
 
@@ -420,7 +422,11 @@ async def test_a_pool_that_sizes_itself_hears_each_claim_once_and_counts_the_wai
         assert demand.arrivals_since(key, since) == (2, since + timedelta(seconds=1))
         assert demand.last_arrival(key) == since + timedelta(seconds=9)
         # Waiting: the two Pending claims whose first Pool is `warm`, not the one that only
-        # names it as a fallback.
+        # names it as a fallback, nor one Pending for another reason.
+        assert demand.waiting(key) == 2
+        unavailable = held("other-reason", "2026-12-06T10:00:07Z")
+        unavailable["status"]["conditions"][0]["reason"] = "BatteryUnavailable"
+        inputs.on_claim("ADDED", unavailable)
         assert demand.waiting(key) == 2
         bound = held("late", "2026-12-06T10:00:09Z")
         bound["status"] = {"phase": "Bound", "leaseID": "l1"}

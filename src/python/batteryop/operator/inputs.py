@@ -32,7 +32,7 @@ from typing import Any
 
 from batteryop.api import names
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
-from batteryop.api.conditions import ClaimPhase
+from batteryop.api.conditions import ClaimConditionType, ClaimPhase, ClaimReason
 from batteryop.api.times import parse_time
 from batteryop.battery import PoolRef
 from batteryop.battery.models import EventType
@@ -71,6 +71,18 @@ def _bound(claim: Mapping[str, Any]) -> bool:
         status.get("phase") == ClaimPhase.BOUND
         and bool(status.get("leaseID"))
         and not meta.get("deletionTimestamp")
+    )
+
+
+def _exhausted_on(claim: Mapping[str, Any], pool: str) -> bool:
+    """Whether `pool` is the claim's first Pool and its Bound condition says PoolExhausted."""
+    if ((claim.get("spec") or {}).get("poolRef") or {}).get("name") != pool:
+        return False
+    conditions = (claim.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == ClaimConditionType.BOUND and c.get("reason") == ClaimReason.POOL_EXHAUSTED
+        for c in conditions
+        if isinstance(c, Mapping)
     )
 
 
@@ -179,16 +191,11 @@ class Inputs:
         self.pools.enqueue((namespace, pool), after=POOL_EVENT_COALESCE_SECONDS)
 
     def _waiting_for(self, pool: PoolKey) -> int:
-        """PO-107: the claims whose first Pool is `pool` that wait for a MicroVM (CL-109's
-        index: Pending, no Lease, not being deleted)."""
+        """PO-107: the claims whose first Pool is `pool` that wait for a MicroVM: in CL-109's
+        index (Pending, no Lease, not being deleted) with reason `PoolExhausted`."""
         cache = self.claims.cache
         waiting = cache.keys_by(indexes.BY_WAITING_POOL, f"{pool.namespace}/{pool.name}")
-        return sum(
-            1
-            for key in waiting
-            if ((cache.get(key) or {}).get("spec") or {}).get("poolRef", {}).get("name")
-            == pool.name
-        )
+        return sum(1 for key in waiting if _exhausted_on(cache.get(key) or {}, pool.name))
 
     def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         if event_type == "DELETED":

@@ -7,8 +7,8 @@ its claims (`Demand`), in this order (`decide`):
    the newest claim seen and the last change of size (`status.lastScaleTime`) for that long,
    the Pool keeps nothing warm; once at 0 it stays there until a claim is made or waits.
 2. Otherwise the warm buffer is `minIdle`, or the number of claims made in the last `window`
-   if that is more (the claim rate), plus one MicroVM per claim waiting for one (Pending with
-   no Lease: the Pool is exhausted for it).
+   if that is more (the claim rate), plus one MicroVM per claim waiting for one (Pending
+   `PoolExhausted`, no Lease).
 3. The size battery is given counts what the replenishment strategy counts: the buffer for
    ImmediateOnLease and MinSizeThreshold (battery replaces what is leased), the leased
    MicroVMs too for ReplaceOnDelete.
@@ -48,7 +48,7 @@ class Demanded:
     oldest_recent: datetime | None
     """When the oldest of those was made."""
     waiting: int
-    """Claims Pending with no Lease."""
+    """Claims Pending `PoolExhausted` with no Lease."""
     last_arrival: datetime | None
     """When the newest claim seen was made."""
     leased: int

@@ -7,8 +7,8 @@ Two figures per Pool, both from the claims the operator watches, neither written
   often live seconds, and the claim rate is the rate they were made at. A claim is counted
   once, however often it is listed again (by uid).
 - waiting: how many claims naming the Pool as their `spec.poolRef` are Pending with no Lease
-  (the claim cache's `BY_WAITING_POOL` index, `Inputs` supplies the count): each needs one
-  more MicroVM than the Pool holds.
+  and reason `PoolExhausted` (the claim cache's `BY_WAITING_POOL` index, `Inputs` supplies the
+  count): each needs one more MicroVM than the Pool holds.
 
 After a restart the arrivals are the claims listed at start: those still existing. Released
 ones are not seen again, so a policy reading the rate may see fewer for one window; the
