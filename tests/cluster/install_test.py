@@ -284,6 +284,7 @@ def test_one_claim_at_a_time_through_the_installed_operator(
 
 
 SCALED = "scaled"
+SELF_SIZED = "self-sized"
 METRIC = "claims_waiting"
 """The external metric the autoscaler reads: what a queue of work for the Pool would report."""
 HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
@@ -339,7 +340,7 @@ def hpa_conditions(node: KubeNode, name: str) -> dict[str, str]:
     return {c["type"]: c["status"] for c in (hpa.get("status") or {}).get("conditions", [])}
 
 
-@pytest.mark.req("RS-106")
+@pytest.mark.req("RS-106", "RS-107")
 def test_a_horizontal_pod_autoscaler_scales_a_pool_from_an_external_metric(
     node: KubeNode, installed: install.Installed, demo: str
 ) -> None:
@@ -376,6 +377,48 @@ def test_a_horizontal_pod_autoscaler_scales_a_pool_from_an_external_metric(
         # The HPA controller read the metric as itself, through the aggregator.
         read = {seen.user for seen in metrics.requests() if METRIC in seen.path}
         assert read == {HPA_USER}, metrics.requests()
+
+        # RS-107: a Pool its own policy sizes has no spec.size; an HPA aimed at it reads its
+        # replicas as 0 and, as for any target scaled to zero, leaves it alone: the two never
+        # fight over the size.
+        policy = samples.demo_pool(SELF_SIZED, namespace=DEMO_NAMESPACE)
+        del policy["spec"]["size"]
+        policy["spec"]["autoscaling"] = {"minIdle": 1, "maxSize": 3}
+        apply(node, policy)
+        try:
+            node.kubectl(
+                [
+                    "wait",
+                    "-n",
+                    DEMO_NAMESPACE,
+                    f"pool/{SELF_SIZED}",
+                    "--for=jsonpath={.status.size}=1",  # the policy's size: minIdle
+                    "--timeout=120s",
+                ]
+            )
+            with autoscaling(node, SELF_SIZED, METRIC, maximum=6):
+                node.kubectl(
+                    [
+                        "wait",
+                        "-n",
+                        DEMO_NAMESPACE,
+                        f"hpa/{SELF_SIZED}",
+                        "--for=condition=ScalingActive=False",
+                        "--timeout=120s",
+                    ]
+                )
+                hpa = json.loads(
+                    node.kubectl(["get", "hpa", SELF_SIZED, "-n", DEMO_NAMESPACE, "-o", "json"])
+                )
+                (active,) = (c for c in hpa["status"]["conditions"] if c["type"] == "ScalingActive")
+                assert active["reason"] == "ScalingDisabled", active
+                body = json.loads(
+                    node.kubectl(["get", "pool", SELF_SIZED, "-n", DEMO_NAMESPACE, "-o", "json"])
+                )
+                assert "size" not in body["spec"], body["spec"]
+                assert body["status"]["size"] == 1, body["status"]  # the HPA changed nothing
+        finally:
+            node.kubectl(["delete", "pool", SELF_SIZED, "-n", DEMO_NAMESPACE, "--wait=false"])
     pool = json.loads(node.kubectl(["get", "pool", SCALED, "-n", DEMO_NAMESPACE, "-o", "json"]))
     print(
         f"\nHPA drill: metric change to new spec.size {grown['size'] - up:.1f} s (up, 1 to 4), "

@@ -1072,6 +1072,14 @@ def test_autoscaling_replaces_the_size_and_each_bound_is_named(
             policy("zero-long", maxSize=5, scaleToZeroAfter="25h"),
             "spec.autoscaling.scaleToZeroAfter must be a duration from 1s to 24h",
         ),
+        (
+            policy("zero-before-window", maxSize=5, window="2m", scaleToZeroAfter="1m"),
+            "spec.autoscaling.scaleToZeroAfter must be at least spec.autoscaling.window",
+        ),
+        (
+            policy("zero-before-default-window", maxSize=5, scaleToZeroAfter="30s"),
+            "spec.autoscaling.scaleToZeroAfter must be at least spec.autoscaling.window",
+        ),
     ):
         message = refusal(partial(objects.create, names.POOL_PLURAL, body))
         assert says in message, (body["metadata"]["name"], message)
@@ -1088,6 +1096,18 @@ def test_autoscaling_replaces_the_size_and_each_bound_is_named(
     assert scaled.returncode != 0
     assert "spec.size must not be set with spec.autoscaling" in scaled.stderr, scaled.stderr
     assert "size" not in objects.get(names.POOL_PLURAL, "auto")["spec"]
+
+    # On update: from the policy to a size, and back, each in one write; never neither.
+    by_hand = objects.patch(names.POOL_PLURAL, "auto", {"spec": {"autoscaling": None, "size": 2}})
+    assert "autoscaling" not in by_hand["spec"]
+    again = objects.patch(
+        names.POOL_PLURAL, "auto", {"spec": {"size": None, "autoscaling": {"maxSize": 4}}}
+    )
+    assert "size" not in again["spec"]
+    message = refusal(
+        partial(objects.patch, names.POOL_PLURAL, "auto", {"spec": {"autoscaling": None}})
+    )
+    assert "spec.size is required unless spec.autoscaling sizes the Pool" in message, message
 
 
 @pytest.mark.controlplane

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -432,8 +433,19 @@ async def test_a_pool_that_sizes_itself_hears_each_claim_once_and_counts_the_wai
         bound["status"] = {"phase": "Bound", "leaseID": "l1"}
         inputs.on_claim("MODIFIED", bound)
         assert demand.waiting(key) == 1
-        # Every event of a claim on it queued the Pool, a second later (coalesced).
+        # Arrivals and starts and ends of a wait queued the Pool, a second later (coalesced);
+        # an event that changes neither (a renewal, the operator's own write) queues nothing.
         assert set(queued) == {(("ns", "warm"), POOL_EVENT_COALESCE_SECONDS)}
+        queued.clear()
+        renewed = copy.deepcopy(bound)
+        renewed["spec"]["renewTime"] = "2026-12-06T10:01:00Z"
+        inputs.on_claim("MODIFIED", renewed)
+        assert queued == []
+        # The first complete list of claims: the policy knows the claims from then.
+        assert demand.since is None
+        inputs.on_claims_listed([renewed])
+        assert demand.since is not None
+        assert (("ns", "warm"), 0.0) in queued
         inputs.on_pool("DELETED", pool_with("warm", autoscaling={"maxSize": 5}))
         assert demand.last_arrival(key) is None
 

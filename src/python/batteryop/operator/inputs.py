@@ -75,8 +75,11 @@ def _bound(claim: Mapping[str, Any]) -> bool:
 
 
 def _exhausted_on(claim: Mapping[str, Any], pool: str) -> bool:
-    """Whether `pool` is the claim's first Pool and its Bound condition says PoolExhausted."""
+    """Whether the claim waits for `pool` (CL-109's index), its first Pool, with its Bound
+    condition saying PoolExhausted."""
     if ((claim.get("spec") or {}).get("poolRef") or {}).get("name") != pool:
+        return False
+    if not indexes.waiting_on(claim):
         return False
     conditions = (claim.get("status") or {}).get("conditions") or []
     return any(
@@ -113,6 +116,7 @@ class Inputs:
         self.recorder = recorder
         self.claim_metrics = claim_metrics
         self.waiters = Waiters(clock)
+        self.clock = clock
         self.pool_deps.demand.waiting = self._waiting_for
         self._sized: set[PoolKey] = set()
         """The Pools with spec.autoscaling whose arrivals are being recorded."""
@@ -153,8 +157,15 @@ class Inputs:
                 self.on_claim("DELETED", body)
         for body in items:
             self.on_claim(None, body)
+        if self.pool_deps.demand.since is None:
+            # PO-107: from now the policy Pools know their claims; until now they kept their
+            # size.
+            self.pool_deps.demand.listed(self.clock.now())
+            for key in self._sized:
+                self.pools.enqueue((key.namespace, key.name))
 
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        old = self.claims.cache.get(key_of(body))
         self.claims.observe(event_type, body)
         self.claim_metrics.observe(event_type, body)
         if event_type == "DELETED":
@@ -165,16 +176,22 @@ class Inputs:
         elif event_type is None and _bound(body):
             # CL-030, on start: a listed Bound claim reads its Lease from battery at once.
             self.lease_checks.require(key_of(body))
-        self._demand(event_type, body)
+        self._demand(event_type, body, old)
         finalizers = (body.get("metadata") or {}).get("finalizers") or []
         if event_type == "DELETED" or names.CLAIM_FINALIZER not in finalizers:
             pool = pool_key_for_claim(body)
             if pool is not None:
                 self.pools.enqueue((pool.namespace, pool.name))  # PO-044
 
-    def _demand(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+    def _demand(
+        self,
+        event_type: str | None,
+        body: Mapping[str, Any],
+        old: Mapping[str, Any] | None = None,
+    ) -> None:
         """PO-107: a claim's arrival on its first Pool, and that Pool queued (coalesced) when
-        it sizes itself: an arrival or a claim starting or ending its wait changes its size."""
+        it sizes itself and the claim arrived or started or ended a wait (`old` is the body
+        before this event): renewals and the operator's own writes queue nothing."""
         spec = body.get("spec") or {}
         meta = body.get("metadata") or {}
         pool = (spec.get("poolRef") or {}).get("name")
@@ -185,10 +202,14 @@ class Inputs:
         if key not in self._sized:
             return
         created, uid = meta.get("creationTimestamp"), meta.get("uid")
+        arrived = False
         if event_type != "DELETED" and isinstance(created, str) and isinstance(uid, str):
             with contextlib.suppress(ValueError):  # the API server writes RFC 3339
-                self.pool_deps.demand.record(key, uid, parse_time(created))
-        self.pools.enqueue((namespace, pool), after=POOL_EVENT_COALESCE_SECONDS)
+                arrived = self.pool_deps.demand.record(key, uid, parse_time(created))
+        waits = event_type != "DELETED" and _exhausted_on(body, pool)
+        waited = old is not None and _exhausted_on(old, pool)
+        if arrived or waits != waited:
+            self.pools.enqueue((namespace, pool), after=POOL_EVENT_COALESCE_SECONDS)
 
     def _waiting_for(self, pool: PoolKey) -> int:
         """PO-107: the claims whose first Pool is `pool` that wait for a MicroVM: in CL-109's

@@ -153,7 +153,10 @@ def declared_status(
         base = replace(base, last_scale_time=None)
     else:
         if sizing is not None and sizing.reason is not None:
-            value = (True, sizing.reason, sizing.message)
+            message = sizing.message
+            if sizing.size != size:  # refused, not sent yet, or battery did not answer
+                message = f"{sizing.size} decided, battery holds {size}: {message}"
+            value = (True, sizing.reason, message)
             conditions = _with(conditions, pool, PoolConditionType.AUTOSCALING, value, now)
         if base.size != pool.status.size:
             base = replace(base, last_scale_time=now)  # PO-107: a window before it shrinks
