@@ -52,10 +52,12 @@ def test_every_step_module_opens_with_its_own_summary_and_no_step_number(control
             [
                 ("1", "delete.delete_pool"),
                 ("2", "finalizer.ensure_finalizer"),
-                ("3", "declare.declare"),
-                ("4", "status.report"),
+                ("3", "autoscale.autoscale"),
+                ("4", "declare.declare"),
+                ("5", "status.report"),
                 ("always", "answered.answered"),
                 ("always", "ready_event.ready_event"),
+                ("always", "autoscale.resized_event"),
             ],
         ),
         (
