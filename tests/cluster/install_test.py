@@ -378,9 +378,9 @@ def test_a_horizontal_pod_autoscaler_scales_a_pool_from_an_external_metric(
         read = {seen.user for seen in metrics.requests() if METRIC in seen.path}
         assert read == {HPA_USER}, metrics.requests()
 
-        # RS-107: a Pool its own policy sizes has no spec.size; an HPA aimed at it reads its
-        # replicas as 0 and, as for any target scaled to zero, leaves it alone: the two never
-        # fight over the size.
+        # RS-107: a Pool its own policy sizes has no spec.size, so its scale subresource has no
+        # replicas to read: an HPA aimed at it cannot get its scale and leaves it alone, and the
+        # two never fight over the size.
         policy = samples.demo_pool(SELF_SIZED, namespace=DEMO_NAMESPACE)
         del policy["spec"]["size"]
         policy["spec"]["autoscaling"] = {"minIdle": 1, "maxSize": 3}
@@ -403,15 +403,16 @@ def test_a_horizontal_pod_autoscaler_scales_a_pool_from_an_external_metric(
                         "-n",
                         DEMO_NAMESPACE,
                         f"hpa/{SELF_SIZED}",
-                        "--for=condition=ScalingActive=False",
+                        "--for=condition=AbleToScale=False",
                         "--timeout=120s",
                     ]
                 )
                 hpa = json.loads(
                     node.kubectl(["get", "hpa", SELF_SIZED, "-n", DEMO_NAMESPACE, "-o", "json"])
                 )
-                (active,) = (c for c in hpa["status"]["conditions"] if c["type"] == "ScalingActive")
-                assert active["reason"] == "ScalingDisabled", active
+                (able,) = (c for c in hpa["status"]["conditions"] if c["type"] == "AbleToScale")
+                assert able["reason"] == "FailedGetScale", able
+                assert '".spec.size" does not exist' in able["message"], able
                 body = json.loads(
                     node.kubectl(["get", "pool", SELF_SIZED, "-n", DEMO_NAMESPACE, "-o", "json"])
                 )

@@ -29,7 +29,7 @@ claim of the window leaves it, when a held size may shrink, when the idle period
 
 A policy and `kubectl scale` or a HorizontalPodAutoscaler never both size a Pool: the CRD
 refuses spec.size beside spec.autoscaling (RS-107), so a scale write to such a Pool fails
-with that rule's message, and an HPA, reading its replicas as 0, does not scale it.
+with that rule's message, and an HPA cannot read such a Pool's scale (it has no replicas).
 """
 
 from __future__ import annotations
