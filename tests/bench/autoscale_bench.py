@@ -23,9 +23,6 @@ BATTERYOP_BENCH=1 runs RUNS=10 bursts; otherwise 2 (a smoke run).
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -35,7 +32,7 @@ from bench.claim_bind_bench import (
     BoundWatcher,
     create,
     make_pool,
-    operator_stack,
+    run_on_stack,
     wait_pool_available,
 )
 from bench.stats import FULL, latency_figures
@@ -44,7 +41,6 @@ from kubernetes import watch
 
 from batteryop.api import names
 from batteryop.testing.controlplane import ControlPlane, admin_client
-from batteryop.testing.localstack import HOSTS, prepare_cluster
 
 RUNS = 10 if FULL else 2
 BURST = 20
@@ -121,10 +117,5 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
 async def test_a_burst_on_a_pool_that_sizes_itself(
     controlplane: ControlPlane, tmp_path: Path
 ) -> None:
-    prepare_cluster(controlplane, HOSTS)
-    async with operator_stack(controlplane, tmp_path):
-        result = await asyncio.to_thread(run_bench, controlplane, "bench-autoscale")
-    result["loadavg_1_5_15"] = [round(x, 1) for x in os.getloadavg()]
-    print()
-    print(json.dumps(result))
+    result = await run_on_stack(controlplane, tmp_path, run_bench, "bench-autoscale")
     assert result["sized"]["n"] == result["all"]["n"] == RUNS

@@ -501,6 +501,23 @@ async def operator_stack(
         yield operator, pids
 
 
+async def run_on_stack(
+    controlplane: ControlPlane,
+    tmp_path: Path,
+    bench: Callable[[ControlPlane, str], dict[str, Any]],
+    namespace: str,
+) -> dict[str, Any]:
+    """`bench(controlplane, namespace)` in a thread, with the operator's stack running; its
+    result, with the machine's load, printed as one JSON line and returned."""
+    prepare_cluster(controlplane, HOSTS)
+    async with operator_stack(controlplane, tmp_path):
+        result = await asyncio.to_thread(bench, controlplane, namespace)
+    result["loadavg_1_5_15"] = [round(x, 1) for x in os.getloadavg()]  # a shared machine
+    print()
+    print(json.dumps(result))
+    return result
+
+
 async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_path: Path) -> None:
     prepare_cluster(controlplane, HOSTS)
     floor = await asyncio.to_thread(api_server_floor, controlplane, "bench-floor")

@@ -21,9 +21,6 @@ BATTERYOP_BENCH=1 runs N=100 pairs and 10 wakes; otherwise N=10 and 2 wakes (a s
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from bench.claim_bind_bench import (
     BoundWatcher,
     create,
     make_pool,
-    operator_stack,
+    run_on_stack,
     wait_pool_available,
 )
 from bench.stats import FULL, latency_figures
@@ -40,7 +37,6 @@ from kubernetes import client as k8s
 
 from batteryop.api import names
 from batteryop.testing.controlplane import ControlPlane, admin_client
-from batteryop.testing.localstack import HOSTS, prepare_cluster
 
 N = 100 if FULL else 10
 WAKES = 10 if FULL else 2
@@ -98,11 +94,6 @@ def run_bench(cp: ControlPlane, namespace: str) -> dict[str, Any]:
 
 
 async def test_fallback_claims_and_woken_claims(controlplane: ControlPlane, tmp_path: Path) -> None:
-    prepare_cluster(controlplane, HOSTS)
-    async with operator_stack(controlplane, tmp_path):
-        result = await asyncio.to_thread(run_bench, controlplane, "bench-fallback")
-    result["loadavg_1_5_15"] = [round(x, 1) for x in os.getloadavg()]
-    print()
-    print(json.dumps(result))
+    result = await run_on_stack(controlplane, tmp_path, run_bench, "bench-fallback")
     assert (result["direct"]["n"], result["fallback"]["n"]) == (N, N)
     assert result["woken"]["n"] == WAKES
