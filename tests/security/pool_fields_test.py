@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client as k8s
 
 from batteryop.api import names, samples
+from batteryop.testing.controlplane import await_access
 
 AUTHOR = "pool-author"
 
@@ -41,6 +42,14 @@ def author(
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AUTHOR},
             "subjects": [{"kind": "ServiceAccount", "name": AUTHOR, "namespace": namespace}],
         },
+    )
+    await_access(
+        kube_admin,
+        user=f"system:serviceaccount:{namespace}:{AUTHOR}",
+        groups=[],
+        namespace=namespace,
+        verb="create",
+        resource=names.POOL_PLURAL,
     )
     return k8s.CustomObjectsApi(sa_client(namespace, AUTHOR))
 

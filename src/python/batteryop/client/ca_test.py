@@ -19,6 +19,7 @@ from batteryop.manifests import rbac
 from batteryop.testing.controlplane import ControlPlane
 from batteryop.testing.controlplane.clients import (
     admin_client,
+    await_access,
     ensure_service_account,
     request_token,
     token_client,
@@ -74,6 +75,17 @@ def ca_reader(admin: k8s.ApiClient, *, present: bool) -> None:
         except k8s.ApiException as e:
             if e.status != (409 if present else 404):
                 raise
+    # Any authenticated user, as the RoleBinding's subject is that group.
+    await_access(
+        admin,
+        user="system:serviceaccount:ca-test:probe",
+        groups=[names.AUTHENTICATED_GROUP],
+        namespace=NS,
+        verb="get",
+        resource="configmaps",
+        name=names.CA_BUNDLE_CONFIG_MAP,
+        allowed=present,
+    )
 
 
 @pytest.mark.req("CC-114", "CT-107")

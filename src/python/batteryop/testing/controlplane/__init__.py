@@ -2,6 +2,7 @@
 
 from batteryop.testing.controlplane.clients import (
     admin_client,
+    await_access,
     ensure_service_account,
     install_crd,
     pod_bound_token,
@@ -30,6 +31,7 @@ __all__ = [
     "ControlPlaneBuildError",
     "ControlPlaneError",
     "admin_client",
+    "await_access",
     "ensure_binaries",
     "ensure_service_account",
     "install_crd",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,3 +135,44 @@ def install_crd(api: k8s.ApiClient, body: dict[str, Any], *, timeout_seconds: in
             w.stop()
             return
     raise AssertionError(f"CRD {name} never became Established within {timeout_seconds}s")
+
+
+def await_access(
+    api: k8s.ApiClient,
+    *,
+    user: str,
+    groups: Sequence[str],
+    namespace: str,
+    verb: str,
+    resource: str,
+    name: str = "",
+    allowed: bool = True,
+    timeout_seconds: float = 10.0,
+) -> None:
+    """Wait until the API server's authorizer answers `allowed` for `user` in `groups`.
+
+    The RBAC authorizer reads Roles and RoleBindings from an informer of its own, so a binding
+    just written may not authorize the next request yet. Nothing streams that cache's state,
+    so this asks it, through SubjectAccessReviews, with a short pause between questions.
+    """
+    authz = k8s.AuthorizationV1Api(api)
+    review = k8s.V1SubjectAccessReview(
+        spec=k8s.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=list(groups),
+            resource_attributes=k8s.V1ResourceAttributes(
+                namespace=namespace, verb=verb, resource=resource, name=name or None
+            ),
+        )
+    )
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        answer = authz.create_subject_access_review(review)
+        if bool(answer.status.allowed) == allowed:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{user} was still {'refused' if allowed else 'allowed'} {verb} {resource} "
+                f"{namespace}/{name} after {timeout_seconds}s"
+            )
+        time.sleep(0.02)

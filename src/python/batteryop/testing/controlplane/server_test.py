@@ -20,6 +20,7 @@ from kubernetes import watch
 
 from batteryop.testing.controlplane import (
     ControlPlane,
+    await_access,
     install_crd,
     request_token,
     user_client,
@@ -228,6 +229,10 @@ def test_rbac_forbids_what_a_role_does_not_grant(
             ),
             subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
         ),
+    )
+    reader = f"system:serviceaccount:{namespace}:reader"
+    await_access(
+        kube_admin, user=reader, groups=[], namespace=namespace, verb="list", resource="configmaps"
     )
     core = k8s.CoreV1Api(sa_client(namespace, "reader"))
     assert core.list_namespaced_config_map(namespace).items is not None  # granted
