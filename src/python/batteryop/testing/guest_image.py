@@ -42,6 +42,8 @@ BUILD_ROOTFS: Final = GUEST / "debian/build-rootfs.sh"
 MODULES: Final = ("virtio_pci", "virtio_blk", "virtio_net")
 AGENT_PORT: Final = 1024
 """The guest agent's control port (flintlock-api.md §6.2), on vsock or, here, on TCP."""
+SSH_PORT: Final = 1025
+"""The guest agent's SSH port: a raw pipe to the guest's sshd (flintlock-api.md §6.2, §8.4)."""
 TCP_AGENT_ARGS: Final = ("systemd.setenv=GA_NET=tcp", "systemd.setenv=GA_TCP_ADDR=0.0.0.0")
 """GI-101: kernel arguments that make systemd give every unit, the agent's among them, these
 variables: the agent listens on TCP on every address instead of vsock, which QEMU cannot offer
@@ -217,7 +219,7 @@ def qemu_command(
     *,
     cpus: int = 1,
     disk_format: str = "raw",
-    forward: tuple[int, int] | None = None,
+    forwards: Sequence[tuple[int, int]] = (),
     kernel_args: Sequence[str] = (),
     serial: str = "stdio",
 ) -> list[str]:
@@ -229,12 +231,13 @@ def qemu_command(
     keeps the kernel's eth0/eth1, the names a Firecracker MicroVM's interfaces have. Both
     networks are IPv4 only, as a MicroVM's are: QEMU's user network otherwise advertises IPv6
     routers that ask for DHCPv6, which it does not serve, and networkd then keeps eth1
-    "configuring" (GI-023 is DHCP for IPv4). `forward` (host port, guest port) forwards
-    127.0.0.1:<host port> to the guest's eth1 address (GI-101: the guest agent over TCP).
+    "configuring" (GI-023 is DHCP for IPv4). Each (host port, guest port) of `forwards` forwards
+    127.0.0.1:<host port> to the guest's eth1 address (GI-101: the guest agent's ports over
+    TCP), one TCP connection per connection.
     """
     lan = "user,id=lan,net=10.0.3.0/24,restrict=on,ipv6=off"
-    if forward is not None:
-        lan += f",hostfwd=tcp:127.0.0.1:{forward[0]}-:{forward[1]}"
+    for host, guest in forwards:
+        lan += f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
     append = " ".join(["console=ttyS0 reboot=t panic=-1 net.ifnames=0", *kernel_args])
     return [
         "qemu-system-x86_64",

@@ -48,6 +48,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--version", default="v0.16.0", help="version ServerInfo reports")
     p.add_argument("--disable-exec", action="store_true", help="do not serve MicroVMExec")
     p.add_argument(
+        "--enable-ssh-proxy-api",
+        action="store_true",
+        help="serve MicroVMSSHProxy (off by default, as in flintlockd); sandboxes get an sshd",
+    )
+    p.add_argument(
         "--no-server-info", action="store_true", help="ServerInfo is UNIMPLEMENTED (< v0.15.0)"
     )
     p.add_argument("--boot-delay", type=float, default=0.0, help="seconds PENDING -> CREATED")
@@ -89,6 +94,7 @@ async def serve(args: argparse.Namespace) -> None:
         info=ServerInfoConfig(
             version=args.version,
             exec_enabled=not args.disable_exec,
+            ssh_proxy_enabled=args.enable_ssh_proxy_api,
             enabled=not args.no_server_info,
         ),
         boot_delay=args.boot_delay,

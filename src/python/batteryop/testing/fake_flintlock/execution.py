@@ -95,6 +95,26 @@ def sandbox_env(record: VmRecord, start: microvmexec_pb2.ExecStart) -> dict[str,
     return env
 
 
+Abort = Callable[[grpc.StatusCode, str], Awaitable[NoReturn]]
+
+
+async def ready_record(store: VmStore, uid: str, fail: Abort) -> VmRecord:
+    """The MicroVM uid, or `fail` as flintlockd does before it dials the guest agent, for
+    exec and the SSH proxy alike (flintlock-api.md §8.5 item 2): an unknown uid is UNKNOWN
+    (flintlockd wraps the lookup error), no guest agent access or not CREATED is
+    FAILED_PRECONDITION."""
+    try:
+        record = store.record(uid)
+    except VmNotFoundError as err:
+        await fail(grpc.StatusCode.UNKNOWN, f"getting microvm: {err}")
+    if not record.vm.spec.allow_guest_agent or not record.vm.status.vsock_path:
+        await fail(grpc.StatusCode.FAILED_PRECONDITION, MSG_NO_AGENT)
+    if record.state != State.CREATED:
+        state = State.Name(record.state)
+        await fail(grpc.StatusCode.FAILED_PRECONDITION, f"microvm is not ready (state: {state})")
+    return record
+
+
 class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
     """MicroVMExec over a VmStore and its Guests, with the stream cut fault."""
 
@@ -123,17 +143,7 @@ class ExecService(microvmexec_pb2_grpc.MicroVMExecServicer):
         start = first.start
         if not start.uid or not (start.cmd or start.shell):
             await fail(grpc.StatusCode.INVALID_ARGUMENT, MSG_BAD_FIRST)
-        try:
-            record = self._store.record(start.uid)
-        except VmNotFoundError as err:
-            await fail(grpc.StatusCode.UNKNOWN, f"getting microvm: {err}")
-        if not record.vm.spec.allow_guest_agent or not record.vm.status.vsock_path:
-            await fail(grpc.StatusCode.FAILED_PRECONDITION, MSG_NO_AGENT)
-        if record.state != State.CREATED:
-            state = State.Name(record.state)
-            await fail(
-                grpc.StatusCode.FAILED_PRECONDITION, f"microvm is not ready (state: {state})"
-            )
+        record = await ready_record(self._store, start.uid, fail)
         if self._store.agent_up_for(record) < self._agent_delay:
             await fail(grpc.StatusCode.UNKNOWN, f"{MSG_AGENT_UNREACHABLE}: connection refused")
         self._faults.exec_history.append(start)

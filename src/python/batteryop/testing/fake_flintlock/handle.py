@@ -94,6 +94,7 @@ class FakeFlintlockd:
         tls: TLSFiles | None = None,
         version: str = "v0.16.0",
         exec_enabled: bool = True,
+        ssh_proxy: bool = False,
         server_info: bool = True,
         boot_delay: float = 0.0,
         delete_delay: float = 0.0,
@@ -102,7 +103,9 @@ class FakeFlintlockd:
         ready_timeout: float = READY_TIMEOUT_SECONDS,
     ) -> AsyncIterator[FakeFlintlockd]:
         """Run a fake flintlockd on address (port 0: any free port) until the block ends;
-        guests "qemu" makes every MicroVM a QEMU guest (`fake_flintlock.qemu`)."""
+        guests "qemu" makes every MicroVM a QEMU guest (`fake_flintlock.qemu`); ssh_proxy
+        serves MicroVMSSHProxy (`--enable-ssh-proxy-api`; a sandbox's sshd: `fake_flintlock.sshd`).
+        """
         workdir = Path(tempfile.mkdtemp(prefix="fake-flintlockd-"))
         argv = [
             f"--address={address}",
@@ -121,6 +124,8 @@ class FakeFlintlockd:
                 argv.append(f"--tls-client-ca={tls.client_ca}")
         if not exec_enabled:
             argv.append("--disable-exec")
+        if ssh_proxy:
+            argv.append("--enable-ssh-proxy-api")
         if not server_info:
             argv.append("--no-server-info")
         try:

@@ -7,7 +7,8 @@ qcow2 overlay of its own in the MicroVM's folder, the spec's vCPUs and memory, a
 console in `console.log` beside it. There is no /dev/vhost-vsock here, so the agent listens on
 TCP (the kernel arguments `guest_image.TCP_AGENT_ARGS`) and QEMU's user network forwards a
 loopback port of this machine to it; that port stands in for flintlockd's vsock socket
-(flintlock-api.md §6.1). The MicroVM is PENDING until the agent answers a `ping` (battery's
+(flintlock-api.md §6.1); a second port is forwarded to the agent's SSH port (1025), which pipes
+each connection to the guest's sshd, for MicroVMSSHProxy (§8.4). The MicroVM is PENDING until the agent answers a `ping` (battery's
 readiness check, §7), then CREATED. Each exec stream opens one agent connection and relays
 frame for frame as flintlockd does (§8.5): the exec request from `ExecStart`, stdin frames
 and stdin-EOF, stdout/stderr/error/exit back as responses. A cancelled stream closes the
@@ -39,7 +40,8 @@ from batteryop.testing import guest_agent, guest_image
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
 from batteryop.testing.fake_flintlock.agent_protocol import AgentConnection, Frame
-from batteryop.testing.fake_flintlock.guests import GuestUnreachableError, Requests
+from batteryop.testing.fake_flintlock.guests import Connection, GuestUnreachableError, Requests
+from batteryop.testing.fake_flintlock.sshproxy import MSG_SSH_UNREACHABLE
 from batteryop.testing.fake_flintlock.vms import VmRecord
 from batteryop.testing.processes import die_with_parent, file_tail
 
@@ -61,6 +63,8 @@ class Guest:
     uid: str
     process: asyncio.subprocess.Process
     agent_port: int
+    ssh_port: int
+    """Forwarded to the guest agent's SSH port (1025), for MicroVMSSHProxy."""
     overlay: Path
     started: float
     boot_seconds: float | None = None
@@ -123,7 +127,7 @@ class QemuGuests:
         _, err = await made.communicate()
         if made.returncode != 0:
             raise OSError(f"qemu-img failed: {err.decode().strip()}")
-        port = free_port(AGENT_HOST)
+        port, ssh_port = free_port(AGENT_HOST), free_port(AGENT_HOST)
         argv = guest_image.qemu_command(
             image.vmlinuz,
             image.initrd,
@@ -132,7 +136,7 @@ class QemuGuests:
             spec.memory_in_mb,
             cpus=spec.vcpu,
             disk_format="qcow2",
-            forward=(port, guest_image.AGENT_PORT),
+            forwards=((port, guest_image.AGENT_PORT), (ssh_port, guest_image.SSH_PORT)),
             kernel_args=guest_image.TCP_AGENT_ARGS,
             serial=f"file:{record.directory / 'console.log'}",
         )
@@ -144,7 +148,7 @@ class QemuGuests:
                 stderr=qemu_log,
                 start_new_session=True,
             )
-        guest = Guest(record.uid, process, port, overlay, time.monotonic())
+        guest = Guest(record.uid, process, port, ssh_port, overlay, time.monotonic())
         self._guests[record.uid] = guest
         return process, guest
 
@@ -238,12 +242,27 @@ class QemuGuests:
                     await feeder
             await conn.close()
 
+    async def ssh(self, record: VmRecord) -> Connection:
+        """A TCP connection to the guest agent's SSH port, which pipes it to the guest's sshd
+        (and closes it at once when there is none): one connection per stream, as flintlockd
+        opens one vsock connection per stream."""
+        guest = self._guests.get(record.uid)
+        if guest is None:
+            raise GuestUnreachableError(f"{MSG_SSH_UNREACHABLE}: no guest")
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(AGENT_HOST, guest.ssh_port), DIAL_TIMEOUT_SECONDS
+            )
+        except (OSError, TimeoutError) as err:
+            raise GuestUnreachableError(f"{MSG_SSH_UNREACHABLE}: {err}") from err
+
     def describe(self) -> list[dict[str, Any]]:
         return [
             {
                 "uid": g.uid,
                 "pid": g.process.pid,
                 "agent_port": g.agent_port,
+                "ssh_port": g.ssh_port,
                 "boot_seconds": g.boot_seconds,
                 "rss_kib": g.rss_kib(),
                 "accelerator": self._accel,

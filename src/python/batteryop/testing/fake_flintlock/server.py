@@ -1,8 +1,8 @@
 """One fake flintlockd Host: its gRPC endpoint (which can go down and come up again), its
 in-memory MicroVMs, its faults, and its JSON control API (TD-010, TD-011, TD-012).
 
-The gRPC endpoint serves `MicroVM` (with ServerInfo) and, unless exec is disabled,
-`MicroVMExec`, in plaintext or TLS; given a client CA it requires and verifies client
+The gRPC endpoint serves `MicroVM` (with ServerInfo), unless exec is disabled `MicroVMExec`,
+and when the SSH proxy is enabled `MicroVMSSHProxy`, in plaintext or TLS; given a client CA it requires and verifies client
 certificates. The control API is plain HTTP on a second port of the same loopback address; it
 stays up while the gRPC endpoint is down.
 
@@ -42,6 +42,7 @@ from google.protobuf import json_format
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2_grpc
+from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2_grpc
 from batteryop.testing.fake_flintlock.execution import ExecService
 from batteryop.testing.fake_flintlock.faults import (
     DEFAULT_CUT_CODE,
@@ -53,6 +54,7 @@ from batteryop.testing.fake_flintlock.faults import (
 from batteryop.testing.fake_flintlock.guests import Guests, SandboxGuests
 from batteryop.testing.fake_flintlock.qemu import QemuGuests
 from batteryop.testing.fake_flintlock.services import MicroVMService, ServerInfoConfig
+from batteryop.testing.fake_flintlock.sshproxy import SSHProxyService
 from batteryop.testing.fake_flintlock.vms import State, VmNotFoundError, VmStore
 from batteryop.testing.faultcodes import status_code
 
@@ -91,7 +93,11 @@ def make_guests(config: HostConfig, faults: Faults) -> Guests:
         return QemuGuests(config.state_dir)
     if config.guests != "sandbox":
         raise ValueError(f"unknown guests backend {config.guests!r}")
-    return SandboxGuests(boot_delay=config.boot_delay, timings=faults.exec_timings)
+    return SandboxGuests(
+        boot_delay=config.boot_delay,
+        timings=faults.exec_timings,
+        ssh=config.info.ssh_proxy_enabled,
+    )
 
 
 def host_port(address: str, port: int) -> str:
@@ -134,6 +140,11 @@ class FakeHost:
                 ExecService(
                     self.store, self.guests, self.faults, agent_delay=self.config.agent_delay
                 ),
+                server,
+            )
+        if self.config.info.ssh_proxy_enabled:
+            microvmsshproxy_pb2_grpc.add_MicroVMSSHProxyServicer_to_server(
+                SSHProxyService(self.store, self.guests, agent_delay=self.config.agent_delay),
                 server,
             )
         where = host_port(self.config.address, self.port)

@@ -1,10 +1,14 @@
-"""Helpers for tests that talk to a fake flintlockd: a valid spec and stubs on one channel."""
+"""Helpers for tests that talk to a fake flintlockd: a valid spec and stubs on one channel, and
+an `ssh` client reaching a MicroVM through its `MicroVMSSHProxy` (`ssh_command`)."""
 
 from __future__ import annotations
 
 import asyncio
+import shlex
+import subprocess
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -13,8 +17,10 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
     microvmexec_pb2,
     microvmexec_pb2_grpc,
 )
+from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2_grpc
 from battery_protos.flintlock.types import microvm_pb2
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.processes import module_command
 
 Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
@@ -51,6 +57,10 @@ class Client:
     exec: microvmexec_pb2_grpc.MicroVMExecStub
     shared_uid: str | None = None
     """A MicroVM that tests of a module share (a booted QEMU guest), when there is one."""
+
+    @property
+    def ssh(self) -> microvmsshproxy_pb2_grpc.MicroVMSSHProxyStub:
+        return microvmsshproxy_pb2_grpc.MicroVMSSHProxyStub(self.channel)
 
     async def create(self, spec: microvm_pb2.MicroVMSpec | None = None) -> str:
         """Create a MicroVM and return its uid."""
@@ -115,3 +125,58 @@ def assert_exit_last(responses: Sequence[Response], code: int) -> None:
     assert kinds.count("exit_code") == 1, kinds
     assert kinds[-1] == "exit_code", kinds
     assert responses[-1].exit_code == code
+
+
+# -- ssh through MicroVMSSHProxy --------------------------------------------------------------
+
+HOST_KEY_PUB = "etc/ssh/ssh_host_ed25519_key.pub"
+"""The guest's ed25519 host key, relative to `/` (a sandbox exec's `/` is its rootfs/)."""
+
+
+def client_key(directory: Path) -> tuple[Path, str]:
+    """A new ed25519 key pair for an ssh client in directory: (private key path, public line)."""
+    key = directory / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(key)], check=True
+    )
+    return key, key.with_name("id_ed25519.pub").read_text().strip()
+
+
+async def authorize(client: Client, uid: str, public_key: str, user: str = "root") -> None:
+    """Append public_key to the user's ~/.ssh/authorized_keys through exec, as a client does
+    (`user` makes a QEMU guest's agent set HOME; a sandbox exec's HOME is its rootfs/root)."""
+    script = 'mkdir -p "$HOME/.ssh" && cat >> "$HOME/.ssh/authorized_keys"'
+    start = microvmexec_pb2.ExecStart(uid=uid, cmd=script, shell=True, user=user, has_stdin=True)
+    assert_exit_last(await run(client, start, stdin=[public_key.encode() + b"\n"]), 0)
+
+
+async def known_hosts(client: Client, uid: str, path: Path) -> Path:
+    """A known_hosts file at path naming the MicroVM's host key under the alias uid, read
+    through exec (`HOST_KEY_PUB`)."""
+    start = microvmexec_pb2.ExecStart(uid=uid, cmd="cat", args=[HOST_KEY_PUB], cwd="/")
+    responses = await run(client, start)
+    assert_exit_last(responses, 0)
+    key_type, key = joined(responses, "stdout").decode().split()[:2]
+    path.write_text(f"{uid} {key_type} {key}\n")
+    return path
+
+
+def ssh_command(
+    target: str, uid: str, key: Path, known: Path, *command: str, user: str = "root"
+) -> list[str]:
+    """`ssh` to the MicroVM uid through the fake at target (`ssh_shim` as its ProxyCommand),
+    with only key, the host key checked against known (StrictHostKeyChecking=yes), no config."""
+    shim, _ = module_command("batteryop.testing.fake_flintlock.ssh_shim")
+    proxy = shlex.join([*shim, target, uid])
+    return [
+        "ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", f"HostKeyAlias={uid}", "-o", f"ProxyCommand={proxy}",
+        "-o", "ConnectTimeout=60", "-l", user, uid, *command,
+    ]  # fmt: skip
+
+
+def ssh_env() -> dict[str, str]:
+    """The environment for `ssh_command`: PYTHONPATH for the shim."""
+    return module_command("batteryop.testing.fake_flintlock.ssh_shim")[1]
