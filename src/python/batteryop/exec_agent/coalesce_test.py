@@ -63,7 +63,7 @@ async def settle() -> None:
 
 @pytest.mark.req("EA-020")
 async def test_messages_already_waiting_join_at_once() -> None:
-    outbox = Outbox(COALESCE_BYTES)
+    outbox: Outbox[Frame] = Outbox(COALESCE_BYTES)
     for fill in (b"b", b"c"):
         await outbox.put(out(CHUNK, fill))
     await outbox.put(out(10, b"d"))
@@ -100,7 +100,7 @@ async def test_streaming_output_waits_for_more_up_to_the_coalesce_limit(
 
 @pytest.mark.req("EA-020")
 async def test_streaming_output_waits_at_most_the_linger() -> None:
-    outbox = Outbox(COALESCE_BYTES)
+    outbox: Outbox[Frame] = Outbox(COALESCE_BYTES)
     first = out(CHUNK)
     loop = asyncio.get_running_loop()
     began = loop.time()
@@ -111,7 +111,7 @@ async def test_streaming_output_waits_at_most_the_linger() -> None:
 
 @pytest.mark.req("EA-020")
 async def test_the_joined_message_stops_at_the_coalesce_limit() -> None:
-    outbox = Outbox(4 * COALESCE_BYTES)
+    outbox: Outbox[Frame] = Outbox(4 * COALESCE_BYTES)
     for _ in range(COALESCE_BYTES // CHUNK):
         await outbox.put(out(CHUNK))
     joined, held = await asyncio.wait_for(_coalesce(out(CHUNK), outbox, linger=True), DONE_WITHIN)

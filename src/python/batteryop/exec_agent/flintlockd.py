@@ -1,4 +1,4 @@
-"""This Host's flintlockd, as the agent reaches it: mutual TLS, one channel, three calls.
+"""This Host's flintlockd, as the agent reaches it: mutual TLS, one channel, four calls.
 
 The agent only ever dials the one endpoint its config names, which `config.parse` has checked
 is an address of this Host (EA-001). The channel verifies flintlockd's serving certificate
@@ -8,10 +8,11 @@ EA-066). When the client certificate is renewed, `use_credentials` opens a new c
 calls; the old channel closes once its running calls end (an exec may run for hours: TLS checks
 a certificate at the handshake only, so a running call is not affected).
 
-Calls: `ServerInfo` and `GetMicroVM` with the call deadline, and `ExecCommand` as a raw stream
+Calls: `ServerInfo` and `GetMicroVM` with the call deadline; `ExecCommand` as a raw stream
 the relay drives, whose answers arrive as `frames.Frame` (the bytes flintlockd sent, read no
-further than the relay needs). gRPC errors pass through as `grpc.aio.AioRpcError`: the relay
-and the servicer decide what each means to the caller.
+further than the relay needs); and `SSHProxy` (`ssh_relay`), whose answers arrive as the bytes
+flintlockd sent. gRPC errors pass through as `grpc.aio.AioRpcError`: the relays and the
+servicer decide what each means to the caller.
 
 Requirements: EA-001, EA-066, EA-126.
 """
@@ -30,6 +31,7 @@ from google.protobuf import empty_pb2
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2
 from batteryop.api.closing import AsyncClosing
 from batteryop.exec_agent import memory
 from batteryop.exec_agent.config import AgentConfig, AgentConfigError
@@ -41,6 +43,12 @@ ExecCall: TypeAlias = grpc.aio.StreamStreamCall
 EXEC_SERVICE: Final = microvmexec_pb2.DESCRIPTOR.services_by_name["MicroVMExec"].full_name
 """`microvmexec.services.api.v1alpha1.MicroVMExec`: flintlockd's, which the agent serves too."""
 EXEC_COMMAND: Final = f"/{EXEC_SERVICE}/ExecCommand"
+SSH_PROXY_SERVICE: Final = microvmsshproxy_pb2.DESCRIPTOR.services_by_name[
+    "MicroVMSSHProxy"
+].full_name
+"""`microvmsshproxy.services.api.v1alpha1.MicroVMSSHProxy`: flintlockd's, which the agent
+serves too."""
+SSH_PROXY: Final = f"/{SSH_PROXY_SERVICE}/SSHProxy"
 
 
 def _read(flag: str, path: Path) -> bytes:
@@ -88,6 +96,10 @@ class Flintlockd(AsyncClosing):
             EXEC_COMMAND,
             request_serializer=microvmexec_pb2.ExecCommandRequest.SerializeToString,
             response_deserializer=read_frame,
+        )
+        # Responses stay the bytes flintlockd sent; `ssh_relay` checks each decodes.
+        self._ssh = channel.stream_stream(
+            SSH_PROXY, request_serializer=microvmsshproxy_pb2.SSHProxyRequest.SerializeToString
         )
 
     @classmethod
@@ -146,4 +158,10 @@ class Flintlockd(AsyncClosing):
     def exec_command(self) -> ExecCall:
         """Open an `ExecCommand` stream with no deadline (a command may run for hours)."""
         call: ExecCall = self._exec()
+        return call
+
+    def ssh_proxy(self) -> ExecCall:
+        """Open an `SSHProxy` stream with no deadline (a shell may stay open for hours); its
+        responses are the serialized `SSHProxyResponse`s flintlockd sent."""
+        call: ExecCall = self._ssh()
         return call

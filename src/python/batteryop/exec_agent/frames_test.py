@@ -146,7 +146,7 @@ class Upstream:
 
 @pytest.mark.req("EA-020", "EA-101")
 async def test_a_malformed_message_from_flintlockd_ends_the_stream_unavailable() -> None:
-    outbox = Outbox(1024 * 1024)
+    outbox: Outbox[Frame] = Outbox(1024 * 1024)
     upstream = Upstream([Response(stdout=b"ok").SerializeToString(), b"\x0a\x05ab"])
     await asyncio.wait_for(_from_flintlockd(upstream, outbox), 10)  # type: ignore[arg-type]
     first = outbox.get_nowait()
@@ -161,7 +161,7 @@ async def test_a_malformed_message_from_flintlockd_ends_the_stream_unavailable()
 
 @pytest.mark.req("EA-020")
 async def test_an_exit_code_ends_the_reading() -> None:
-    outbox = Outbox(1024 * 1024)
+    outbox: Outbox[Frame] = Outbox(1024 * 1024)
     exit_wire = Response(exit_code=0).SerializeToString()
     upstream = Upstream([exit_wire, Response(stdout=b"late").SerializeToString()])
     await asyncio.wait_for(_from_flintlockd(upstream, outbox), 10)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from batteryop.api.claim import MicroVMClaim
 from batteryop.api.clock import FakeClock
 from batteryop.exec_agent.auth import Authorizer, Caller
 from batteryop.exec_agent.errors import Check, RefusedError
-from batteryop.exec_agent.frames import read_frame
+from batteryop.exec_agent.frames import Frame, read_frame
 from batteryop.exec_agent.limits import (
     FailedAuthLimiter,
     IdentityLimiter,
@@ -201,7 +201,7 @@ Response = microvmexec_pb2.ExecCommandResponse
 
 @pytest.mark.req("EA-105")
 async def test_the_relay_buffer_is_bounded_by_bytes_and_a_refusal_jumps_the_queue() -> None:
-    outbox = Outbox(100 * 1024)
+    outbox: Outbox[Frame] = Outbox(100 * 1024)
     chunk = read_frame(Response(stdout=b"x" * 40 * 1024).SerializeToString())
     for _ in range(3):
         await outbox.put(chunk)  # 120 KiB now: the box is over its limit

@@ -17,7 +17,7 @@ code and message become the call's status. In order:
    before this passes; then take a stream slot for the claim (`streams.ClaimStreams.admit`,
    RESOURCE_EXHAUSTED when none is free, EA-105), which from now on ends the stream with a
    refusal as soon as the claim no longer allows it, or its lease expires (EA-106): at once,
-   from outside the handler, whether or not the caller reads (`_Ending`, EA-115);
+   from outside the handler, whether or not the caller reads (`Ending`, EA-115);
 4. within `open_timeout` (EA-021), and together: `GetMicroVM` on flintlockd (it answers for the
    MicroVM), and `ExecCommand` opened with the start. Timeout: UNAVAILABLE; flintlockd's own
    refusal keeps its code;
@@ -39,7 +39,7 @@ Whatever ends the exchange (exit status, failure, the caller cancelling or its d
 upstream stream is cancelled on the way out, so a command is never left running for a caller
 who is gone (flintlockd ends the guest session when its RPC ends; EA-102). The end of the claim
 does not wait for the way out, which a caller that stopped reading holds up (gRPC resumes the
-handler only once the caller took the message it sends): `_Ending` cancels the upstream call
+handler only once the caller took the message it sends): `Ending` cancels the upstream call
 and the tasks relaying stdin and output at once, and the handler itself `END_GRACE_SECONDS`
 later if it has not ended (EA-115). Backpressure holds end to end: at most `buffer_bytes` of
 responses (plus the one being added) wait between flintlockd and a slow caller (`Outbox`);
@@ -59,14 +59,14 @@ import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
 import grpc
 import grpc.aio
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.exec_agent import memory
-from batteryop.exec_agent.auth import Authorizer
+from batteryop.exec_agent.auth import Authorizer, Caller
 from batteryop.exec_agent.errors import Check, RefusedError
 from batteryop.exec_agent.flintlockd import ExecCall, Flintlockd
 from batteryop.exec_agent.frames import EXIT_CODE, MALFORMED, STDERR, STDOUT, Frame, joined_output
@@ -110,7 +110,13 @@ def is_exit(frame: Frame) -> bool:
     return frame.kind == EXIT_CODE
 
 
-class Outbox:
+T = TypeVar("T")
+R = TypeVar("R")
+"""A request as it arrives decoded (None when it did not decode)."""
+"""What an outbox holds: exec frames, or another stream's responses (`ssh_relay`)."""
+
+
+class Outbox(Generic[T]):
     """flintlockd's responses waiting for the caller, bounded by their bytes, which a refusal
     can end at once.
 
@@ -121,7 +127,7 @@ class Outbox:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._items: collections.deque[Frame | RefusedError] = collections.deque()
+        self._items: collections.deque[T | RefusedError] = collections.deque()
         self._bytes = 0
         self._failed: RefusedError | None = None
         self._readable = asyncio.Event()
@@ -136,7 +142,7 @@ class Outbox:
     def empty(self) -> bool:
         return self._failed is None and not self._items
 
-    async def put(self, item: Frame | RefusedError) -> bool:
+    async def put(self, item: T | RefusedError) -> bool:
         """Add `item` once fewer than `limit` bytes wait; False (and nothing added) if the
         stream failed: the writer stops (nothing is read from flintlockd for nobody)."""
         await self._writable.wait()
@@ -149,7 +155,7 @@ class Outbox:
             self._writable.clear()
         return True
 
-    def get_nowait(self) -> Frame | RefusedError:
+    def get_nowait(self) -> T | RefusedError:
         if self._failed is not None:
             return self._failed
         item = self._items.popleft()
@@ -160,7 +166,7 @@ class Outbox:
             self._readable.clear()
         return item
 
-    async def get(self) -> Frame | RefusedError:
+    async def get(self) -> T | RefusedError:
         await self._readable.wait()
         return self.get_nowait()
 
@@ -184,8 +190,11 @@ class Outbox:
             self._writable.set()
 
 
-def _size(item: Frame | RefusedError) -> int:
-    return len(item.wire) if isinstance(item, Frame) else 0
+def _size(item: object) -> int:
+    """An item's bytes as they came on the wire (a refusal or an end mark: none)."""
+    if isinstance(item, Frame):
+        return len(item.wire)
+    return len(item) if isinstance(item, bytes) else 0
 
 
 class ExecRelay:
@@ -218,27 +227,18 @@ class ExecRelay:
     ) -> AsyncIterator[bytes]:
         """Authorize, open and relay one exec stream (see the module docstring); what it
         yields are the caller's messages, serialized (`frames`)."""
-        first = asyncio.ensure_future(self._first_message(requests))
+        caller, first = await authenticated_first(
+            self._authorizer, requests, metadata, peer, self._open_timeout
+        )
         try:
-            try:
-                caller = await self._authorizer.authenticate(metadata, read_claim=True, peer=peer)
-            finally:
-                # Refused or not, the status goes out only once the start is in (step 1).
-                await asyncio.wait([first])
-        except BaseException:
-            first.cancel()  # a no-op unless this call itself was cancelled
-            if first.done() and not first.cancelled():
-                first.exception()  # retrieved: the refusal is what the caller gets
-            raise
-        try:
-            start = _valid_start(first.result(), self._open_timeout)
+            start = _valid_start(first, self._open_timeout)
         except BaseException:
             if caller.claim_read is not None:
                 caller.claim_read.task.cancel()
             raise
         claim = await self._authorizer.authorize(caller, start.uid)
-        outbox = Outbox(self._buffer_bytes)
-        ending = _Ending(outbox, self._end_grace)
+        outbox: Outbox[Frame] = Outbox(self._buffer_bytes)
+        ending: Ending[Frame] = Ending(outbox, self._end_grace)
         stream = self._streams.admit(caller, claim, start.uid, end=ending.end)  # EA-105, EA-106
         ending.release = lambda: self._streams.release(stream)
         try:
@@ -262,69 +262,27 @@ class ExecRelay:
         (EA-105, EA-121), if any."""
         return await self._authorizer.turn_away(peer, metadata)
 
-    async def _first_message(
-        self, requests: AsyncIterator[Request | None]
-    ) -> Request | None | _End:
-        """The caller's first message (None: it did not decode), `_END` if the caller closed
-        its side first, `_TIMEOUT` if nothing came within `open_timeout`."""
-        try:
-            async with asyncio.timeout(self._open_timeout):
-                return await anext(requests, _END)
-        except TimeoutError:
-            return _TIMEOUT
-
-    async def _open(self, start: microvmexec_pb2.ExecStart, ending: _Ending) -> ExecCall:
-        """EA-021: flintlockd answers for the MicroVM and takes the start, in time.
-
-        The `GetMicroVM` probe and the stream with its start go out together (the command may
-        start before the probe's answer is in); a probe that fails or is late cancels the stream.
-        """
-        started = time.perf_counter()
+    async def _open(self, start: microvmexec_pb2.ExecStart, ending: Ending[Frame]) -> ExecCall:
+        """EA-021: flintlockd answers for the MicroVM and takes the start, in time."""
         call = self._flintlockd.exec_command()
-        ending.call = call
-        probe = asyncio.ensure_future(self._flintlockd.get_microvm(start.uid))
-        sending = asyncio.ensure_future(call.write(Request(start=start)))
-        try:
-            async with asyncio.timeout(self._open_timeout):
-                try:
-                    await probe
-                except grpc.aio.AioRpcError as e:
-                    raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
-                try:
-                    await sending
-                except grpc.aio.AioRpcError as e:
-                    raise flintlockd_failure(e.code(), e.details(), "ExecCommand") from None
-                except asyncio.InvalidStateError:
-                    # The stream ended before the start went out: flintlockd refused it.
-                    code, details = await call.code(), await call.details()
-                    raise flintlockd_failure(code, details, "ExecCommand") from None
-        except TimeoutError:
-            call.cancel()
-            ending.raise_if_ended()
-            raise RefusedError(
-                UNAVAILABLE,
-                Check.FLINTLOCKD,
-                f"flintlockd did not take the stream within {self._open_timeout:g}s",
-            ) from None
-        except BaseException:
-            call.cancel()
-            ending.raise_if_ended()  # the claim's refusal, not the cancelled call's
-            raise
-        finally:
-            for future in (probe, sending):
-                future.cancel()
-                if future.done() and not future.cancelled():
-                    future.exception()  # retrieved: a failure was reported above, or moot
-            observe(self._observer, Phase.FLINTLOCKD_OPEN, started)
-        ending.raise_if_ended()
+        await open_upstream(
+            self._flintlockd,
+            call,
+            Request(start=start),
+            start.uid,
+            ending,
+            what="ExecCommand",
+            timeout=self._open_timeout,
+            observer=self._observer,
+        )
         return call
 
     async def _relay(
         self,
         requests: AsyncIterator[Request | None],
         call: ExecCall,
-        outbox: Outbox,
-        ending: _Ending,
+        outbox: Outbox[Frame],
+        ending: Ending,
         *,
         has_stdin: bool,
     ) -> AsyncIterator[bytes]:
@@ -361,7 +319,7 @@ class ExecRelay:
 
 
 async def _coalesce(
-    first: Frame, outbox: Outbox, *, linger: bool
+    first: Frame, outbox: Outbox[Frame], *, linger: bool
 ) -> tuple[Frame, Frame | RefusedError | None]:
     """`first` (stdout or stderr) joined with the outbox's next messages of the same kind, up to
     `COALESCE_BYTES`, and the first item that could not join (sent next).
@@ -402,7 +360,7 @@ async def _coalesce(
     return joined_output(first.kind, chunks, size), held
 
 
-class _Ending:
+class Ending(Generic[T]):
     """Ends one stream from outside its handler, whatever the handler is doing (EA-106).
 
     The handler relays in an async generator that gRPC resumes only once the caller took the
@@ -414,14 +372,14 @@ class _Ending:
     stream's slot and cancels the handler's task, unless the handler ended first (`finish`).
     """
 
-    def __init__(self, outbox: Outbox, grace: float) -> None:
+    def __init__(self, outbox: Outbox[T], grace: float) -> None:
         self._outbox = outbox
         self._grace = grace
         self._handler = asyncio.current_task()
         self._ended: RefusedError | None = None
         self._finished = False
         self._timer: asyncio.TimerHandle | None = None
-        self.call: ExecCall | None = None
+        self.call: grpc.aio.StreamStreamCall | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.release: Callable[[], None] = _nothing
         """Frees the stream's slot (`ClaimStreams.release`)."""
@@ -471,23 +429,115 @@ class _Turns:
         self.stdin = False
 
 
-class _End:
+class NoFirst:
     """The caller closed its side before sending anything (or sent nothing in time)."""
 
 
-_END: Final = _End()
-_TIMEOUT: Final = _End()
+ENDED: Final = NoFirst()
+TIMED_OUT: Final = NoFirst()
 
 
-def _valid_start(first: Request | None | _End, open_timeout: float) -> microvmexec_pb2.ExecStart:
+async def open_upstream(
+    flintlockd: Flintlockd,
+    call: grpc.aio.StreamStreamCall,
+    first: object,
+    uid: str,
+    ending: Ending[Any],
+    *,
+    what: str,
+    timeout: float,
+    observer: PhaseObserver | None,
+) -> None:
+    """EA-021: flintlockd answers for the MicroVM `uid` and takes the stream `call` with its
+    `first` message, within `timeout`.
+
+    The `GetMicroVM` probe and the stream with its first message go out together (a command
+    may start before the probe's answer is in); a probe that fails or is late cancels the
+    stream. Refusals name `what` (the call) and keep flintlockd's code (`flintlockd_failure`).
+    """
+    started = time.perf_counter()
+    ending.call = call
+    probe = asyncio.ensure_future(flintlockd.get_microvm(uid))
+    sending = asyncio.ensure_future(call.write(first))
+    try:
+        async with asyncio.timeout(timeout):
+            try:
+                await probe
+            except grpc.aio.AioRpcError as e:
+                raise flintlockd_failure(e.code(), e.details(), "GetMicroVM") from None
+            try:
+                await sending
+            except grpc.aio.AioRpcError as e:
+                raise flintlockd_failure(e.code(), e.details(), what) from None
+            except asyncio.InvalidStateError:
+                # The stream ended before the first message went out: flintlockd refused it.
+                code, details = await call.code(), await call.details()
+                raise flintlockd_failure(code, details, what) from None
+    except TimeoutError:
+        call.cancel()
+        ending.raise_if_ended()
+        raise RefusedError(
+            UNAVAILABLE,
+            Check.FLINTLOCKD,
+            f"flintlockd did not take the stream within {timeout:g}s",
+        ) from None
+    except BaseException:
+        call.cancel()
+        ending.raise_if_ended()  # the claim's refusal, not the cancelled call's
+        raise
+    finally:
+        for future in (probe, sending):
+            future.cancel()
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: a failure was reported above, or moot
+        observe(observer, Phase.FLINTLOCKD_OPEN, started)
+    ending.raise_if_ended()
+
+
+async def first_message(requests: AsyncIterator[R], open_timeout: float) -> R | NoFirst:
+    """The caller's first message (None: it did not decode), `ENDED` if the caller closed its
+    side first, `TIMED_OUT` if nothing came within `open_timeout`."""
+    try:
+        async with asyncio.timeout(open_timeout):
+            return await anext(requests, ENDED)
+    except TimeoutError:
+        return TIMED_OUT
+
+
+async def authenticated_first(
+    authorizer: Authorizer,
+    requests: AsyncIterator[R],
+    metadata: Iterable[tuple[str, str | bytes]] | None,
+    peer: str | None,
+    open_timeout: float,
+) -> tuple[Caller, R | NoFirst]:
+    """Step 1 of the module doc, for any stream whose first message names the MicroVM: the
+    caller, authenticated, and its first message (`first_message`). A refusal is raised only
+    once the first message is in, or the stream ended, or `open_timeout` passed."""
+    first = asyncio.ensure_future(first_message(requests, open_timeout))
+    try:
+        try:
+            caller = await authorizer.authenticate(metadata, read_claim=True, peer=peer)
+        finally:
+            # Refused or not, the status goes out only once the first message is in.
+            await asyncio.wait([first])
+    except BaseException:
+        first.cancel()  # a no-op unless this call itself was cancelled
+        if first.done() and not first.cancelled():
+            first.exception()  # retrieved: the refusal is what the caller gets
+        raise
+    return caller, first.result()
+
+
+def _valid_start(first: Request | None | NoFirst, open_timeout: float) -> microvmexec_pb2.ExecStart:
     """The start message the first message must be (step 2 of the module doc)."""
-    if first is _TIMEOUT:
+    if first is TIMED_OUT:
         raise RefusedError(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             Check.REQUEST,
             f"no start message within {open_timeout:g}s",
         )
-    if first is _END:
+    if first is ENDED:
         raise RefusedError(INVALID_ARGUMENT, Check.REQUEST, "the stream ended before a start")
     if first is None:
         raise RefusedError(
@@ -539,7 +589,7 @@ async def _from_flintlockd(call: ExecCall, outbox: Outbox) -> None:
 async def _to_flintlockd(
     requests: AsyncIterator[Request | None],
     call: ExecCall,
-    outbox: Outbox,
+    outbox: Outbox[Frame],
     turns: _Turns,
     *,
     has_stdin: bool,

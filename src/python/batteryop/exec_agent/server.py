@@ -52,7 +52,8 @@ from batteryop.exec_agent.errors import RefusalObserver
 from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.limits import FailedAuthLimiter, IdentityLimiter
 from batteryop.exec_agent.relay import ExecRelay
-from batteryop.exec_agent.servicer import ExecServicer, MicroVMServicer
+from batteryop.exec_agent.servicer import ExecServicer, MicroVMServicer, SSHProxyServicer
+from batteryop.exec_agent.ssh_relay import SSHProxyRelay
 from batteryop.exec_agent.streams import ClaimStreams
 from batteryop.exec_agent.timing import PhaseObserver
 from batteryop.obs.supervisor import Supervisor
@@ -203,7 +204,17 @@ class AgentServer:
             buffer_bytes=config.relay_buffer_bytes,
             observer=observer,
         )
-        self._server.add_generic_rpc_handlers((ExecServicer(relay, refusals).handler(),))
+        ssh = SSHProxyRelay(  # EA-130: the exec path's authorization and stream slots
+            authorizer,
+            flintlockd,
+            streams=self.streams,
+            open_timeout=config.exec_open_timeout.total_seconds(),
+            buffer_bytes=config.relay_buffer_bytes,
+            observer=observer,
+        )
+        self._server.add_generic_rpc_handlers(
+            (ExecServicer(relay, refusals).handler(), SSHProxyServicer(ssh, refusals).handler())
+        )
         microvms_pb2_grpc.add_MicroVMServicer_to_server(
             MicroVMServicer(authorizer, flintlockd, refusals), self._server
         )

@@ -1,10 +1,11 @@
-"""The exec API the agent serves: flintlock's `MicroVMExec`, and `ServerInfo` and `GetMicroVM` of
-flintlock's `MicroVM` (EA-003). A client that speaks flintlockd's exec API works unchanged, plus a
-bearer token.
+"""The exec API the agent serves: flintlock's `MicroVMExec` and `MicroVMSSHProxy`, and
+`ServerInfo` and `GetMicroVM` of flintlock's `MicroVM` (EA-003, EA-130). A client that speaks
+flintlockd's exec or SSH proxy API works unchanged, plus a bearer token.
 
 - `ExecCommand`: `relay.ExecRelay` (authorization, then the relay). Its requests are decoded
   here (`decode_request`), so a message that does not decode reaches the relay as None and is
   refused with INVALID_ARGUMENT by name instead of failing inside gRPC.
+- `SSHProxy`: `ssh_relay.SSHProxyRelay`, the same way.
 - `ServerInfo`: authenticated callers only (steps 1-2 of `auth`); answers what this Host's
   flintlockd answers.
 - `GetMicroVM`: authorized for the requested uid (all of `auth`), then flintlockd's answer.
@@ -36,10 +37,12 @@ from google.protobuf.message import DecodeError
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.exec_agent import ssh_relay
 from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusalObserver, RefusedError
-from batteryop.exec_agent.flintlockd import EXEC_SERVICE, Flintlockd
+from batteryop.exec_agent.flintlockd import EXEC_SERVICE, SSH_PROXY_SERVICE, Flintlockd
 from batteryop.exec_agent.relay import ExecRelay, flintlockd_failure
+from batteryop.exec_agent.ssh_relay import SSHProxyRelay
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,40 @@ class ExecServicer:
             self.ExecCommand, request_deserializer=decode_request
         )
         return grpc.method_handlers_generic_handler(EXEC_SERVICE, {"ExecCommand": method})
+
+
+class SSHProxyServicer:
+    """`MicroVMSSHProxy.SSHProxy` over `ssh_relay.SSHProxyRelay` (EA-130): turned away, refused
+    and counted as `ExecCommand` is."""
+
+    def __init__(self, relay: SSHProxyRelay, refusals: RefusalObserver | None = None) -> None:
+        self._relay = relay
+        self._refusals = refusals
+
+    async def SSHProxy(
+        self,
+        request_iterator: AsyncIterator[ssh_relay.Request | None],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[ssh_relay.Response]:
+        limited = await self._relay.turn_away(context.peer(), context.invocation_metadata())
+        if limited is not None:
+            await refuse(context, limited, "SSHProxy", self._refusals)
+        try:
+            async for response in self._relay.run(
+                request_iterator, context.invocation_metadata(), context.peer()
+            ):
+                yield response
+        except RefusedError as e:
+            await refuse(context, e, "SSHProxy", self._refusals)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's handler, decoding requests with `ssh_relay.decode_request`."""
+        method = grpc.stream_stream_rpc_method_handler(
+            self.SSHProxy,
+            request_deserializer=ssh_relay.decode_request,
+            response_serializer=ssh_relay.Response.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(SSH_PROXY_SERVICE, {"SSHProxy": method})
 
 
 class MicroVMServicer(microvms_pb2_grpc.MicroVMServicer):

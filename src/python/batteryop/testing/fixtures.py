@@ -44,7 +44,9 @@ def pki(tmp_path: Path) -> Pki:
 
 @pytest_asyncio.fixture
 async def flintlockd(pki: Pki) -> AsyncIterator[FakeFlintlockd]:
-    async with FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls) as host:
+    async with FakeFlintlockd.start(
+        address=FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls, ssh_proxy=True
+    ) as host:
         yield host
 
 
