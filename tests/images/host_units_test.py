@@ -100,6 +100,7 @@ def test_flintlockd_waits_for_its_gates_and_certificates_and_keeps_hypervisors()
         assert f"ConditionPathExists={names['FLINTLOCKD_CERT_DIR']}/{name}" in unit
     assert "KillMode=process" in unit
     assert "--tls-client-validate" in unit and "--enable-exec-api" in unit
+    assert "--enable-ssh-proxy-api" in unit  # EA-130: `battery shell` through the agent
     assert "--containerd-hosts-dir=${CONTAINERD_HOSTS_DIR}" in unit
     assert "--bridge-name=${BATTERY_BRIDGE}" in unit
     assert "--insecure" not in unit and "--enable-http" not in unit

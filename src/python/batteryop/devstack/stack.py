@@ -424,6 +424,7 @@ class Stack:
                 f"--tls-key={f.cert_dir / names.TLS_KEY_FILE}",
                 f"--tls-client-ca={f.cert_dir / names.CLIENT_CA_BUNDLE_KEY}",
                 f"--guests={self.guests}",
+                "--enable-ssh-proxy-api",  # as the Host Image's flintlockd.service (EA-130)
             ),
             ready_url=f"{h.flintlockd_control}/status",
         )

@@ -323,6 +323,7 @@ def start_flintlockd(
             f"--tls-key={names.FLINTLOCKD_CERT_DIR}/{names.TLS_KEY_FILE}",
             f"--tls-client-ca={names.FLINTLOCKD_CERT_DIR}/client-ca.crt",
             f"--state-dir={member.state / 'flintlockd'}",
+            "--enable-ssh-proxy-api",  # as the Host Image's flintlockd.service
         ],
         member=member,
         env=env,
