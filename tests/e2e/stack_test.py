@@ -62,6 +62,7 @@ from batteryop.testing.host_registry_env import (
     until_event,
 )
 from batteryop.testing.polling import wait_until
+from batteryop.testing.terminal import Terminal
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -282,6 +283,55 @@ async def test_battery_run_execs_right_after_the_bind_and_releases(stack: Stack)
     name = err.split("claim ", 1)[1].split(":", 1)[0]
     async with stack.kube() as kube:
         await until(kube, CLAIMS, name, lambda b: b is None, what="released")
+
+
+@pytest.mark.req("CC-118", "EA-130")
+async def test_battery_shell_gives_a_pty_whose_size_and_ctrl_c_reach_the_remote_side(
+    stack: Stack,
+) -> None:
+    """`battery shell` typed into a terminal, as a person uses it: the remote side has a PTY of
+    the terminal's size, a window change reaches it, Ctrl-C interrupts the remote command (the
+    terminal is raw: no SIGINT reaches `battery`), and the shell's exit code is battery's."""
+    claim = await bound_claim_via_cli(stack)
+    name = claim["metadata"]["name"]
+    terminal = Terminal(f"battery shell {name}", stack.cli_env(), rows=33, columns=101)
+    try:
+        terminal.type(b"stty size; echo SIZE-$((1 + 1))\n")
+        await terminal.wait_for("SIZE-2", 60)
+        assert "33 101" in terminal.text, terminal.text
+        terminal.resize(40, 120)
+        terminal.type(b"stty size; echo RESIZED-$((2 + 1))\n")
+        await terminal.wait_for("RESIZED-3", 30)
+        assert "40 120" in terminal.text.split("RESIZED-$")[-1], terminal.text
+        terminal.type(b"sleep 60; echo SLEPT-$((3 + 1))\n")
+        await terminal.wait_for("sleep 60", 30)  # echoed: the remote shell has it
+        terminal.type(b"\x03")
+        terminal.type(b"echo ALIVE-$((4 + 1))\n")
+        await terminal.wait_for("ALIVE-5", 30)
+        assert "SLEPT-4" not in terminal.text  # the sleep was interrupted, not waited out
+        terminal.type(b"exit 7\n")
+        assert await terminal.exited(30) == 7, terminal.text
+    finally:
+        terminal.close()
+    # Without a terminal: the command's output and exit code, no PTY.
+    code, out, err = await cli(stack, "shell", name, "--", "sh", "-c", "tty; echo 'a b'; exit 4")
+    assert (code, out) == (4, "not a tty\na b\n"), err
+    await release_via_cli(stack, name)
+    # `battery run -it`: claim, the command on a PTY, release.
+    run = Terminal(
+        f"battery run -it {demo.POOL} -- sh -c 'stty size; exit 5'",
+        stack.cli_env(),
+        rows=21,
+        columns=77,
+    )
+    try:
+        assert await run.exited(120) == 5, run.text
+        assert "21 77" in run.text, run.text
+    finally:
+        run.close()
+    ran = run.text.split("claim ", 1)[1].split(":", 1)[0]
+    async with stack.kube() as kube:
+        await until(kube, CLAIMS, ran, lambda b: b is None, what="released")
 
 
 @pytest.mark.req("EA-011", "EA-012")

@@ -42,6 +42,7 @@ from batteryop.client._exceptions import (
     NoAgentAddressError,
     PoolExhaustedError,
     PoolNotFoundError,
+    ShellError,
 )
 from batteryop.client._models import ClaimInfo, ExecResult, Pending, Timeouts
 
@@ -80,6 +81,7 @@ __all__ = [
     "Pending",
     "PoolExhaustedError",
     "PoolNotFoundError",
+    "ShellError",
     "Timeouts",
 ]
 

@@ -63,6 +63,7 @@ from batteryop.client._exec import (
     ExecRequest,
     ExecTransport,
     OutputSink,
+    SSHTransport,
     bytes_source,
     check_serving_ca,
 )
@@ -921,24 +922,7 @@ class AsyncClaim:
 
         The result holds the exit code and the agent's error messages (no output).
         """
-        self.raise_if_lost()
-        transport = await self._client._exec_transport()
-        address = self.agent_address
-        if not address:
-            # The Host may have reported its agent since the claim was read.
-            with _mapped(f"reading claim {self.name}", self.name):
-                try:
-                    body = await self._client._kube.get(CLAIMS, self.name, self.namespace)
-                except NotFoundError:
-                    body = None
-            self.observe(None if body is None else _core.parse_claim(body))
-            self.raise_if_lost()
-            address = self.agent_address
-        if not address:
-            raise NoAgentAddressError(
-                f"claim {self.name}: Host {self.node_name} has published no Exec Agent address",
-                claim=self.name,
-            )
+        transport, address = await _route(self)
         request = ExecRequest(
             microvm_uid=self.microvm_uid,
             argv=tuple(argv),
@@ -963,6 +947,20 @@ class AsyncClaim:
             e.claim = self.name
             raise
         return ExecResult(code, errors=tuple(errors))
+
+    async def proxy_ssh(self, upstream: AsyncIterable[bytes], downstream: OutputSink) -> None:
+        """Relay `upstream` to the guest's sshd and its answers to `downstream` until the guest
+        closes (EA-130, CC-118): what an ssh client's ProxyCommand does (`battery shell`)."""
+        transport, address = await _route(self)
+        if not isinstance(transport, SSHTransport):
+            raise ConfigError("the client's exec transport cannot relay ssh (no proxy_ssh)")
+        try:
+            await transport.proxy_ssh(
+                address, await self.token(), self.microvm_uid, upstream, downstream
+            )
+        except ClientError as e:
+            e.claim = self.name
+            raise
 
     # -- release (CC-021) ------------------------------------------------------------------
 
@@ -994,3 +992,27 @@ class AsyncClaim:
         tb: TracebackType | None,
     ) -> None:
         await self.release()
+
+
+async def _route(claim: AsyncClaim) -> tuple[ExecTransport, str]:
+    """The transport and the agent address a call into `claim`'s MicroVM takes; the claim is
+    read again when its Host had published no agent address yet."""
+    claim.raise_if_lost()
+    transport = await claim._client._exec_transport()
+    address = claim.agent_address
+    if not address:
+        # The Host may have reported its agent since the claim was read.
+        with _mapped(f"reading claim {claim.name}", claim.name):
+            try:
+                body = await claim._client._kube.get(CLAIMS, claim.name, claim.namespace)
+            except NotFoundError:
+                body = None
+        claim.observe(None if body is None else _core.parse_claim(body))
+        claim.raise_if_lost()
+        address = claim.agent_address
+    if not address:
+        raise NoAgentAddressError(
+            f"claim {claim.name}: Host {claim.node_name} has published no Exec Agent address",
+            claim=claim.name,
+        )
+    return transport, address

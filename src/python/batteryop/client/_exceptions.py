@@ -18,6 +18,8 @@ client makes the call and chained (`raise ... from`), never leaked. No message c
         │                             claim is still held
         └── ExecError                 a command could not be run to its end
             ├── NoAgentAddressError   the claim's status names no Exec Agent address
+            ├── ShellError            a shell could not be opened (no ssh client here, no
+            │                         sshd in the MicroVM)
             ├── ExecUnavailableError  the agent could not be reached, or the stream was cut
             │                         before an exit code came
             ├── ExecPermissionError   the agent refused the token (UNAUTHENTICATED,
@@ -90,6 +92,11 @@ class ExecError(ClientError):
 
 class NoAgentAddressError(ExecError):
     """The claim's status names no Exec Agent address (the Host has not reported one)."""
+
+
+class ShellError(ExecError):
+    """A shell could not be opened in a MicroVM (CC-118): no OpenSSH client on this machine,
+    or the MicroVM showed no ssh host key (its image runs no sshd)."""
 
 
 class FileTransferError(ClientError):

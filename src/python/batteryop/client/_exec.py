@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from batteryop.client._exceptions import ConfigError
 from batteryop.client._wire import encode_start
@@ -55,6 +55,21 @@ class ExecTransport(Protocol):
     ) -> int: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SSHTransport(Protocol):
+    """An `ExecTransport` that can also relay the guest's sshd (`GrpcExecTransport` can; a
+    consumer's own exec double need not)."""
+
+    async def proxy_ssh(
+        self,
+        address: str,
+        token: str,
+        microvm_uid: str,
+        upstream: AsyncIterable[bytes],
+        downstream: OutputSink,
+    ) -> None: ...
 
 
 def check_serving_ca(serving_ca: bytes) -> bytes:

@@ -378,6 +378,11 @@ class Claim:
             )
         )
 
+    def proxy_ssh(self, upstream: Iterable[bytes], downstream: Callable[[bytes], None]) -> None:
+        """See `AsyncClaim.proxy_ssh`; `upstream` is read on a thread of its own, as
+        `exec_stream`'s stdin is."""
+        self._portal.call(self._async.proxy_ssh(_iterate_in_thread(upstream), downstream))
+
     def detach(self) -> None:
         self._portal.call(self._async.detach(), finish=True)
 

@@ -34,6 +34,9 @@ from batteryop.client._exec import ExecRequest, OutputSink, check_serving_ca, de
 EXEC_METHOD = "/microvmexec.services.api.v1alpha1.MicroVMExec/ExecCommand"
 """The wire name of the one RPC the client calls (the Exec Agent serves flintlock's)."""
 
+SSH_METHOD = "/microvmsshproxy.services.api.v1alpha1.MicroVMSSHProxy/SSHProxy"
+"""flintlock's SSH proxy, which the Exec Agent relays (`battery shell`, `battery ssh-proxy`)."""
+
 STDIN_CHUNK_BYTES = 64 * 1024
 """The largest stdin message sent (gRPC's default limit per message is 4 MiB)."""
 
@@ -98,6 +101,23 @@ class GrpcExecTransport:
         for channel in channels.values():
             await channel.close()
 
+    async def _ready(self, address: str) -> grpc.aio.Channel:
+        """The channel to `address`, connected within the open timeout: an agent that is not
+        there fails fast with a clear cause instead of hanging the stream. A kept channel
+        that is already connected goes straight on (no task, no timer)."""
+        if not address:
+            raise ExecUnavailableError("no Exec Agent address to dial")
+        channel = self._channel(address)
+        try:
+            if channel.get_state() != grpc.ChannelConnectivity.READY:
+                await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
+        except (*TIMEOUT_ERRORS, grpc.aio.AioRpcError) as e:
+            raise ExecUnavailableError(
+                f"could not connect to the Exec Agent at {address} within "
+                f"{self._open_timeout:g}s (is its certificate signed by the configured CA?)"
+            ) from e
+        return channel
+
     async def run(
         self,
         address: str,
@@ -109,20 +129,7 @@ class GrpcExecTransport:
         stderr: OutputSink,
         errors: Callable[[str], None],
     ) -> int:
-        if not address:
-            raise ExecUnavailableError("no Exec Agent address to dial")
-        channel = self._channel(address)
-        try:
-            # Wait for the TLS connection within the open timeout, so an agent that is not
-            # there fails fast with a clear cause instead of hanging the stream. A kept
-            # channel that is already connected goes straight on (no task, no timer).
-            if channel.get_state() != grpc.ChannelConnectivity.READY:
-                await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
-        except (*TIMEOUT_ERRORS, grpc.aio.AioRpcError) as e:
-            raise ExecUnavailableError(
-                f"could not connect to the Exec Agent at {address} within "
-                f"{self._open_timeout:g}s (is its certificate signed by the configured CA?)"
-            ) from e
+        channel = await self._ready(address)
         # The messages go as bytes: `_requests` encodes them, `_wire` decodes the answers.
         call = channel.stream_stream(EXEC_METHOD, response_deserializer=_wire.read_response)(
             _requests(request, stdin),
@@ -149,6 +156,45 @@ class GrpcExecTransport:
             call.cancel()  # the agent (and flintlockd) kill the command
             raise
         raise ExecUnavailableError(f"the exec stream from {address} ended without an exit code")
+
+    async def proxy_ssh(
+        self,
+        address: str,
+        token: str,
+        microvm_uid: str,
+        upstream: AsyncIterable[bytes],
+        downstream: OutputSink,
+    ) -> None:
+        """Relay bytes to the guest's sshd and back through the agent's `MicroVMSSHProxy`
+        (EA-130), until the guest closes its side (the call ends OK): `upstream` ending
+        half-closes towards the guest. A call that fails is an `ExecUnavailableError` (or an
+        `ExecPermissionError` when refused)."""
+        channel = await self._ready(address)
+        call = channel.stream_stream(SSH_METHOD, response_deserializer=_wire.read_ssh_response)(
+            _ssh_requests(microvm_uid, upstream),
+            metadata=(("authorization", f"Bearer {token}"),),  # CC-020: on every call
+        )
+        try:
+            async for kind, value in call:
+                if kind == _wire.MALFORMED:
+                    call.cancel()
+                    raise ExecUnavailableError(
+                        f"the Exec Agent at {address} sent a malformed answer: {value}"
+                    )
+                if isinstance(value, bytes) and value:
+                    await deliver(downstream, value)
+        except grpc.aio.AioRpcError as e:
+            raise _exec_error(address, e) from e
+        except asyncio.CancelledError:
+            call.cancel()  # the agent (and flintlockd) close the guest's connection
+            raise
+
+
+async def _ssh_requests(uid: str, upstream: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    yield _wire.encode_ssh_uid(uid)
+    async for data in upstream:
+        for offset in range(0, len(data), STDIN_CHUNK_BYTES):
+            yield _wire.encode_ssh_data(data[offset : offset + STDIN_CHUNK_BYTES])
 
 
 async def _requests(

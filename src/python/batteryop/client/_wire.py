@@ -170,3 +170,44 @@ def read_response(data: bytes) -> Response:
         return decode_response(data)
     except ValueError as e:
         return MALFORMED, str(e)
+
+
+# -- flintlock's MicroVMSSHProxy (`battery shell`, `battery ssh-proxy`) ------------------------
+# `SSHProxyRequest{uid = 1 string | data = 2 bytes}` up, `SSHProxyResponse{data = 1 bytes}` down
+# (src/protos/.../microvmsshproxy.proto); `wire_test` holds these to the generated code too.
+
+
+def encode_ssh_uid(uid: str) -> bytes:
+    """`SSHProxyRequest{uid}`, the stream's first message."""
+    return _len_field(1, uid.encode("utf-8"))
+
+
+def encode_ssh_data(data: bytes) -> bytes:
+    """`SSHProxyRequest{data}`."""
+    return _len_field(2, data)
+
+
+def decode_ssh_response(data: bytes) -> bytes:
+    """`SSHProxyResponse.data` from its bytes (the last on the wire wins; unknown fields are
+    skipped). Raises `ValueError` on a malformed message."""
+    value = b""
+    at, end = 0, len(data)
+    while at < end:
+        number, wire, at = _read_tag(data, at)
+        if number == 1 and wire == LEN:
+            size, at = decode_varint(data, at)
+            if at + size > end:
+                raise ValueError("truncated field")
+            value = data[at : at + size]
+            at += size
+        else:
+            at = _skip(data, at, number, wire)
+    return value
+
+
+def read_ssh_response(data: bytes) -> Response:
+    """`decode_ssh_response` as gRPC's deserializer: `(STDOUT, data)`, or `(MALFORMED, why)`."""
+    try:
+        return STDOUT, decode_ssh_response(data)
+    except ValueError as e:
+        return MALFORMED, str(e)

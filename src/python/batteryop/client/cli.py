@@ -6,12 +6,16 @@
     battery release CLAIM              delete the claim (and its Secret)
     battery ls                         the namespace's claims
     battery run POOL -- CMD...         claim, run CMD, release; exit with CMD's exit code
+    battery shell CLAIM [-- CMD...]    a terminal (or CMD on a PTY with -t) in the MicroVM
+    battery run -it POOL -- CMD...     claim, run CMD on a PTY through ssh, release
+    battery ssh-proxy CLAIM            an ssh ProxyCommand to the MicroVM's sshd
 
 Arguments are parsed with click and progress is drawn with rich (both widely used, typed,
 and small); the spinner shows on a terminal only, elsewhere each pending reason is one line on
 stderr. Every failure is one line on stderr, `battery: error: <cause>`, and a non-zero exit:
 1 for `claim`, `release` and `ls`; 125 for `exec` and `run`, whose other exit codes are the
-remote command's own. Ctrl-C exits 130; during `run` it releases the claim first (CC-005,
+remote command's own (`shell` and `run -t` exit with ssh's, 255 when ssh itself failed).
+Ctrl-C exits 130; during `run` it releases the claim first (CC-005,
 CC-021), and a second Ctrl-C while it does so only says so (CC-108). A claim waits for Bound
 at most `--timeout` seconds (default 300) and fails at once on a Pool that does not exist
 unless `--wait-for-pool` (CC-113). No token is ever printed.
@@ -373,6 +377,11 @@ _INTERACTIVE = click.option(
 )
 
 
+_TTY = click.option(
+    "-t", "--tty", is_flag=True, help="Run COMMAND on a PTY, through the MicroVM's sshd."
+)
+
+
 @cli.command(
     "exec",
     context_settings={**CONTEXT, "ignore_unknown_options": True},
@@ -508,6 +517,7 @@ def ls(ctx: click.Context) -> None:  # CC-105
 @_FALLBACK
 @_WAIT_FOR_CAPACITY
 @_INTERACTIVE
+@_TTY
 @click.pass_context
 def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     ctx: click.Context,
@@ -519,11 +529,17 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
     fallback: tuple[str, ...],
     wait_for_capacity: timedelta | None,
     interactive: bool,
+    tty: bool,
 ) -> None:
     """Claim a MicroVM from POOL, run COMMAND in it, release it; exit with COMMAND's code.
 
-    Ctrl-C (or SIGTERM) releases the claim before exiting.
+    Ctrl-C (or SIGTERM) releases the claim before exiting; with -t, Ctrl-C goes to COMMAND.
     """
+    if tty and not sys.stdin.isatty():
+        _fail("-t needs a terminal on stdin", 2)
+    if tty:
+        with _errors(EXIT_EXEC_ERROR):
+            _need_ssh()
     code = EXIT_EXEC_ERROR
     with _errors(EXIT_EXEC_ERROR):
         client = _client(ctx, bind_timeout=timeout, execs=True)
@@ -539,10 +555,89 @@ def run(  # CC-106, CC-107, CC-108 (Ctrl-C releases first)
                 )
             with held:  # CC-021: released on the way out, also on Ctrl-C
                 click.echo(_describe(held, pool), err=True)
-                code = _run_in(held, command, interactive)
+                if tty:
+                    code = _shell_in(held, command, user="", tty=True)
+                else:
+                    code = _run_in(held, command, interactive)
         finally:
             client.close()
     sys.exit(code)
+
+
+@cli.command(context_settings={**CONTEXT, "ignore_unknown_options": True})
+@click.argument("claim_name", metavar="CLAIM")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--user",
+    default="",
+    help="Guest user to log in as (default: the one commands run as; root in our guest image).",
+)
+@click.option(
+    "-t/-T",
+    "--tty/--no-tty",
+    default=None,
+    help="Force a PTY for COMMAND (-t) or none (-T); default: a PTY for a shell on a terminal.",
+)
+@click.pass_context
+def shell(  # CC-118
+    ctx: click.Context, claim_name: str, command: tuple[str, ...], user: str, tty: bool | None
+) -> None:
+    """Open a shell (or run COMMAND) in the MicroVM of CLAIM through its sshd, with a PTY:
+    window size and Ctrl-C reach the remote side. Exits with ssh's exit code."""
+    with _errors(EXIT_EXEC_ERROR):
+        _need_ssh()
+        client = _client(ctx, execs=True)
+        try:
+            held = client.attach(claim_name, hold=True)
+            _warn_host_not_ready(held)
+            code = _shell_in(held, command, user=user, tty=tty)
+            held.detach()
+        finally:
+            client.close()
+    sys.exit(code)
+
+
+def _need_ssh() -> None:
+    """Fail before anything is claimed or read when there is no ssh to run (CC-118)."""
+    from batteryop.client._shell import find_ssh
+
+    find_ssh()
+
+
+def _shell_in(held: Claim, command: tuple[str, ...], *, user: str, tty: bool | None) -> int:
+    """ssh into `held`'s MicroVM through a `_shell.Session`, our own SIGINT ignored meanwhile
+    (on a PTY the terminal sends Ctrl-C to the remote side as a byte; without one, ssh gets
+    the signal and ends the remote command); ssh's exit code."""
+    import subprocess
+
+    from batteryop.client._shell import Session
+
+    with Session(held, user=user) as session:
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            code = subprocess.call(session.ssh_argv(command, tty=tty))
+        finally:
+            signal.signal(signal.SIGINT, before)
+        session.wait(5.0)
+        if session.error is not None and code == 255:
+            raise session.error
+    return code
+
+
+@cli.command("ssh-proxy", context_settings=CONTEXT)
+@click.argument("claim_name", metavar="CLAIM")
+@click.pass_context
+def ssh_proxy(ctx: click.Context, claim_name: str) -> None:  # CC-118
+    """Relay stdin and stdout to the sshd of CLAIM's MicroVM, for ssh, scp or sftp:
+    ssh -o ProxyCommand='battery ssh-proxy %n' root@CLAIM (with your key in the guest)."""
+    with _errors(EXIT_EXEC_ERROR):
+        client = _client(ctx, execs=True)
+        try:
+            held = client.attach(claim_name, hold=True)
+            held.proxy_ssh(_stdin_chunks(), _sink(sys.stdout))
+            held.detach()
+        finally:
+            client.close()
 
 
 def _interrupt(signum: int, frame: object) -> None:

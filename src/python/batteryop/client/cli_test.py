@@ -191,7 +191,7 @@ def test_the_command_flushes_its_output_and_keeps_its_exit_code_as_it_exits_at_o
 
     helped = battery("--help")
     assert helped.returncode == 0
-    assert helped.stdout.splitlines()[-1].split()[:2] == ["run", "Claim"]  # the last line
+    assert helped.stdout.splitlines()[-1].split()[:2] == ["ssh-proxy", "Relay"]  # the last line
     usage = battery("exec", "c1")
     assert usage.returncode == 2
     assert usage.stderr.startswith("battery: error: ") and usage.stderr.count("\n") == 1

@@ -174,3 +174,35 @@ def test_the_command_s_client_never_imports_protobuf() -> None:
 def test_as_grpc_s_deserializer_a_malformed_answer_is_named_not_raised() -> None:
     assert _wire.read_response(b"\x0a\x05ab") == (_wire.MALFORMED, "truncated field")
     assert _wire.read_response(b"\x18\x07") == (_wire.EXIT_CODE, 7)
+
+
+# -- MicroVMSSHProxy's two messages -------------------------------------------------------
+
+
+@PROPERTY
+@given(st.text(max_size=40), st.binary(max_size=200))
+def test_ssh_requests_parse_in_the_generated_code(uid: str, data: bytes) -> None:
+    from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2
+
+    first = microvmsshproxy_pb2.SSHProxyRequest.FromString(_wire.encode_ssh_uid(uid))
+    assert first.uid == uid
+    assert first.WhichOneof("payload") == "uid"  # set, even when empty (a oneof's field)
+    later = microvmsshproxy_pb2.SSHProxyRequest.FromString(_wire.encode_ssh_data(data))
+    assert later.data == data
+
+
+@PROPERTY
+@given(st.binary(max_size=200), st.integers(min_value=2, max_value=1000), st.binary(max_size=20))
+def test_ssh_responses_decode_as_the_generated_code_serializes_them(
+    data: bytes, unknown: int, extra: bytes
+) -> None:
+    from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2
+
+    wire = microvmsshproxy_pb2.SSHProxyResponse(data=data).SerializeToString()
+    # An unknown length-delimited field, as a newer flintlockd might add.
+    wire += encode_varint(unknown << 3 | 2) + encode_varint(len(extra)) + extra
+    assert _wire.read_ssh_response(wire) == (_wire.STDOUT, data)
+    cut = microvmsshproxy_pb2.SSHProxyResponse(data=data + b"x").SerializeToString()[:-1]
+    assert _wire.read_ssh_response(cut)[0] == _wire.MALFORMED
+    with pytest.raises(DecodeError):
+        microvmsshproxy_pb2.SSHProxyResponse.FromString(cut)
