@@ -32,12 +32,36 @@ start and exit around them). `imports_ms` is `python -X importtime` on the impor
 command's module, by top-level package (importtime itself adds to each). `stream_seconds` is
 the 100 MiB run less the p50 of `true`: the stream alone.
 
-BATTERYOP_BENCH=1: 200 `--help`, 30 `run -- true` and 100 MiB; otherwise a smoke pass.
+`battery shell` (issue 45) is typed into a pseudo-terminal, as a person uses it, on one claim
+held throughout:
+
+    {"bench": "shell_first_output", "guests": ..., "n": ..., "p50_ms": ..., "p99_ms": ...}
+    {"bench": "shell_keystroke", "guests": ..., "n": ..., "p50_ms": ..., "p99_ms": ...}
+
+- `shell_first_output`: from starting `battery shell CLAIM -t -- sh -c 'printf READY; exec
+  cat'` to `READY` on the terminal: the command's start, the claim's reads, the key's grant
+  over exec, ssh's start, its key exchange and login through the Exec Agent and flintlockd's
+  SSH proxy, and the remote command's start. A login shell's prompt comes at the same point
+  (its first output), so this is the time to the first prompt.
+- `shell_keystroke`: in that session, one byte typed until the remote PTY's echo of it is on
+  the terminal: the whole round trip through ssh, the agent and the guest, one at a time.
+
+`battery cp` of one file in and out (issue 45), with the peak RSS of `battery` (its rusage) and
+of the claim's Exec Agent (VmHWM, since the stack started):
+
+    {"bench": "battery_cp", "mib": ..., "in_mib_per_s": ..., "out_mib_per_s": ...,
+     "client_peak_rss_mib": {"in": ..., "out": ...}, "agent_peak_rss_mib": ...}
+
+The fake flintlockd runs sandbox guests, or QEMU guests with BATTERYOP_BENCH_GUESTS=qemu.
+
+BATTERYOP_BENCH=1: 200 `--help`, 30 `run -- true`, 100 MiB, 20 shells, 500 keystrokes and
+1 GiB through `cp`; otherwise a smoke pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import filecmp
 import json
 import os
 import statistics
@@ -52,19 +76,24 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from bench.stats import FULL, latency_figures
-from e2e.driver import until
+from e2e.driver import cli, until
 
 from batteryop.client.wheel_test import make_venv, pip_install, pyenv_python, the_wheel
 from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE
 from batteryop.devstack.stack import Stack, running
 from batteryop.kube.client import KubeClient
-from batteryop.kube.resources import POOLS
+from batteryop.kube.resources import CLAIMS, POOLS
+from batteryop.testing.terminal import Terminal
 
 HELP_RUNS = 200 if FULL else 10
 RUN_RUNS = 30 if FULL else 3
 PROBE_RUNS = 30 if FULL else 2
 MIB = 100 if FULL else 10
+SHELLS = 20 if FULL else 2
+KEYSTROKES = 500 if FULL else 20
+CP_MIB = 1024 if FULL else 16
+GUESTS = os.environ.get("BATTERYOP_BENCH_GUESTS", "sandbox")
 WARM = 3
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -134,7 +163,7 @@ def test_battery_help_wall_time(tmp_path: Path) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    async with running(tmp_path_factory.mktemp("devstack"), Path(".")) as up:
+    async with running(tmp_path_factory.mktemp("devstack"), Path("."), guests=GUESTS) as up:
         yield up
 
 
@@ -329,3 +358,113 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                 }
             )
         )
+
+
+async def typed(terminal: Terminal, key: bytes) -> float:
+    """Seconds from typing `key` to its echo on the terminal."""
+    seen = len(terminal.output)
+    started = time.perf_counter()
+    terminal.type(key)
+    async with asyncio.timeout(30):
+        while key not in terminal.output[seen:]:
+            terminal.changed.clear()
+            await terminal.changed.wait()
+    return time.perf_counter() - started
+
+
+async def test_a_shell_opens_and_echoes_keystrokes(stack: Stack) -> None:
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+    code, out, err = await cli(stack, "claim", demo.POOL)
+    assert code == 0, err
+    name = out.strip()
+    opened: list[float] = []
+    keystrokes: list[float] = []
+    try:
+        for i in range(SHELLS):
+            started = time.perf_counter()
+            terminal = Terminal(
+                f"battery shell {name} -t -- sh -c 'printf READY; exec cat'", stack.cli_env()
+            )
+            try:
+                await terminal.wait_for("READY", 120)
+                opened.append(time.perf_counter() - started)
+                if i == 0:
+                    for _ in range(KEYSTROKES):
+                        keystrokes.append(await typed(terminal, b"k"))
+                terminal.type(b"\x04")  # ^D: cat sees the end of its input
+                assert await terminal.exited(30) == 0, terminal.text
+            finally:
+                terminal.close()
+    finally:
+        await cli(stack, "release", name)
+    load = [round(x, 1) for x in os.getloadavg()]
+    for bench, samples in (("shell_first_output", opened), ("shell_keystroke", keystrokes)):
+        figures = {"bench": bench, "guests": GUESTS, **latency_figures(samples)}
+        figures["loadavg_1_5_15"] = load
+        print()
+        print(json.dumps(figures))
+    assert len(opened) == SHELLS and len(keystrokes) == KEYSTROKES
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A running process's peak resident set (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def timed_battery(env: Mapping[str, str], *args: str) -> tuple[float, float]:
+    """`battery args`: its seconds and its peak RSS in MiB (its own rusage, from wait4)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        ["battery", *args], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(env)
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    spent = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.stderr is not None
+    assert process.returncode == 0, process.stderr.read().decode()
+    return spent, round(usage.ru_maxrss / 1024, 1)
+
+
+async def test_battery_cp_of_one_file_in_and_out(stack: Stack, tmp_path: Path) -> None:
+    async with stack.kube() as kube:
+        await demo.apply_pool(kube)
+    code, out, err = await cli(stack, "claim", demo.POOL)
+    assert code == 0, err
+    name = out.strip()
+    try:
+        big = tmp_path / "big"
+        with big.open("wb") as f:  # not all zeros: nothing on the way may shrink it
+            block = os.urandom(1024 * 1024)
+            for _ in range(CP_MIB):
+                f.write(block)
+        env = stack.cli_env()
+        seconds_in, rss_in = await asyncio.to_thread(
+            timed_battery, env, "cp", str(big), f"{name}:big"
+        )
+        back = tmp_path / "back"
+        seconds_out, rss_out = await asyncio.to_thread(
+            timed_battery, env, "cp", f"{name}:big", str(back)
+        )
+        assert back.stat().st_size == big.stat().st_size
+        async with stack.kube() as kube:
+            node = (await kube.get(CLAIMS, name, DEMO_NAMESPACE))["status"]["host"]["nodeName"]
+        agent = peak_rss_mib(stack.running(f"exec-agent-{node}").popen.pid)
+    finally:
+        await cli(stack, "release", name)
+    figures = {
+        "bench": "battery_cp",
+        "guests": GUESTS,
+        "mib": CP_MIB,
+        "in_mib_per_s": round(CP_MIB / seconds_in, 1),
+        "out_mib_per_s": round(CP_MIB / seconds_out, 1),
+        "client_peak_rss_mib": {"in": rss_in, "out": rss_out},
+        "agent_peak_rss_mib": agent,
+        "loadavg_1_5_15": [round(x, 1) for x in os.getloadavg()],
+    }
+    print()
+    print(json.dumps(figures))
+    assert filecmp.cmp(big, back, shallow=False)
