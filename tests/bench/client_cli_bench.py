@@ -392,7 +392,7 @@ async def test_a_shell_opens_and_echoes_keystrokes(stack: Stack) -> None:
                 if i == 0:
                     for _ in range(KEYSTROKES):
                         keystrokes.append(await typed(terminal, b"k"))
-                terminal.type(b"\x04")  # ^D: cat sees the end of its input
+                terminal.type(b"\n\x04")  # end the line, then ^D: cat sees the end of its input
                 assert await terminal.exited(30) == 0, terminal.text
             finally:
                 terminal.close()
