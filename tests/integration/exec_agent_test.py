@@ -53,7 +53,9 @@ async def test_a_bound_claims_holder_runs_a_command_through_its_hosts_agent(
     api = admin_client(controlplane)
     async with contextlib.AsyncExitStack() as stack:
         fl = await stack.enter_async_context(
-            FakeFlintlockd.start(address=harness.FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls)
+            FakeFlintlockd.start(
+                address=harness.FLINTLOCKD_ADDRESS, tls=pki.flintlockd_tls, ssh_proxy=True
+            )
         )
         battery = await stack.enter_async_context(
             FakeBattery.start(hosts=[HostConfig(HOST, fl.target, battery_tls)])

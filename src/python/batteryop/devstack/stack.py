@@ -7,7 +7,8 @@
    the Host Nodes (`cluster`), and the processes' identities (TokenRequest kubeconfigs);
 3. the CSR approver (`csr-approver` pex), then per Host its Exec Agent (`exec-agent` pex),
    which gets its certificates by CSR, then the Host's fake flintlockd on the Host's own
-   loopback address with those certificates (mutual TLS);
+   loopback address with those certificates (mutual TLS), serving exec and the SSH proxy
+   (`--enable-ssh-proxy-api`);
 4. battery: the fake battery as its own process, with poolmgrd's flags and config file,
    answering battery main's `HostAdmin.AddHost`/`RemoveHost` (`--host-api`);
 5. the host registry (`host-registry` pex, acting as the operator's ServiceAccount as its

@@ -14,7 +14,9 @@
 - `run_exec`, `requests_of`, `joined`: calling the agent as a client would.
 
 The fake flintlockd runs with `FakeFlintlockd.start(address=FLINTLOCKD_ADDRESS,
-tls=pki.flintlockd_tls)`: mutual TLS, the agent's client certificate the only way in.
+tls=pki.flintlockd_tls, ssh_proxy=True)`: mutual TLS, the agent's client certificate the only way
+in, with `MicroVMSSHProxy` served beside `MicroVMExec` (each sandbox MicroVM's sshd starts on its
+first SSH stream: `fake_flintlock.sshd`).
 """
 
 from __future__ import annotations

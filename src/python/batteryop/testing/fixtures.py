@@ -4,7 +4,7 @@ written once.
 
 The Exec Agent's world, over `batteryop.testing.exec_agent`: `cluster`, the real control plane
 prepared for the agent once per session; `pki`, a PKI per test; `flintlockd`, a fake flintlockd
-process with mutual TLS; `agent_identity`, the agent's own ServiceAccount credentials; `agent`,
+process with mutual TLS, serving exec and the SSH proxy; `agent_identity`, the agent's own ServiceAccount credentials; `agent`,
 the agent as a real TLS gRPC server acting as that identity; `holders`, claims and their tokens
 in a fresh namespace.
 
