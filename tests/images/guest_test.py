@@ -187,6 +187,52 @@ def test_the_debian_rootfs_carries_the_guest_agent_built_from_its_pinned_source(
         assert done.stdout.strip() == guest_agent.pinned_source().version, done
 
 
+@pytest.mark.req("GI-027", "GI-014")
+def test_the_debian_rootfs_has_sshd_on_loopback_with_no_host_key(
+    debian_rootfs: tuple[str, Path],
+) -> None:
+    arch, root = debian_rootfs
+    sshd = (root / "usr/sbin/sshd").read_bytes()[:20]
+    assert sshd[:4] == b"\x7fELF" and sshd[18:20] == ELF_MACHINE[arch]
+    assert list((root / "etc/ssh").glob("ssh_host_*")) == []
+    (account,) = (
+        line for line in (root / "etc/passwd").read_text().splitlines() if line.startswith("sshd:")
+    )
+    assert account.split(":")[5:] == ["/run/sshd", "/usr/sbin/nologin"]
+    wants = root / "etc/systemd/system"
+    assert (wants / "multi-user.target.wants/ssh.service").is_symlink()
+    assert (wants / "ssh.service.wants/ssh-host-key.service").is_symlink()
+    unit = (root / "usr/lib/systemd/system/ssh-host-key.service").read_text()
+    assert "Before=ssh.service" in unit and "ssh-keygen" in unit
+    host_sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin")
+    if host_sshd is not None:  # the guest's configuration as sshd reads it (`sshd -T`)
+        key = root / "etc/ssh/ssh_host_ed25519_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        try:
+            config = root / "etc/ssh/sshd_config"
+            text = config.read_text().replace("/etc/ssh/", f"{root}/etc/ssh/")
+            (root / "sshd_config.test").write_text(text)
+            drop_in = (root / "etc/ssh/sshd_config.d/10-battery.conf").read_text()
+            (root / "etc/ssh/sshd_config.d/10-battery.conf").write_text(
+                drop_in.replace("/etc/ssh/", f"{root}/etc/ssh/")
+            )
+            done = _sh(host_sshd, "-T", "-f", root / "sshd_config.test")
+            (root / "etc/ssh/sshd_config.d/10-battery.conf").write_text(drop_in)
+        finally:
+            key.unlink()
+            key.with_name(key.name + ".pub").unlink()
+            (root / "sshd_config.test").unlink(missing_ok=True)
+        assert done.returncode == 0, done.stderr
+        settings = set(done.stdout.splitlines())
+        assert {
+            "listenaddress 127.0.0.1:22",
+            "passwordauthentication no",
+            "kbdinteractiveauthentication no",
+            "permitrootlogin without-password",
+            f"hostkey {root}/etc/ssh/ssh_host_ed25519_key",
+        } <= settings
+
+
 @pytest.mark.req("GI-032")
 def test_the_check_fails_a_rootfs_that_breaks_the_rules(
     debian_rootfs: tuple[str, Path], tmp_path: Path
@@ -201,6 +247,9 @@ def test_the_check_fails_a_rootfs_that_breaks_the_rules(
     )
     shadow = root / "etc/shadow"
     shadow.write_text(shadow.read_text().replace("root:*:", "root:$6$salt$hash:"))
+    (root / "etc/ssh/ssh_host_ed25519_key").write_text("baked\n")
+    conf = root / "etc/ssh/sshd_config.d/10-battery.conf"
+    conf.write_text(conf.read_text().replace("PasswordAuthentication no", "#"))
     subprocess.run(
         [
             "systemctl",
@@ -208,6 +257,7 @@ def test_the_check_fails_a_rootfs_that_breaks_the_rules(
             "disable",
             "systemd-resolved.service",
             "guest-agent.service",
+            "ssh.service",
         ],
         check=True,
         capture_output=True,
@@ -220,5 +270,8 @@ def test_the_check_fails_a_rootfs_that_breaks_the_rules(
         "guest-agent.service is not enabled",
         "networkd does not leave eth0 alone",
         "/etc/shadow holds a password hash",
+        "ssh.service is not enabled",
+        "sshd_config.d/10-battery.conf does not say PasswordAuthentication no",
+        "an SSH host key is baked in: /etc/ssh/ssh_host_ed25519_key",
     ):
         assert f"check-rootfs: FAIL: {failure}" in done.stderr

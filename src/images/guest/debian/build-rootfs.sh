@@ -7,8 +7,8 @@
 #    signed index);
 # 2. dpkg-deb -x unpacks each into DIR (no maintainer script runs: foreign architectures need
 #    no emulator);
-# 3. the accounts and the files maintainer scripts would have made, then rootfs/files and
-#    configure-rootfs.sh, as in the image.
+# 3. the accounts and the files maintainer scripts would have made (sshd's among them), then
+#    rootfs/files and configure-rootfs.sh, as in the image.
 # 4. GI-020, GI-026: with --guest-agent DIR (flintlock's guest agent for ARCH, `guest-agent` and
 #    upstream's `guest-agent.service`, as batteryop.testing.guest_agent builds them from the
 #    pinned source), the agent where its .deb puts it, its unit enabled by configure-rootfs.sh.
@@ -82,6 +82,15 @@ cp "$out/usr/share/base-passwd/group.master" "$out/etc/group"
 sed 's/^\([^:]*\):.*/\1:*:19000:0:99999:7:::/' "$out/etc/passwd" >"$out/etc/shadow"
 chmod 0640 "$out/etc/shadow"
 mkdir -p "$out/var/lib/dbus"
+# GI-027: what openssh-server's maintainer script would have made: the privilege separation
+# account `sshd` (a free system uid from 100, group nogroup, home /run/sshd, which ssh.service's
+# RuntimeDirectory makes) and /etc/ssh/sshd_config from the package's template. Not the host
+# keys: every MicroVM makes its own at first boot (ssh-host-key.service).
+uid=100
+while cut -d: -f3 "$out/etc/passwd" | grep -qx "$uid"; do uid=$((uid + 1)); done
+echo "sshd:x:$uid:65534::/run/sshd:/usr/sbin/nologin" >>"$out/etc/passwd"
+echo "sshd:*:19000:0:99999:7:::" >>"$out/etc/shadow"
+install -m 0644 "$out/usr/share/openssh/sshd_config" "$out/etc/ssh/sshd_config"
 # What libpam-runtime's pam-auth-update would have written from usr/share/pam-configs/unix:
 # without them login (the console's autologin) fails with "PAM Failure".
 for kind in auth account password session session-noninteractive; do

@@ -1,6 +1,7 @@
 #!/bin/sh
 # GI-032: the check stage of a guest root filesystem: the guest agent and networkd installed and
-# enabled, machine-id and fstab empty, networkd leaving eth0 alone, no password or key.
+# enabled, machine-id and fstab empty, networkd leaving eth0 alone, no password or key; sshd
+# (GI-027) installed and enabled with its account, on 127.0.0.1 only, keys only, no host key.
 #   check-rootfs.sh --root DIR [--without-agent]
 # --without-agent: for a tree built without flintlock's guest agent (the Debian rootfs built in
 # this repository's tests, which cannot download the agent); says so in its output.
@@ -26,7 +27,7 @@ if [ "$agent" = yes ]; then
 else
   echo "check-rootfs: no guest agent in this tree (--without-agent): not checked" >&2
 fi
-for bin in systemd networkctl ip; do
+for bin in systemd networkctl ip sshd; do
   found=no
   for dir in usr/lib/systemd usr/bin bin usr/sbin sbin; do
     [ -e "$root/$dir/$bin" ] && found=yes
@@ -43,6 +44,21 @@ fi
 if [ -f "$root/etc/shadow" ] && awk -F: '$2 !~ /^(\*|!.*|)$/ {found=1} END {exit !found}' "$root/etc/shadow"; then
   fail "/etc/shadow holds a password hash"
 fi
+# GI-027: sshd's drop-in, its privilege separation account, its units, no host key baked in.
+ssh_conf=$root/etc/ssh/sshd_config.d/10-battery.conf
+for line in 'ListenAddress 127.0.0.1' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' \
+  'PermitRootLogin prohibit-password'; do
+  grep -qx "$line" "$ssh_conf" 2>/dev/null || fail "sshd_config.d/10-battery.conf does not say $line"
+done
+grep -qE '^Include /etc/ssh/sshd_config.d/\*\.conf' "$root/etc/ssh/sshd_config" 2>/dev/null ||
+  fail "/etc/ssh/sshd_config does not include sshd_config.d"
+grep -q '^sshd:' "$root/etc/passwd" 2>/dev/null || fail "no sshd account in /etc/passwd"
+for unit in ssh.service ssh-host-key.service; do
+  enabled "$unit" || fail "$unit is not enabled"
+done
+for key in "$root"/etc/ssh/ssh_host_*; do
+  [ -e "$key" ] && fail "an SSH host key is baked in: ${key#"$root"}"
+done
 keys=$(grep -rlE -- '-----BEGIN ([A-Z]+ )?PRIVATE KEY-----' "$root/etc" "$root/root" 2>/dev/null)
 [ -z "$keys" ] || fail "private keys: $keys"
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Configure a guest root filesystem tree (the image at build time, or a tree unpacked from
-# packages): units enabled, an empty machine-id and fstab, no password. POSIX sh.
+# packages): units enabled, an empty machine-id and fstab, no password, no SSH host key. POSIX sh.
 #   configure-rootfs.sh --root DIR
 set -eu
 [ "${1:-}" = --root ] || { echo "usage: configure-rootfs.sh --root DIR" >&2; exit 2; }
@@ -25,3 +25,12 @@ if [ -e "$root/usr/lib/systemd/system/guest-agent.service" ] || [ -e "$root/lib/
   systemctl --root="$root" enable guest-agent.service
 fi
 systemctl --root="$root" mask systemd-timesyncd.service
+
+# GI-027: sshd starts at boot behind its own host key, made at first boot by ssh-host-key.service;
+# the keys openssh-server's maintainer script made (in the Ubuntu image) are removed. ssh.socket
+# (Ubuntu's default) is disabled: ssh.service listens itself, on 127.0.0.1 only.
+rm -f "$root"/etc/ssh/ssh_host_*
+if [ -e "$root/usr/lib/systemd/system/ssh.service" ] || [ -e "$root/lib/systemd/system/ssh.service" ]; then
+  systemctl --root="$root" disable ssh.socket 2>/dev/null || true
+  systemctl --root="$root" enable ssh.service ssh-host-key.service
+fi
