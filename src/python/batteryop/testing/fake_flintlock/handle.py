@@ -247,8 +247,9 @@ class FakeFlintlockd:
         return [(t["spawn_ms"] / 1000, t["run_ms"] / 1000) for t in answer["timings"]]
 
     async def guests(self) -> list[dict[str, Any]]:
-        """Each running QEMU guest: uid, pid (QEMU's), agent_port, boot_seconds (QEMU's start
-        to the agent's first ping), rss_kib, accelerator. Empty with sandboxes."""
+        """Each running QEMU guest: uid, pid (QEMU's), agent_port, ssh_port (forwarded to the
+        agent's SSH port), boot_seconds (QEMU's start to the agent's first ping), rss_kib,
+        accelerator. Empty with sandboxes."""
         answer = await self._control("GET", "/guests")
         guests: list[dict[str, Any]] = answer["guests"]
         return guests

@@ -1,6 +1,7 @@
-"""The fake flintlockd's QEMU guests (GI-101, TD-010): a MicroVM is a real Linux guest of the
-Debian guest image, readiness is the guest agent's ping, commands run in the guest through the
-agent, the spec's vCPUs and memory are the guest's, and a killed QEMU makes the MicroVM gone.
+"""The fake flintlockd's QEMU guests (GI-101, GI-102, TD-010): a MicroVM is a real Linux guest
+of the Debian guest image, readiness is the guest agent's ping, commands run in the guest through
+the agent, a real `ssh` reaches the guest's sshd through MicroVMSSHProxy and the agent's SSH
+port, the spec's vCPUs and memory are the guest's, and a killed QEMU makes the MicroVM gone.
 One guest is booted for the module (TCG is slow); the figures the docs quote are printed."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,9 +31,14 @@ from batteryop.testing.fake_flintlock.testkit import (
     ADDRESS,
     Client,
     assert_exit_last,
+    authorize,
+    client_key,
     joined,
+    known_hosts,
     make_spec,
     run,
+    ssh_command,
+    ssh_env,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -43,7 +50,7 @@ async def qemu() -> AsyncIterator[Client]:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 not found: install Debian's qemu-system-x86")
     async with (
-        FakeFlintlockd.start(address=ADDRESS, guests="qemu") as host,
+        FakeFlintlockd.start(address=ADDRESS, guests="qemu", ssh_proxy=True) as host,
         grpc.aio.insecure_channel(host.target) as channel,
     ):
         client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
@@ -115,6 +122,56 @@ async def _round_trip(client: Client, uid: str) -> float:
     started = time.perf_counter()
     assert_exit_last(await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="true")), 0)
     return time.perf_counter() - started
+
+
+async def _ssh(client: Client, key: Path, known: Path, *argv: str) -> tuple[float, str, str]:
+    """(seconds, stdout, stderr) of one `ssh` to the module's guest; fails unless it exits 0."""
+    command = ssh_command(client.host.target, _uid(client), key, known, *argv)
+    started = time.perf_counter()
+    done = await asyncio.to_thread(
+        subprocess.run, command, env=ssh_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return time.perf_counter() - started, done.stdout, done.stderr
+
+
+@pytest.mark.req("GI-102", "GI-027", "TD-013")
+async def test_ssh_reaches_the_guests_sshd_through_the_ssh_proxy(
+    qemu: Client, tmp_path: Path
+) -> None:
+    """A real ssh client, its key added by exec as a client adds it, the guest's own host key
+    checked; the boot-to-sshd time and the `ssh true` round trip are printed for the docs."""
+    uid = _uid(qemu)
+    key, public = client_key(tmp_path)
+    await authorize(qemu, uid, public, user="root")
+    known = await known_hosts(qemu, uid, tmp_path / "known_hosts")
+    _, out, _ = await _ssh(qemu, key, known, "id -u; cat /proc/version")
+    user, version = out.splitlines()
+    assert user == "0" and "cloud-amd64" in version
+
+    # sshd listens on the guest's loopback only, and takes keys only.
+    listening = await _shell(qemu, "ss -Hltn 'sport = :22'")  # the tree has no awk link
+    assert [line.split()[3] for line in listening.splitlines()] == ["127.0.0.1:22"]
+    no_key = ssh_command(qemu.host.target, uid, key, known, "true")
+    no_key[1:1] = ["-o", "PubkeyAuthentication=no"]
+    refused = await asyncio.to_thread(
+        subprocess.run, no_key, env=ssh_env(), capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 255 and "Permission denied (publickey)" in refused.stderr
+
+    # The guest's own clock: microseconds from its kernel's start to each unit being active.
+    units = "guest-agent.service ssh-host-key.service ssh.service"
+    shown = await _shell(qemu, f"systemctl show -P ActiveEnterTimestampMonotonic {units}")
+    agent_us, key_us, sshd_us = (int(v) for v in shown.split())
+    assert 0 < key_us <= sshd_us
+    trips = [(await _ssh(qemu, key, known, "true"))[0] for _ in range(5)]
+    (guest,) = await qemu.host.guests()
+    print(
+        f"\nQEMU guest ({guest['accelerator']}): sshd active {sshd_us / 1e6:.1f} s after the "
+        f"kernel started (host key made by {key_us / 1e6:.1f} s, guest agent {agent_us / 1e6:.1f}"
+        f" s); `ssh true` through MicroVMSSHProxy p50 {statistics.median(trips) * 1000:.0f} ms "
+        f"(min {min(trips) * 1000:.0f}); load {os.getloadavg()[0]:.1f}"
+    )
 
 
 @pytest.mark.req("GI-101", "TD-010")

@@ -21,7 +21,7 @@ Control API (JSON bodies and answers; errors are `{"error": ...}` with 400 or 40
 | `GET /execs` | | `{"execs": [ExecStart as proto JSON]}`, in the order they started |
 | `GET /execs/{n}/session?wait_ended=s` | | `{"ended", "stdin_bytes", "stdin"}` of the n-th exec (0-based, as in `/execs`; `stdin` base64, its first MiB); with `wait_ended`, answers once the RPC ended or `s` seconds passed |
 | `GET /exec-timings` | | `{"timings": [{"spawn_ms", "run_ms"}]}`: each command's process start and run, as they exited |
-| `GET /guests` | | `{"guests": [...]}`: each running QEMU guest (uid, pid, agent port, boot seconds, RSS); empty for sandboxes |
+| `GET /guests` | | `{"guests": [...]}`: each running QEMU guest (uid, pid, agent and SSH ports, boot seconds, RSS); empty for sandboxes |
 """
 
 from __future__ import annotations

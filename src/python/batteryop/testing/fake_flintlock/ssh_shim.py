@@ -1,5 +1,5 @@
 """`python -m batteryop.testing.fake_flintlock.ssh_shim TARGET UID`: an ssh `ProxyCommand` for
-tests, over a plaintext `MicroVMSSHProxy` stream to TARGET (flintlock-api.md §8.4, TD-010).
+tests, over a plaintext `MicroVMSSHProxy` stream to TARGET (flintlock-api.md §8.4, TD-013).
 
 It sends `uid`, then what it reads from stdin as `data` requests, and writes every response's
 bytes to stdout; the end of stdin is its half-close. It exits 0 when the RPC ends OK, and 1

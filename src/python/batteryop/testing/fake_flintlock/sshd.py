@@ -1,4 +1,4 @@
-"""The sandbox's sshd: one real OpenSSH sshd per MicroVM, for `MicroVMSSHProxy` (TD-010).
+"""The sandbox's sshd: one real OpenSSH sshd per MicroVM, for `MicroVMSSHProxy` (TD-013).
 
 With the SSH proxy enabled (`--enable-ssh-proxy-api`), every sandbox MicroVM gets an ed25519
 host key at boot, as a guest makes its own at first boot: `rootfs/etc/ssh/ssh_host_ed25519_key`

@@ -1,4 +1,4 @@
-"""The fake flintlockd's `MicroVMSSHProxy.SSHProxy` (TD-010; flintlock-api.md §8.4), served with
+"""The fake flintlockd's `MicroVMSSHProxy.SSHProxy` (TD-013; flintlock-api.md §8.4), served with
 `--enable-ssh-proxy-api` as flintlockd serves it.
 
 Stream semantics follow flintlockd:

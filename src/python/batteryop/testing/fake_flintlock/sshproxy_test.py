@@ -1,6 +1,6 @@
 """The fake's MicroVMSSHProxy with the sandbox backend: flintlockd's errors, a real OpenSSH sshd
 per MicroVM reached through the stream (a real `ssh` client with a key and a checked host key),
-half-close both ways, and the sshd gone with its MicroVM (TD-010; flintlock-api.md §8.4).
+half-close both ways, and the sshd gone with its MicroVM (TD-013; flintlock-api.md §8.4).
 The QEMU backend's ssh session is in qemu_test.py."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def _status(client: Client, *first: Request) -> grpc.aio.AioRpcError:
     return err.value
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_off_by_default_as_in_flintlockd(client: Client, ssh_client: Client) -> None:
     err = await _status(client, Request(uid=await client.create()))
     assert err.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -95,7 +95,7 @@ async def test_off_by_default_as_in_flintlockd(client: Client, ssh_client: Clien
     assert (off.ssh_proxy_enabled, on.ssh_proxy_enabled) == (False, True)
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_errors_as_flintlockd_gives_them(ssh_client: Client) -> None:
     client = ssh_client
     uid = await client.create()
@@ -123,7 +123,7 @@ async def test_errors_as_flintlockd_gives_them(ssh_client: Client) -> None:
 
 
 @needs_sshd
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_sshd_answers_and_half_close_ends_ok(ssh_client: Client) -> None:
     uid = await ssh_client.create()
     call = ssh_client.ssh.SSHProxy(timeout=20)
@@ -138,7 +138,7 @@ async def test_sshd_answers_and_half_close_ends_ok(ssh_client: Client) -> None:
 
 
 @needs_sshd
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_the_guest_closing_first_ends_the_stream_ok(ssh_client: Client) -> None:
     uid = await ssh_client.create()
     call = ssh_client.ssh.SSHProxy(timeout=20)
@@ -150,7 +150,7 @@ async def test_the_guest_closing_first_ends_the_stream_ok(ssh_client: Client) ->
 
 
 @needs_sshd
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_a_real_ssh_session_with_a_checked_host_key(
     ssh_client: Client, tmp_path: Path
 ) -> None:
@@ -222,7 +222,7 @@ async def exited(pid: int) -> None:
 
 
 @needs_sshd
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_sshd_and_its_sessions_are_gone_after_delete(ssh_client: Client) -> None:
     client = ssh_client
     uid = await client.create()
@@ -273,7 +273,7 @@ async def _data(*chunks: bytes, hold: asyncio.Event | None = None) -> AsyncItera
         await hold.wait()  # a client that never half-closes
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_relay_half_close_waits_for_the_guest_to_finish() -> None:
     async def count_then_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         got = await reader.read()  # until the half-close
@@ -285,7 +285,7 @@ async def test_relay_half_close_waits_for_the_guest_to_finish() -> None:
     assert b"".join(r.data for r in responses) == b"got 5 bytes"
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_relay_ends_when_the_guest_closes_first() -> None:
     async def say_bye(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"bye")
@@ -298,7 +298,7 @@ async def test_relay_ends_when_the_guest_closes_first() -> None:
     assert [r.data for r in responses] == [b"bye"]
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_relay_carries_a_megabyte_each_way_in_reads_of_at_most_32k() -> None:
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while chunk := await reader.read(65536):
@@ -313,7 +313,7 @@ async def test_relay_carries_a_megabyte_each_way_in_reads_of_at_most_32k() -> No
     assert max(len(r.data) for r in responses) <= 32 * 1024
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_without_sshd_the_connection_closes_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -335,7 +335,7 @@ async def test_without_sshd_the_connection_closes_at_once(
     await guests.close()
 
 
-@pytest.mark.req("TD-010")
+@pytest.mark.req("TD-013")
 async def test_sshd_config_names_the_sandbox_paths(tmp_path: Path) -> None:
     guests = SandboxGuests()
     store = VmStore(tmp_path, guests)
