@@ -29,8 +29,10 @@ systemctl --root="$root" mask systemd-timesyncd.service
 # GI-027: sshd starts at boot behind its own host key, made at first boot by ssh-host-key.service;
 # the keys openssh-server's maintainer script made (in the Ubuntu image) are removed. ssh.socket
 # (Ubuntu's default) is disabled: ssh.service listens itself, on 127.0.0.1 only.
+# SYSTEMCTL_SKIP_SYSV: the package's /etc/init.d/ssh would make systemctl run the tree's own
+# update-rc.d in a chroot, which cannot run in a tree of another architecture; systemd boots it.
 rm -f "$root"/etc/ssh/ssh_host_*
 if [ -e "$root/usr/lib/systemd/system/ssh.service" ] || [ -e "$root/lib/systemd/system/ssh.service" ]; then
-  systemctl --root="$root" disable ssh.socket 2>/dev/null || true
-  systemctl --root="$root" enable ssh.service ssh-host-key.service
+  SYSTEMCTL_SKIP_SYSV=1 systemctl --root="$root" disable ssh.socket 2>/dev/null || true
+  SYSTEMCTL_SKIP_SYSV=1 systemctl --root="$root" enable ssh.service ssh-host-key.service
 fi
