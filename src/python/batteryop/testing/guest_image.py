@@ -43,7 +43,8 @@ MODULES: Final = ("virtio_pci", "virtio_blk", "virtio_net")
 AGENT_PORT: Final = 1024
 """The guest agent's control port (flintlock-api.md §6.2), on vsock or, here, on TCP."""
 SSH_PORT: Final = 1025
-"""The guest agent's SSH port: a raw pipe to the guest's sshd (flintlock-api.md §6.2, §8.4)."""
+"""The guest agent's SSH port: a raw pipe to the guest's sshd (flintlock-api.md §6.2, §8.4;
+GI-102: forwarded to a loopback port like the control port)."""
 TCP_AGENT_ARGS: Final = ("systemd.setenv=GA_NET=tcp", "systemd.setenv=GA_TCP_ADDR=0.0.0.0")
 """GI-101: kernel arguments that make systemd give every unit, the agent's among them, these
 variables: the agent listens on TCP on every address instead of vsock, which QEMU cannot offer

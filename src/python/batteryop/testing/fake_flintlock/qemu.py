@@ -8,7 +8,7 @@ console in `console.log` beside it. There is no /dev/vhost-vsock here, so the ag
 TCP (the kernel arguments `guest_image.TCP_AGENT_ARGS`) and QEMU's user network forwards a
 loopback port of this machine to it; that port stands in for flintlockd's vsock socket
 (flintlock-api.md §6.1); a second port is forwarded to the agent's SSH port (1025), which pipes
-each connection to the guest's sshd, for MicroVMSSHProxy (§8.4). The MicroVM is PENDING until the agent answers a `ping` (battery's
+each connection to the guest's sshd, for MicroVMSSHProxy (§8.4, GI-102). The MicroVM is PENDING until the agent answers a `ping` (battery's
 readiness check, §7), then CREATED. Each exec stream opens one agent connection and relays
 frame for frame as flintlockd does (§8.5): the exec request from `ExecStart`, stdin frames
 and stdin-EOF, stdout/stderr/error/exit back as responses. A cancelled stream closes the
