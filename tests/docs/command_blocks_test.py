@@ -62,6 +62,9 @@ EXTERNAL = {
     "diff": "diffutils",
     "grep": "grep",
     "openssl": "OpenSSL's CLI",
+    "ssh": "OpenSSH's client",
+    "scp": "OpenSSH's client",
+    "echo": "the shell's",
 }
 """Commands that are not ours, and what they are: only their presence is allowed."""
 ARGUMENT_PARSERS: dict[str, Callable[[list[str]], object]] = {
@@ -122,6 +125,16 @@ def shell_parts(line: str) -> Iterator[str]:
     yield line[start:].strip()
 
 
+def line_commands(line: str) -> Iterator[str]:
+    """The commands of one shell line (`shell_parts`), shell keywords dropped, and of a
+    `NAME=$(command)` part the command."""
+    for part in shell_parts(line):
+        part = re.sub(r"^[A-Z_]+=\$\((.*)\)$", r"\1", part)
+        part = re.sub(r"^(?:do|then)\b\s*", "", part)
+        if part and not re.match(r"^(?:for|done|fi)\b", part):
+            yield part
+
+
 def commands(block: Block) -> Iterator[str]:
     """The commands a block shows: each line of a bash block (continuations joined, comments
     and shell keywords dropped, `;`, `&&` and `|` split), each `$ ` line of an output block,
@@ -129,15 +142,10 @@ def commands(block: Block) -> Iterator[str]:
     if block.lang == "bash":
         text = block.body.replace("\\\n", " ")
         for line in text.splitlines():
-            line = line.split(" #")[0].strip()
-            # `NAME=$(command)`: the command.
-            line = re.sub(r"^[A-Z_]+=\$\((.*)\)$", r"\1", line)
-            for part in shell_parts(line):
-                part = re.sub(r"^(?:do|then)\b\s*", "", part)
-                if part and not re.match(r"^(?:for|done|fi)\b", part):
-                    yield part
+            yield from line_commands(line.split(" #")[0].strip())
     elif block.lang in ("text", "console"):
-        yield from (m["command"] for m in PROMPT.finditer(block.body))
+        for m in PROMPT.finditer(block.body):
+            yield from line_commands(m["command"])
         if block.kind == "recorded" and block.label:
             command = block.label.split(",")[0]
             if command.startswith(("./pants", "kubectl", "battery")):
@@ -253,8 +261,11 @@ def check_kubectl(argv: list[str]) -> list[str]:
 
 
 def without_redirection(argv: list[str]) -> list[str]:
-    """`argv` up to a shell redirection (`> file`)."""
-    cut = next((i for i, a in enumerate(argv) if a in REDIRECTIONS), len(argv))
+    """`argv` up to a shell redirection (`> file`, `2>/dev/null`)."""
+    cut = next(
+        (i for i, a in enumerate(argv) if a in REDIRECTIONS or re.match(r"^[0-9]?[<>]", a)),
+        len(argv),
+    )
     return argv[:cut]
 
 

@@ -11,6 +11,7 @@ but the host registry.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from datetime import datetime
@@ -38,6 +39,7 @@ from e2e.driver import (
 from batteryop.api import names, samples
 from batteryop.api.conditions import CSRReason
 from batteryop.client._exceptions import ExecPermissionError
+from batteryop.client._shell import HOST_KEY as HOST_KEY_PUB
 from batteryop.client._transport import ExecRequest, GrpcExecTransport
 from batteryop.devstack import cluster, demo
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply, token
@@ -287,13 +289,16 @@ async def test_battery_run_execs_right_after_the_bind_and_releases(stack: Stack)
 
 @pytest.mark.req("CC-118", "EA-130")
 async def test_battery_shell_gives_a_pty_whose_size_and_ctrl_c_reach_the_remote_side(
-    stack: Stack,
+    stack: Stack, tmp_path: Path
 ) -> None:
     """`battery shell` typed into a terminal, as a person uses it: the remote side has a PTY of
     the terminal's size, a window change reaches it, Ctrl-C interrupts the remote command (the
     terminal is raw: no SIGINT reaches `battery`), and the shell's exit code is battery's."""
     claim = await bound_claim_via_cli(stack)
     name = claim["metadata"]["name"]
+    code, login, err = await cli(stack, "exec", name, "--", "id", "-un")
+    assert code == 0, err
+    login = login.strip()
     terminal = Terminal(f"battery shell {name}", stack.cli_env(), rows=33, columns=101)
     try:
         terminal.type(b"stty size; echo SIZE-$((1 + 1))\n")
@@ -316,6 +321,30 @@ async def test_battery_shell_gives_a_pty_whose_size_and_ctrl_c_reach_the_remote_
     # Without a terminal: the command's output and exit code, no PTY.
     code, out, err = await cli(stack, "shell", name, "--", "sh", "-c", "tty; echo 'a b'; exit 4")
     assert (code, out) == (4, "not a tty\na b\n"), err
+    # `battery ssh-proxy` as the ProxyCommand of the user's own ssh, with the user's own key
+    # (put in place over exec) and the host key read over exec.
+    key = tmp_path / "id_ed25519"
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)]
+    await asyncio.to_thread(subprocess.run, keygen, check=True)
+    env = stack.cli_env()
+    installed = await asyncio.to_thread(
+        subprocess.run,
+        ["battery", "exec", "-i", name, "--", "sh", "-c",
+         'mkdir -p "$HOME/.ssh" && cat >>"$HOME/.ssh/authorized_keys"'],
+        input=key.with_suffix(".pub").read_bytes(), env=env, capture_output=True,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    code, host_key, err = await cli(stack, "exec", name, "--", "cat", HOST_KEY_PUB)
+    assert code == 0, err
+    (tmp_path / "known_hosts").write_text(f"{name} {host_key}")
+    own = await asyncio.to_thread(
+        subprocess.run,
+        ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes",
+         "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
+         "-o", "ProxyCommand=battery ssh-proxy %n", f"{login}@{name}", "echo", "via", "proxy"],
+        env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert (own.returncode, own.stdout) == (0, "via proxy\n"), own.stderr
     await release_via_cli(stack, name)
     # `battery run -it`: claim, the command on a PTY, release.
     run = Terminal(

@@ -58,6 +58,8 @@ MicroVM whose first boot is still making it is waited for, one without sshd is n
 
 GRANT: Final = f"""set -eu
 umask 077
+# The guest agent may start a command with no HOME: the user's home from the password file.
+[ -n "${{HOME:-}}" ] || HOME=$(getent passwd "$(id -un)" | cut -d: -f6)
 mkdir -p "$HOME/.ssh"
 printf '%s\\n' "$1" >>"$HOME/.ssh/authorized_keys"
 id -un

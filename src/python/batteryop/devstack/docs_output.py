@@ -42,6 +42,7 @@ PAGES = (
     "docs/client.md",
     "docs/fallback.md",
     "docs/autoscaling.md",
+    "docs/shell.md",
 )
 GENERATED = frozenset(
     {
