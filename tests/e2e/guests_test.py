@@ -2,7 +2,7 @@
 fake flintlockd boots each MicroVM of the demo Pool as a QEMU guest of the Debian guest image,
 every command ending at flintlock's guest agent inside it. A claim runs `cat /proc/version`
 (the guest's kernel), a stdin round trip, a non-zero exit and a timeout that kills the command
-in the guest, and is released; then a guest is killed under a Bound claim, and battery and the
+in the guest, and `battery shell` on a PTY through the guest's sshd, and is released; then a guest is killed under a Bound claim, and battery and the
 operator handle the lost MicroVM as in production (poolmgrd does not watch its MicroVMs: exec
 fails, the claim stays Bound until it is released, and the release deletes what is gone)."""
 
@@ -25,6 +25,7 @@ from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE
 from batteryop.devstack.stack import Stack, running
 from batteryop.kube.resources import CLAIMS
+from batteryop.testing.terminal import Terminal
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 CLAIM_TIMEOUT = 900.0
@@ -67,7 +68,7 @@ async def _guests(stack: Stack) -> list[dict[str, Any]]:
     return guests
 
 
-@pytest.mark.req("GI-101", "CC-101", "TD-010")
+@pytest.mark.req("GI-101", "CC-101", "TD-010", "CC-118", "EA-130")
 async def test_a_claim_runs_commands_in_a_real_guest(
     qemu_stack: Stack, client: AsyncClient
 ) -> None:
@@ -91,6 +92,22 @@ async def test_a_claim_runs_commands_in_a_real_guest(
         assert time.monotonic() - started < 60
         left = await claim.exec(["pgrep", "-x", "sleep"])
         assert left.exit_code == 1, left  # no sleep is left running in the guest
+
+        # CC-118, EA-130: `battery shell` reaches the guest's own sshd through the Exec Agent
+        # and flintlockd's SSH proxy, on a PTY of the terminal's size.
+        started = time.monotonic()
+        terminal = Terminal(
+            f"battery shell -t {claim.name} -- sh -c 'stty size; uname -r; exit 6'",
+            qemu_stack.cli_env(),
+            rows=30,
+            columns=90,
+        )
+        try:
+            assert await terminal.exited(300) == 6, terminal.text
+        finally:
+            terminal.close()
+        print(f"battery shell in a QEMU guest: {time.monotonic() - started:.1f}s to its exit")
+        assert "30 90" in terminal.text and "cloud-amd64" in terminal.text, terminal.text
     finally:
         await claim.release()
 

@@ -197,8 +197,9 @@ def _size(item: object) -> int:
     return len(item) if isinstance(item, bytes) else 0
 
 
-class ExecRelay:
-    """Authorizes and relays `ExecCommand` streams to this Host's flintlockd."""
+class StreamRelay:
+    """What the exec and SSH proxy relays share: this Host's flintlockd, the authorizer, the
+    claims' stream slots (`ClaimStreams`, one pool for both kinds) and the limits."""
 
     def __init__(
         self,
@@ -218,6 +219,33 @@ class ExecRelay:
         self._buffer_bytes = buffer_bytes
         self._observer = observer
         self._end_grace = end_grace
+
+    @classmethod
+    def like(cls: type[S], other: StreamRelay) -> S:
+        """A relay of this kind with `other`'s flintlockd, authorizer, stream slots and limits."""
+        return cls(
+            other._authorizer,
+            other._flintlockd,
+            streams=other._streams,
+            open_timeout=other._open_timeout,
+            buffer_bytes=other._buffer_bytes,
+            observer=other._observer,
+            end_grace=other._end_grace,
+        )
+
+    async def turn_away(
+        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
+    ) -> RefusedError | None:
+        """The refusal a call from `peer` with `metadata` gets before its first message is
+        read (EA-105, EA-121), if any."""
+        return await self._authorizer.turn_away(peer, metadata)
+
+
+S = TypeVar("S", bound=StreamRelay)
+
+
+class ExecRelay(StreamRelay):
+    """Authorizes and relays `ExecCommand` streams to this Host's flintlockd."""
 
     async def run(
         self,
@@ -254,13 +282,6 @@ class ExecRelay:
                 observe(self._observer, Phase.EXEC, started)
         finally:
             ending.finish()
-
-    async def turn_away(
-        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
-    ) -> RefusedError | None:
-        """The refusal a call from `peer` with `metadata` gets before its start is read
-        (EA-105, EA-121), if any."""
-        return await self._authorizer.turn_away(peer, metadata)
 
     async def _open(self, start: microvmexec_pb2.ExecStart, ending: Ending[Frame]) -> ExecCall:
         """EA-021: flintlockd answers for the MicroVM and takes the start, in time."""

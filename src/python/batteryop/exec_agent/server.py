@@ -204,14 +204,7 @@ class AgentServer:
             buffer_bytes=config.relay_buffer_bytes,
             observer=observer,
         )
-        ssh = SSHProxyRelay(  # EA-130: the exec path's authorization and stream slots
-            authorizer,
-            flintlockd,
-            streams=self.streams,
-            open_timeout=config.exec_open_timeout.total_seconds(),
-            buffer_bytes=config.relay_buffer_bytes,
-            observer=observer,
-        )
+        ssh = SSHProxyRelay.like(relay)  # EA-130: the exec path's authorization and slots
         self._server.add_generic_rpc_handlers(
             (ExecServicer(relay, refusals).handler(), SSHProxyServicer(ssh, refusals).handler())
         )

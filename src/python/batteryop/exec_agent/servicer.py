@@ -27,8 +27,8 @@ Requirements: EA-003; EA-010..EA-014, EA-120, EA-121 (through `auth`); EA-020, E
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Final, NoReturn
+from collections.abc import AsyncIterator, Iterable
+from typing import Final, NoReturn, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -60,6 +60,11 @@ def decode_request(data: bytes) -> microvmexec_pb2.ExecCommandRequest | None:
         return None
 
 
+Q = TypeVar("Q", contravariant=True)
+"""A relay's request message."""
+A = TypeVar("A", covariant=True)
+"""A relay's answer."""
+
 QUIET_CHECKS: Final = frozenset({Check.LIMIT, Check.BEARER_TOKEN})
 """Refusals logged at debug level only: what a flood of bad calls is refused by."""
 
@@ -83,6 +88,39 @@ async def refuse(
     raise AssertionError("context.abort returned")
 
 
+class _Relay(Protocol[Q, A]):
+    async def turn_away(
+        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
+    ) -> RefusedError | None: ...
+
+    def run(
+        self,
+        requests: AsyncIterator[Q | None],
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+        peer: str | None = None,
+    ) -> AsyncIterator[A]: ...
+
+
+async def relayed(
+    relay: _Relay[Q, A],
+    requests: AsyncIterator[Q | None],
+    context: grpc.aio.ServicerContext,
+    method: str,
+    refusals: RefusalObserver | None,
+) -> AsyncIterator[A]:
+    """One call relayed: turned away by address or identity before its first message is read
+    (EA-105, EA-121: no task, no read, no review), then the relay's answers; a refusal becomes
+    the call's status (`refuse`)."""
+    limited = await relay.turn_away(context.peer(), context.invocation_metadata())
+    if limited is not None:
+        await refuse(context, limited, method, refusals)
+    try:
+        async for response in relay.run(requests, context.invocation_metadata(), context.peer()):
+            yield response
+    except RefusedError as e:
+        await refuse(context, e, method, refusals)
+
+
 class ExecServicer:
     """`MicroVMExec.ExecCommand` over `ExecRelay`."""
 
@@ -95,16 +133,10 @@ class ExecServicer:
         request_iterator: AsyncIterator[microvmexec_pb2.ExecCommandRequest | None],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
-        limited = await self._relay.turn_away(context.peer(), context.invocation_metadata())
-        if limited is not None:  # EA-105, EA-121: no task, no read of the start, no review
-            await refuse(context, limited, "ExecCommand", self._refusals)
-        try:
-            async for response in self._relay.run(
-                request_iterator, context.invocation_metadata(), context.peer()
-            ):
-                yield response
-        except RefusedError as e:
-            await refuse(context, e, "ExecCommand", self._refusals)
+        async for response in relayed(
+            self._relay, request_iterator, context, "ExecCommand", self._refusals
+        ):
+            yield response
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service's handler, decoding requests with `decode_request`; the responses are
@@ -128,16 +160,10 @@ class SSHProxyServicer:
         request_iterator: AsyncIterator[ssh_relay.Request | None],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[ssh_relay.Response]:
-        limited = await self._relay.turn_away(context.peer(), context.invocation_metadata())
-        if limited is not None:
-            await refuse(context, limited, "SSHProxy", self._refusals)
-        try:
-            async for response in self._relay.run(
-                request_iterator, context.invocation_metadata(), context.peer()
-            ):
-                yield response
-        except RefusedError as e:
-            await refuse(context, e, "SSHProxy", self._refusals)
+        async for response in relayed(
+            self._relay, request_iterator, context, "SSHProxy", self._refusals
+        ):
+            yield response
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The service's handler, decoding requests with `ssh_relay.decode_request`."""

@@ -47,24 +47,19 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2
-from batteryop.exec_agent.auth import Authorizer
 from batteryop.exec_agent.errors import Check, RefusedError
-from batteryop.exec_agent.flintlockd import Flintlockd
 from batteryop.exec_agent.relay import (
     COALESCE_BYTES,
-    DEFAULT_BUFFER_BYTES,
-    END_GRACE_SECONDS,
     INVALID_ARGUMENT,
     TIMED_OUT,
     UNAVAILABLE,
     Ending,
     Outbox,
+    StreamRelay,
     authenticated_first,
     flintlockd_failure,
     open_upstream,
 )
-from batteryop.exec_agent.streams import ClaimStreams
-from batteryop.exec_agent.timing import PhaseObserver
 
 Request = microvmsshproxy_pb2.SSHProxyRequest
 Response = microvmsshproxy_pb2.SSHProxyResponse
@@ -84,27 +79,8 @@ def decode_request(data: bytes) -> Request | None:
         return None
 
 
-class SSHProxyRelay:
+class SSHProxyRelay(StreamRelay):
     """Authorizes and relays `SSHProxy` streams to this Host's flintlockd (module doc)."""
-
-    def __init__(
-        self,
-        authorizer: Authorizer,
-        flintlockd: Flintlockd,
-        *,
-        streams: ClaimStreams,
-        open_timeout: float,
-        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-        observer: PhaseObserver | None = None,
-        end_grace: float = END_GRACE_SECONDS,
-    ) -> None:
-        self._authorizer = authorizer
-        self._flintlockd = flintlockd
-        self._streams = streams
-        self._open_timeout = open_timeout
-        self._buffer_bytes = buffer_bytes
-        self._observer = observer
-        self._end_grace = end_grace
 
     async def run(
         self,
@@ -146,13 +122,6 @@ class SSHProxyRelay:
                 call.cancel()  # a no-op once flintlockd ended the stream
         finally:
             ending.finish()
-
-    async def turn_away(
-        self, peer: str | None, metadata: Iterable[tuple[str, str | bytes]] | None = None
-    ) -> RefusedError | None:
-        """The refusal a call from `peer` gets before its first message is read (EA-105,
-        EA-121), if any: the exec path's."""
-        return await self._authorizer.turn_away(peer, metadata)
 
 
 def _valid_first(first: object, open_timeout: float) -> str:
