@@ -77,10 +77,15 @@ async def read_to_end(call: grpc.aio.StreamStreamCall) -> bytes:
 
 
 async def _status(client: Client, *first: Request) -> grpc.aio.AioRpcError:
-    call = client.ssh.SSHProxy(timeout=20)
-    for request in first:
-        await call.write(request)
-    await call.done_writing()
+    """The status of a call that sends `first` and half-closes. The messages go from an
+    iterator, not `call.write`: a write that meets the server's refusal would make grpc.aio
+    report INTERNAL in place of the server's status."""
+
+    async def requests() -> AsyncIterator[Request]:
+        for request in first:
+            yield request
+
+    call = client.ssh.SSHProxy(requests(), timeout=20)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await read_to_end(call)
     return err.value
