@@ -49,6 +49,7 @@ def author(
         groups=[],
         namespace=namespace,
         verb="create",
+        group=names.GROUP,
         resource=names.POOL_PLURAL,
     )
     return k8s.CustomObjectsApi(sa_client(namespace, AUTHOR))

@@ -145,11 +145,13 @@ def await_access(
     namespace: str,
     verb: str,
     resource: str,
+    group: str = "",
     name: str = "",
     allowed: bool = True,
     timeout_seconds: float = 10.0,
 ) -> None:
-    """Wait until the API server's authorizer answers `allowed` for `user` in `groups`.
+    """Wait until the API server's authorizer answers `allowed` for `user` in `groups` to
+    `verb` `resource` of API `group` ("": the core group) in `namespace`.
 
     The RBAC authorizer reads Roles and RoleBindings from an informer of its own, so a binding
     just written may not authorize the next request yet. Nothing streams that cache's state,
@@ -161,7 +163,11 @@ def await_access(
             user=user,
             groups=list(groups),
             resource_attributes=k8s.V1ResourceAttributes(
-                namespace=namespace, verb=verb, resource=resource, name=name or None
+                namespace=namespace,
+                verb=verb,
+                group=group,
+                resource=resource,
+                name=name or None,
             ),
         )
     )
