@@ -25,6 +25,7 @@ Nothing here calls the API server or battery: each input updates a cache and que
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
@@ -121,6 +122,9 @@ class Inputs:
         self._sized: set[PoolKey] = set()
         """The Pools with spec.autoscaling whose arrivals are being recorded."""
         self.nodes_listed = False
+        self.pools_listed = asyncio.Event()
+        """Set once the Pools were listed: claims are judged against the Pool cache (CL-004),
+        so their watch starts only then (`loops.Loops.watch_claims`)."""
         self.published: tuple[str, ...] | None = None
 
     def claims_holding(self, vm_uid: str) -> list[Key]:
@@ -147,6 +151,7 @@ class Inputs:
                 self.on_pool("DELETED", body)
         for body in items:
             self.on_pool(None, body)
+        self.pools_listed.set()
 
     def on_claims_listed(self, items: list[dict[str, Any]]) -> None:
         """A complete list of claims: one missing from it is gone (its DELETED was missed,

@@ -78,7 +78,10 @@ class Loops:
         )
 
     async def watch_claims(self) -> None:
-        """Every MicroVMClaim (CL-*)."""
+        """Every MicroVMClaim (CL-*), once the Pools are listed: a claim reconciled before
+        its Pool is in the cache would be judged PoolNotFound (CL-004). A drain that moved the
+        operator's Pod showed it (tests/cluster/hosts_test.py, a cold CI run)."""
+        await self.inputs.pools_listed.wait()
         await list_watch(
             self.kube, CLAIMS, on_list=self.inputs.on_claims_listed, on_event=self.inputs.on_claim
         )
