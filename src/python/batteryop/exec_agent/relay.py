@@ -78,6 +78,9 @@ Request = microvmexec_pb2.ExecCommandRequest
 DEFAULT_BUFFER_BYTES: Final = memory.DEFAULT_RELAY_BUFFER_BYTES
 """Output bytes read from flintlockd but not yet sent to the caller, per stream, by default."""
 
+STDIN_KINDS: Final = frozenset({"stdin", "stdin_eof"})
+"""The `ExecCommandRequest` messages flintlockd reads after the start, when it has stdin."""
+
 COALESCE_BYTES: Final = memory.JOINED_BYTES
 """The most output bytes joined into one message to the caller: with its framing it fits the
 smallest `--max-message-bytes` the agent sends with, and any client takes it (EA-116)."""
@@ -111,6 +114,8 @@ def is_exit(frame: Frame) -> bool:
 
 
 T = TypeVar("T")
+M = TypeVar("M")
+"""A request message of either relay."""
 R = TypeVar("R")
 """A request as it arrives decoded (None when it did not decode)."""
 """What an outbox holds: exec frames, or another stream's responses (`ssh_relay`)."""
@@ -310,7 +315,20 @@ class ExecRelay(StreamRelay):
         turns = _Turns()
         tasks = [
             asyncio.create_task(_from_flintlockd(call, outbox)),
-            asyncio.create_task(_to_flintlockd(requests, call, outbox, turns, has_stdin=has_stdin)),
+            asyncio.create_task(
+                to_flintlockd(
+                    requests,
+                    call,
+                    outbox,
+                    message="ExecCommandRequest",
+                    first="start",
+                    again="a second start message",
+                    # flintlockd reads stdin only when the start said so (flintlock-api §8.5)
+                    forwarded=STDIN_KINDS if has_stdin else frozenset(),
+                    # before the write: the answer cannot come before it
+                    before_write=turns.saw_stdin,
+                )
+            ),
         ]
         ending.tasks = tasks
         held: Frame | RefusedError | None = None
@@ -448,6 +466,9 @@ class _Turns:
 
     def __init__(self) -> None:
         self.stdin = False
+
+    def saw_stdin(self) -> None:
+        self.stdin = True
 
 
 class NoFirst:
@@ -607,34 +628,37 @@ async def _from_flintlockd(call: ExecCall, outbox: Outbox) -> None:
         await outbox.put(flintlockd_failure(e.code(), e.details(), "the exec stream failed"))
 
 
-async def _to_flintlockd(
-    requests: AsyncIterator[Request | None],
-    call: ExecCall,
-    outbox: Outbox[Frame],
-    turns: _Turns,
+async def to_flintlockd(
+    requests: AsyncIterator[M | None],
+    call: grpc.aio.StreamStreamCall,
+    outbox: Outbox[Any],
     *,
-    has_stdin: bool,
+    message: str,
+    first: str,
+    again: str,
+    forwarded: frozenset[str],
+    before_write: Callable[[], None] | None = None,
 ) -> None:
-    """The caller's stdin to flintlockd (noted in `turns`); a protocol violation into the
-    outbox."""
+    """The caller's messages after its first to flintlockd, for either relay: those whose
+    `payload` is one of `forwarded` go on as they came (`before_write` runs before each), its
+    half-close half-closes upstream; a message that does not decode (not a `message`), or a
+    second `first`, ends the stream with INVALID_ARGUMENT (`again` says which) through the
+    outbox. Other messages are dropped, as flintlockd drops them."""
     try:
         async for request in requests:
             if request is None:
                 await outbox.put(
-                    RefusedError(
-                        INVALID_ARGUMENT, Check.REQUEST, "a message is not an ExecCommandRequest"
-                    )
+                    RefusedError(INVALID_ARGUMENT, Check.REQUEST, f"a message is not an {message}")
                 )
                 return
-            kind = request.WhichOneof("payload")
-            if kind == "start":
-                await outbox.put(
-                    RefusedError(INVALID_ARGUMENT, Check.REQUEST, "a second start message")
-                )
+            kind = request.WhichOneof("payload")  # type: ignore[attr-defined]
+            if kind == first:
+                await outbox.put(RefusedError(INVALID_ARGUMENT, Check.REQUEST, again))
                 return
-            if has_stdin and kind in ("stdin", "stdin_eof"):
-                turns.stdin = True  # before the write: the answer cannot come before it
+            if kind in forwarded:
+                if before_write is not None:
+                    before_write()
                 await call.write(request)
         await call.done_writing()
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        return  # flintlockd's side ended; _from_flintlockd reports how
+        return  # flintlockd's side ended; its reader reports how

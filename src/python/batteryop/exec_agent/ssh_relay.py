@@ -59,6 +59,7 @@ from batteryop.exec_agent.relay import (
     authenticated_first,
     flintlockd_failure,
     open_upstream,
+    to_flintlockd,
 )
 
 Request = microvmsshproxy_pb2.SSHProxyRequest
@@ -151,7 +152,17 @@ async def _relay(
 ) -> AsyncIterator[Response]:
     tasks = [
         asyncio.create_task(_from_flintlockd(call, outbox)),
-        asyncio.create_task(_to_flintlockd(requests, call, outbox)),
+        asyncio.create_task(
+            to_flintlockd(
+                requests,
+                call,
+                outbox,
+                message="SSHProxyRequest",
+                first="uid",
+                again="a second uid",
+                forwarded=frozenset({"data"}),
+            )
+        ),
     ]
     ending.tasks = tasks
     try:
@@ -204,30 +215,3 @@ async def _from_flintlockd(call: grpc.aio.StreamStreamCall, outbox: Outbox[Item]
                 return  # the stream failed
     except grpc.aio.AioRpcError as e:
         await outbox.put(flintlockd_failure(e.code(), e.details(), "the ssh stream failed"))
-
-
-async def _to_flintlockd(
-    requests: AsyncIterator[Request | None],
-    call: grpc.aio.StreamStreamCall,
-    outbox: Outbox[Item],
-) -> None:
-    """The caller's data to flintlockd, its half-close too; a protocol violation into the
-    outbox."""
-    try:
-        async for request in requests:
-            if request is None:
-                await outbox.put(
-                    RefusedError(
-                        INVALID_ARGUMENT, Check.REQUEST, "a message is not an SSHProxyRequest"
-                    )
-                )
-                return
-            kind = request.WhichOneof("payload")
-            if kind == "uid":
-                await outbox.put(RefusedError(INVALID_ARGUMENT, Check.REQUEST, "a second uid"))
-                return
-            if kind == "data":
-                await call.write(request)
-        await call.done_writing()
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        return  # flintlockd's side ended; _from_flintlockd reports how

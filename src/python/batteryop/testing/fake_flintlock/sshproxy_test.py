@@ -49,7 +49,8 @@ USER = "root" if os.geteuid() == 0 else getpass.getuser()
 """Who logs in: a non-root sshd can log in only the user it runs as."""
 
 needs_sshd = pytest.mark.skipif(
-    sshd.find_sshd() is None, reason="no sshd: install Debian's openssh-server"
+    sshd.find_sshd() is None,
+    reason="no sshd on this machine: install Debian's openssh-server (.ci/run does, so CI runs these)",
 )
 
 
