@@ -7,6 +7,14 @@ is `UTC` from here, the same object as `datetime.timezone.utc`.) Timeouts are ca
 `TIMEOUT_ERRORS`: from 3.11 `asyncio.TimeoutError` is the built-in `TimeoutError`, but on 3.10
 it is a class of its own (`concurrent.futures.TimeoutError`, not an `OSError`), which is what
 `asyncio.wait_for` and `Future.result(timeout)` raise there.
+
+An awaitable is bounded in time with `within`, never with `asyncio.wait_for` directly: on 3.11,
+`wait_for` returns the result when the awaitable finished in the same loop step as the caller's
+cancellation, so the cancellation is lost and a task asked to stop runs on (a watch whose next
+chunk had just arrived did, and its supervisor waited for it forever). `within` is
+`asyncio.timeout` from 3.11, which keeps the cancellation and runs the awaitable in the
+caller's task (no task of its own per call); on 3.10, which has no `asyncio.timeout`, it is
+`wait_for`.
 """
 
 from __future__ import annotations
@@ -14,7 +22,10 @@ from __future__ import annotations
 import datetime
 import enum
 import sys
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, TypeVar
+
+T = TypeVar("T")
 
 UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11)
 """`datetime.UTC` of 3.11, the same object."""
@@ -44,4 +55,17 @@ else:  # pragma: no cover - exercised by the wheel test on CPython 3.10
             return str(self.value).__format__(spec)
 
 
-__all__ = ["TIMEOUT_ERRORS", "UTC", "StrEnum"]
+async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """`awaitable`'s result within `seconds` (None: no bound), else a timeout
+    (`TIMEOUT_ERRORS`); a cancellation of the caller is never lost (module docstring)."""
+    import asyncio  # here, not above: imported by every caller already (module docstring)
+
+    if seconds is None:
+        return await awaitable
+    if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - 3.10 (wheel test)
+
+
+__all__ = ["TIMEOUT_ERRORS", "UTC", "StrEnum", "within"]

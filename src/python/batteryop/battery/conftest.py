@@ -26,6 +26,7 @@ from battery_protos.poolmgr.v1alpha1 import (
     pooladmin_pb2_grpc,
     types_pb2,
 )
+from batteryop.api._compat import within
 from batteryop.battery.client import BatteryClient
 from batteryop.battery.config import BatteryConfig, ReconnectPolicy
 from batteryop.battery.observer import CallObserver
@@ -94,7 +95,7 @@ class ScriptedBattery:
         """Wait until predicate() holds (re-checked on every request), or fail naming `what`."""
         async with self.changed:
             try:
-                await asyncio.wait_for(self.changed.wait_for(predicate), WAIT)
+                await within(self.changed.wait_for(predicate), WAIT)
             except TimeoutError:
                 pytest.fail(f"timed out after {WAIT}s waiting for {what}")
 

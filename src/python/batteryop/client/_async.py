@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from batteryop.api import names
-from batteryop.api._compat import TIMEOUT_ERRORS, UTC
+from batteryop.api._compat import TIMEOUT_ERRORS, UTC, within
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.closing import AsyncClosing
 from batteryop.api.conditions import ClaimReason
@@ -298,9 +298,7 @@ class AsyncClient(AsyncClosing):
             first_token = asyncio.ensure_future(self._token_for(claim_name, holder, secret_uid))
             first_token.add_done_callback(_retrieved)
             try:
-                bound = await asyncio.wait_for(
-                    self._wait_bound(created, on_pending, progress), limit
-                )
+                bound = await within(self._wait_bound(created, on_pending, progress), limit)
             except TIMEOUT_ERRORS:
                 raise self._gave_up(claim_name, pools, limit, progress) from None
             if _name_of(pool_body) != bound.serving_pool:  # waited for it, or a fallback's
@@ -658,7 +656,7 @@ class _Cleanups:
         """Run `cleanup` (deleting MicroVMClaim `what`) within the bound, finished even if the
         caller is cancelled meanwhile (again and again); failures are logged (the error that
         stopped the caller is the one raised)."""
-        task = asyncio.ensure_future(asyncio.wait_for(cleanup, self._bound))
+        task = asyncio.ensure_future(within(cleanup, self._bound))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         try:

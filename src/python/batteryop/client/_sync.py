@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from batteryop.api._compat import TIMEOUT_ERRORS
+from batteryop.api._compat import TIMEOUT_ERRORS, within
 from batteryop.client._async import (
     AsyncClaim,
     AsyncClient,
@@ -303,7 +303,7 @@ class Claim:
 
         async def wait() -> LeaseLostError | None:
             try:
-                return await asyncio.wait_for(self._async.wait_lost(), timeout)
+                return await within(self._async.wait_lost(), timeout)
             except TIMEOUT_ERRORS:
                 return None
 

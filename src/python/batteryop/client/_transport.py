@@ -26,7 +26,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import grpc
 
-from batteryop.api._compat import TIMEOUT_ERRORS
+from batteryop.api._compat import TIMEOUT_ERRORS, within
 from batteryop.client import _wire
 from batteryop.client._exceptions import ExecPermissionError, ExecUnavailableError
 from batteryop.client._exec import ExecRequest, OutputSink, check_serving_ca, deliver
@@ -110,7 +110,7 @@ class GrpcExecTransport:
         channel = self._channel(address)
         try:
             if channel.get_state() != grpc.ChannelConnectivity.READY:
-                await asyncio.wait_for(channel.channel_ready(), self._open_timeout)
+                await within(channel.channel_ready(), self._open_timeout)
         except (*TIMEOUT_ERRORS, grpc.aio.AioRpcError) as e:
             raise ExecUnavailableError(
                 f"could not connect to the Exec Agent at {address} within "

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+from batteryop.api._compat import within
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.csr_approver import kopf_driver
 from batteryop.csr_approver.checks import SERVING_SIGNERS
@@ -169,9 +170,7 @@ class Approver:
             await stop.wait()
             # kopf sees `stop` too (`kopf_driver.run`) and winds down by itself first.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.shield(tasks[REQUESTS_WATCH_TASK]), KOPF_STOP_SECONDS
-                )
+                await within(asyncio.shield(tasks[REQUESTS_WATCH_TASK]), KOPF_STOP_SECONDS)
         finally:
             await self.supervisor.stop()
 

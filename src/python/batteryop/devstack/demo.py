@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batteryop.api import samples
+from batteryop.api._compat import within
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply
 from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import POOLS, name_selector
@@ -77,7 +78,7 @@ async def apply_pool(
         raise TimeoutError
 
     try:
-        await asyncio.wait_for(ready(), timeout)
+        await within(ready(), timeout)
     except TimeoutError:
         raise DemoError(f"Pool {DEMO_NAMESPACE}/{POOL} not Ready within {timeout:.0f}s") from None
     return time.monotonic() - started
@@ -95,7 +96,7 @@ async def battery(env: Mapping[str, str], *args: str) -> Step:
         env=dict(env),
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(), STEP_TIMEOUT_SECONDS)
+        out, err = await within(process.communicate(), STEP_TIMEOUT_SECONDS)
     except TimeoutError:
         process.kill()
         raise DemoError(

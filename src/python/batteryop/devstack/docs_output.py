@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from batteryop.api._compat import within
 from batteryop.devstack.stack import KUBECTL_DIR
 from batteryop.testing import certmanager
 from batteryop.testing.controlplane import admin_client
@@ -129,7 +130,7 @@ async def shell(command: str, env_file: Path | None = None, cwd: Path | None = N
         stderr=asyncio.subprocess.STDOUT,
         cwd=cwd,
     )
-    out, _ = await asyncio.wait_for(process.communicate(), TIMEOUT_SECONDS)
+    out, _ = await within(process.communicate(), TIMEOUT_SECONDS)
     if process.returncode != 0:
         raise DocsOutputError(f"`{command}` exited with {process.returncode}:\n{out.decode()}")
     return out.decode()
@@ -169,7 +170,7 @@ async def stack_outputs(artifacts: Path) -> dict[str, str]:
     finally:
         down = await shell(str(state / "down"))
     session += [prompt(str(state / "down")), down.rstrip("\n")]
-    rest, _ = await asyncio.wait_for(up.communicate(), TIMEOUT_SECONDS)
+    rest, _ = await within(up.communicate(), TIMEOUT_SECONDS)
     if await up.wait() != 0:
         raise DocsOutputError(f"the stack exited with {up.returncode}:\n{rest.decode()}")
     return {

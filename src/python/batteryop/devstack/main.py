@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from batteryop.api._compat import within
 from batteryop.devstack import demo, reaper
 from batteryop.devstack.artifacts import Artifacts, ArtifactsError
 from batteryop.devstack.processes import ComponentError
@@ -268,7 +269,7 @@ async def watch(stack: Stack, stop: asyncio.Event, console: Console) -> None:
                 reported.add(name)
                 console.print(f"devstack: {name} exited with {code}; see {name}.log")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            await within(stop.wait(), 1.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

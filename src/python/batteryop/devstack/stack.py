@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from batteryop.api import names
+from batteryop.api._compat import within
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.battery import configfile
 from batteryop.csr_approver.config import ApproverConfig
@@ -646,7 +647,7 @@ class Stack:
 
         async with self.kube() as kube:
             try:
-                return await asyncio.wait_for(wait(kube), timeout)
+                return await within(wait(kube), timeout)
             except TimeoutError:
                 raise TimeoutError(
                     f"the host registry did not publish the expected Hosts within "

@@ -19,6 +19,7 @@ Requirements: EA-034, EA-035 (and, through `host_checks`, EA-030..EA-033).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from batteryop.api import names
@@ -114,7 +115,6 @@ class NodeReporter:
                 await self.report_once()
             except Exception:  # a bug in a check must not end the reports
                 log.exception("Host check failed", extra={"node": self._node_name})
-            try:
-                await asyncio.wait_for(stop.wait(), self._interval)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await stop.wait()

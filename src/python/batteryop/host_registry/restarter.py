@@ -86,7 +86,8 @@ async def wait_exited(pid: int, timeout: float) -> bool:
 
     loop.add_reader(fd, exited)
     try:
-        await asyncio.wait_for(gone, timeout)
+        async with asyncio.timeout(timeout):
+            await gone
         return True
     except TimeoutError:
         return False

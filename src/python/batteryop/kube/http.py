@@ -42,10 +42,12 @@ import contextlib
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final
 from urllib.parse import urlsplit
+
+from batteryop.api._compat import within
 
 MAX_IDLE_SECONDS: Final = 60.0
 """An idle connection older than this is closed rather than reused (the API server's idle
@@ -57,8 +59,6 @@ MAX_HEAD_BYTES: Final = 1024 * 1024
 READ_BYTES: Final = 256 * 1024
 """What one read of a body without a length asks for."""
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-
-T = TypeVar("T")
 
 
 class HttpError(ConnectionError):
@@ -125,7 +125,7 @@ class Body:
         """The body's bytes as they come, decompressed; each read waits at most the read
         timeout (`TimeoutError`)."""
         while not self.done:
-            data = await _within(self._next(), self._read_timeout)
+            data = await within(self._next(), self._read_timeout)
             if self._gzip is not None:
                 data = self._gzip.decompress(data)
                 if self.done:
@@ -235,7 +235,7 @@ class ConnectionPool:
     ) -> Response:
         """Send one request (`target`: path and query) and read its whole answer, all within
         `timeout` seconds (`TimeoutError`)."""
-        return await _within(self._request(method, target, headers, body), timeout)
+        return await within(self._request(method, target, headers, body), timeout)
 
     async def _request(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
@@ -280,7 +280,7 @@ class ConnectionPool:
             connection, _ = await self._take()
             kept = False
             try:
-                status, answer_headers = await _within(
+                status, answer_headers = await within(
                     self._exchange(connection, method, target, headers, None), connect_timeout
                 )
                 body = Body(status, answer_headers, connection, read_timeout)
@@ -425,10 +425,3 @@ def _decoder(headers: Mapping[str, str]) -> zlib._Decompress | None:
     if encoding == "deflate":
         return zlib.decompressobj()
     raise HttpError(f"an answer in an encoding this client did not ask for: {encoding}")
-
-
-async def _within(awaitable: Awaitable[T], seconds: float | None) -> T:
-    """`awaitable`'s result, within `seconds` (None: no limit)."""
-    if seconds is None:
-        return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)

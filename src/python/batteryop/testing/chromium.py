@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batteryop.api._compat import within
+
 CALL_TIMEOUT_SECONDS = 60.0
 
 FLAGS = (
@@ -106,7 +108,7 @@ class Page:
         answer = await self.send("Page.navigate", {"url": url})
         if answer.get("errorText"):
             raise ChromiumError(f"{url}: {answer['errorText']}")
-        await asyncio.wait_for(loaded, timeout)
+        await within(loaded, timeout)
 
     async def evaluate(self, expression: str) -> Any:
         """The value of a script (a promise is awaited), or ChromiumError with its exception."""
@@ -176,7 +178,7 @@ class Browser:
         self._calls[call_id] = answer
         os.write(self._out_fd, json.dumps(message).encode() + b"\0")
         try:
-            return await asyncio.wait_for(answer, CALL_TIMEOUT_SECONDS)
+            return await within(answer, CALL_TIMEOUT_SECONDS)
         except TimeoutError:
             raise ChromiumError(f"{method}: no answer in {CALL_TIMEOUT_SECONDS:.0f}s") from None
 
@@ -198,9 +200,9 @@ class Browser:
 
     async def close(self) -> None:
         with contextlib.suppress(ChromiumError):
-            await asyncio.wait_for(self.send("Browser.close"), 10)
+            await within(self.send("Browser.close"), 10)
         try:
-            await asyncio.wait_for(self.process.wait(), 10)
+            await within(self.process.wait(), 10)
         except TimeoutError:
             self.process.kill()
             await self.process.wait()

@@ -34,6 +34,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from batteryop.api._compat import within
 from batteryop.api.clock import Clock
 from batteryop.api.conditions import CSRCondition
 from batteryop.csr_approver.checks import service_account_username
@@ -119,7 +120,7 @@ async def until(
                     return obj
 
     try:
-        return await asyncio.wait_for(wait(), timeout)
+        return await within(wait(), timeout)
     except TimeoutError:
         raise AssertionError(f"{res.plural} {name} never {what} within {timeout}s") from None
 
@@ -403,7 +404,7 @@ async def running(
             stop.set()
             # The approver gives kopf up to KOPF_STOP_SECONDS to wind down, then stops its other
             # tasks: a bound no longer than that one failed under load (CI, 2026-12-06).
-            await asyncio.wait_for(task, KOPF_STOP_SECONDS + STOP_MARGIN_SECONDS)
+            await within(task, KOPF_STOP_SECONDS + STOP_MARGIN_SECONDS)
 
 
 def new_agent_certificates(
@@ -432,7 +433,7 @@ async def agent_certificates(
     async with c.client_as(node) as kube:
         agent = new_agent_certificates(c, kube, node, address, cert_dir)
         try:
-            await asyncio.wait_for(agent.start(), 60)
+            await within(agent.start(), 60)
             yield agent
         finally:
             await agent.aclose()

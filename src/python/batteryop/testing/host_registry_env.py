@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from batteryop.api import names
+from batteryop.api._compat import within
 from batteryop.battery import BatteryClient, BatteryConfig, ReconnectPolicy, configfile
 from batteryop.kube.client import KubeClient, Object, Objects
 from batteryop.kube.informer import list_watch
@@ -207,7 +208,7 @@ async def until_listed(
                     return bodies
 
     try:
-        return await asyncio.wait_for(wait(), timeout)
+        return await within(wait(), timeout)
     except TimeoutError:
         label = what or f"{resource.plural} in {namespace}"
         raise AssertionError(f"{label} never matched in {timeout}s; last seen: {bodies}") from None
@@ -253,7 +254,7 @@ async def until_event(kube: KubeClient, node: str, reason: str, *, timeout: floa
                 if kind == "ADDED" and matches(ev):
                     return ev
 
-    return await asyncio.wait_for(wait(), timeout)
+    return await within(wait(), timeout)
 
 
 async def publications_since(

@@ -30,6 +30,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from batteryop.api._compat import within
+
 STOP_TIMEOUT_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
@@ -116,7 +118,7 @@ async def run_module(
 async def _wait_ready(
     process: asyncio.subprocess.Process,
     log_path: Path,
-    within: float,
+    seconds: float,
     error: Callable[[str], Exception],
 ) -> dict[str, Any]:
     assert process.stdout is not None
@@ -126,9 +128,9 @@ async def _wait_ready(
         return error(f"{why}; its log:\n{log}")
 
     try:
-        line = await asyncio.wait_for(process.stdout.readline(), within)
+        line = await within(process.stdout.readline(), seconds)
     except TimeoutError:
-        raise failure(f"no readiness line within {within:.0f}s") from None
+        raise failure(f"no readiness line within {seconds:.0f}s") from None
     if not line:
         code = await process.wait()
         raise failure(f"exited with {code} before it was ready")
@@ -150,7 +152,7 @@ async def stop_process(process: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+        await within(process.wait(), STOP_TIMEOUT_SECONDS)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()

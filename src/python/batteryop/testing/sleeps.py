@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
+from batteryop.api._compat import within
+
 
 class Sleeps:
     """Backoff waits that end when the test says; `delays` records each one asked for."""
@@ -30,4 +32,4 @@ class Sleeps:
 
     async def next(self, timeout: float = 5.0) -> asyncio.Event:
         """The next wait, once it started; set the event to end it."""
-        return await asyncio.wait_for(self._started.get(), timeout=timeout)
+        return await within(self._started.get(), timeout)

@@ -13,6 +13,8 @@ import subprocess
 import termios
 from pathlib import Path
 
+from batteryop.api._compat import within
+
 
 class Terminal:
     """A command on a pseudo-terminal, as its foreground job; what it prints is kept."""
@@ -68,7 +70,7 @@ class Terminal:
                 await self.changed.wait()
 
         try:
-            await asyncio.wait_for(seen(), timeout)
+            await within(seen(), timeout)
         except TimeoutError:
             raise AssertionError(f"no {marker!r} in {timeout:.0f}s:\n{self.text[-4000:]}") from None
 
@@ -81,9 +83,9 @@ class Terminal:
         fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 
     async def exited(self, timeout: float) -> int:
-        code = await asyncio.wait_for(asyncio.to_thread(self.popen.wait), timeout)
+        code = await within(asyncio.to_thread(self.popen.wait), timeout)
         with contextlib.suppress(TimeoutError):  # let the last output in
-            await asyncio.wait_for(self.drained(), 5)
+            await within(self.drained(), 5)
         return code
 
     async def drained(self) -> None:

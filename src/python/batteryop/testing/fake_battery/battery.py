@@ -334,7 +334,8 @@ class FakeBattery:
             if left <= 0:
                 raise WaitTimeoutError(what, within)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, 0.25))
+                async with asyncio.timeout(min(left, 0.25)):
+                    await changed.wait()
 
     async def sweep(self) -> None:
         """One pass of the sweeper, now (the periodic sweeper calls this too)."""

@@ -18,6 +18,7 @@ import grpc
 
 from battery_protos.flintlock.types import microvm_pb2
 from battery_protos.poolmgr.v1alpha1 import types_pb2
+from batteryop.api._compat import within
 from batteryop.testing.fake_battery.hosts import FlintlockVersionError, HostConnection
 from batteryop.testing.fake_battery.store import Phase, PoolKey, VmRow, pool_label
 
@@ -172,7 +173,7 @@ class Provisioner:
             host = self._b.store.hosts.get(vm.host)
             if host is not None:
                 try:
-                    await asyncio.wait_for(
+                    await within(
                         host.delete(vm.uid, self._b.timings.delete_timeout),
                         self._b.timings.hook_cleanup_timeout,
                     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.api._compat import within
 
 VERSION: Final = 1
 MAX_FRAME_BYTES: Final = 16 << 20
@@ -101,7 +102,7 @@ def exec_body(start: microvmexec_pb2.ExecStart) -> dict[str, Any]:
 
 async def connect(host: str, port: int, timeout: float) -> AgentConnection:
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await within(asyncio.open_connection(host, port), timeout)
     except (OSError, TimeoutError) as err:
         raise AgentProtocolError(f"dialing guest agent at {host}:{port}: {err}") from err
     return AgentConnection(reader, writer)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
+from batteryop.api._compat import within
 from batteryop.testing import guest_agent, guest_image
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
@@ -250,7 +251,7 @@ class QemuGuests:
         if guest is None:
             raise GuestUnreachableError(f"{MSG_SSH_UNREACHABLE}: no guest")
         try:
-            return await asyncio.wait_for(
+            return await within(
                 asyncio.open_connection(AGENT_HOST, guest.ssh_port), DIAL_TIMEOUT_SECONDS
             )
         except (OSError, TimeoutError) as err:
