@@ -1,4 +1,5 @@
 import asyncio
+import logging
 
 from batteryop.obs.tasks import cancel_all
 
@@ -29,3 +30,45 @@ async def test_every_task_is_cancelled_and_ended_whatever_it_raises() -> None:
 
 async def test_no_tasks_is_fine() -> None:
     await cancel_all([])
+
+
+class _Warned(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.seen.set()
+
+
+async def test_a_task_that_keeps_running_when_cancelled_is_named_and_waited_for() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def swallows_its_cancellation() -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await release.wait()  # runs on, as a lost cancellation would
+        return "ended late"
+
+    task = asyncio.create_task(swallows_its_cancellation(), name="stuck-watch")
+    quick = asyncio.create_task(asyncio.Event().wait(), name="quick")
+    await started.wait()
+    warned = _Warned()
+    logger = logging.getLogger("batteryop.obs.tasks")
+    logger.addHandler(warned)
+    try:
+        stopping = asyncio.create_task(cancel_all([task, quick], warn_after=0.01))
+        await warned.seen.wait()
+        assert not stopping.done()  # still waited for
+        release.set()
+        await stopping
+    finally:
+        logger.removeHandler(warned)
+    [message] = warned.messages
+    assert "stuck-watch" in message
+    assert "quick" not in message
+    assert task.result() == "ended late"
