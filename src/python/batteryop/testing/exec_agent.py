@@ -524,6 +524,27 @@ class FloodRun:
     """Where the flood's part of `Agent.phases` starts (the Holder's calls are in it too)."""
 
 
+HOLDER_RATE_SHARE: Final = 0.8
+"""The share of its identity's call rate the flood's Holder uses (`flood_while_holding`)."""
+
+
+class _Pace:
+    """Turns at most `rate` a second, on average from the first: a caller past its schedule
+    goes on at once, one ahead of it waits for its turn."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next: float | None = None
+
+    async def turn(self) -> None:
+        now = time.monotonic()
+        if self._next is None or self._next < now:
+            self._next = now
+        elif self._next > now:
+            await asyncio.sleep(self._next - now)  # a rate to keep, not a wait for an event
+        self._next += self._interval
+
+
 def _rss_bytes() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -547,9 +568,14 @@ async def flood_while_holding(
     (`exec_agent_flood --token-file`). With `baseline`, that many of the Holder's round trips
     are timed before the flood starts (`FloodRun.unloaded`).
 
+    The Holder keeps under its own identity's bucket (EA-120: `identity_call_rate`), as a Holder
+    that is not to be refused must: unpaced, an idle machine ran `true` faster than the 100 calls
+    a second it gets back and the agent rightly refused it (CI, 2026-12-06).
+
     limits_test checks what it must not cost (EA-105, EA-107); exec_agent_bench prints the
     Holder's latency meanwhile, a machine's figure rather than a test's."""
     start = microvmexec_pb2.ExecStart(uid=holding.microvm_uid, cmd="true")
+    pace = _Pace(HOLDER_RATE_SHARE * agent.config.identity_call_rate)
 
     def count(phase: Phase) -> int:
         return sum(1 for p, _ in agent.phases if p == phase)
@@ -557,9 +583,11 @@ async def flood_while_holding(
     latencies: list[float] = []
     async with agent.channel() as channel:
         for _ in range(20):  # warm: connection, flintlockd channel, the agent's code paths
+            await pace.turn()
             await run_exec(channel, holding.metadata, start)
         unloaded: list[float] = []
         for _ in range(baseline):
+            await pace.turn()
             t0 = time.perf_counter()
             await run_exec(channel, holding.metadata, start)
             unloaded.append(time.perf_counter() - t0)
@@ -586,6 +614,7 @@ async def flood_while_holding(
         done = asyncio.ensure_future(flood.communicate())
         during = 0
         while not done.done() or len(latencies) < at_least:
+            await pace.turn()
             t0 = time.perf_counter()
             responses = await run_exec(channel, holding.metadata, start)
             latencies.append(time.perf_counter() - t0)
