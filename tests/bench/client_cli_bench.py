@@ -32,6 +32,22 @@ start and exit around them). `imports_ms` is `python -X importtime` on the impor
 command's module, by top-level package (importtime itself adds to each). `stream_seconds` is
 the 100 MiB run less the p50 of `true`: the stream alone.
 
+The same path through the library with a kept client (issue 50, item 4): one process holds a
+`batteryop.client.Client` (its API connections and the Exec Agent's gRPC channel kept from run
+to run) and, on each line the benchmark writes, claims, runs `true` and releases; its runs
+alternate with `battery run`'s, on the same warm Pool and load. This is the path's floor with
+our libraries: the requests a claim needs (the Secret and the claim created, the watch until
+it is usable, the token) and one exec on a channel already open, with no interpreter start,
+import, kubeconfig read or TLS handshake:
+
+    {"bench": "library_claim_to_exit", "runs": ..., "p50_ms": ..., "p99_ms": ...,
+     "battery_run_p50_ms": ..., "battery_run_over_library_p50": ..., "load_average_1m": ...}
+
+`library_claim_to_exit` is from the call to `claim` to `true`'s exit code; the release after
+it is not counted (`release_p50_ms`). `battery_run_stdout` adds the kept client's 100 MiB
+(`kept_exec_mib_per_s`, the exec alone) and the command's share of it
+(`stream_over_kept`: the command's stream rate over the kept client's).
+
 `battery shell` (issue 45) is typed into a pseudo-terminal, as a person uses it, on one claim
 held throughout:
 
@@ -54,13 +70,14 @@ of the claim's Exec Agent (VmHWM, since the stack started):
 
 The fake flintlockd runs sandbox guests, or QEMU guests with BATTERYOP_BENCH_GUESTS=qemu.
 
-BATTERYOP_BENCH=1: 200 `--help`, 30 `run -- true`, 100 MiB, 20 shells, 500 keystrokes and
-1 GiB through `cp`; otherwise a smoke pass.
+BATTERYOP_BENCH=1: 200 `--help`, 50 `run -- true` and 50 through the kept client, 100 MiB, 20
+shells, 500 keystrokes and 1 GiB through `cp`; otherwise a smoke pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import filecmp
 import json
 import os
@@ -87,7 +104,7 @@ from batteryop.kube.resources import CLAIMS, POOLS
 from batteryop.testing.terminal import Terminal
 
 HELP_RUNS = 200 if FULL else 10
-RUN_RUNS = 30 if FULL else 3
+RUN_RUNS = 50 if FULL else 3
 PROBE_RUNS = 30 if FULL else 2
 MIB = 100 if FULL else 10
 SHELLS = 20 if FULL else 2
@@ -285,6 +302,77 @@ async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
     return figures
 
 
+KEPT = r"""
+import json, os, sys, time
+from batteryop.client import Client
+pool, holder = sys.argv[1], sys.argv[2]
+ms = lambda s: round(s * 1000, 2)
+with Client(namespace=os.environ["BATTERY_NAMESPACE"], kubeconfig=os.environ["KUBECONFIG"],
+            serving_ca=os.environ["BATTERY_CA"]) as client:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        argv = line.split()
+        t0 = time.perf_counter()
+        held = client.claim(pool, holder)
+        t1 = time.perf_counter()
+        got = [0]
+        result = held.exec_stream(argv, stdout=lambda b: got.__setitem__(0, got[0] + len(b)),
+                                  stderr=lambda b: None)
+        t2 = time.perf_counter()
+        held.release()
+        t3 = time.perf_counter()
+        assert result.exit_code == 0, result
+        print(json.dumps({"claim": ms(t1 - t0), "exec": ms(t2 - t1), "to_exit": ms(t2 - t0),
+                          "release": ms(t3 - t2), "stdout_bytes": got[0]}), flush=True)
+"""
+
+
+class KeptClient:
+    """The KEPT script above in the client venv: one `Client` for every run."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(cls, stack: Stack) -> AsyncIterator[KeptClient]:
+        env = stack.cli_env()
+        process = await asyncio.create_subprocess_exec(
+            str(stack.venv / "bin" / "python"),
+            "-c",
+            KEPT,
+            demo.POOL,
+            env["BATTERY_HOLDER"],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        kept = cls(process)
+        try:
+            assert await kept._line() == "ready"
+            yield kept
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()
+            async with asyncio.timeout(60):
+                assert await process.wait() == 0
+
+    async def _line(self) -> str:
+        assert self.process.stdout is not None
+        async with asyncio.timeout(120):
+            line = await self.process.stdout.readline()
+        assert line, f"the kept client exited {await self.process.wait()}"
+        return line.decode().strip()
+
+    async def run(self, *argv: str) -> dict[str, Any]:
+        """Claim, run `argv`, release: each step's ms (`to_exit`: claim to exit code)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write((" ".join(argv) + "\n").encode())
+        await self.process.stdin.drain()
+        figures: dict[str, Any] = json.loads(await self._line())
+        return figures
+
+
 def median_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per phase (and per claim request) the median over `runs`, in ms."""
     out: dict[str, Any] = {}
@@ -308,13 +396,25 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
             await battery(env, "run", demo.POOL, "--", "true")
         seconds = []
         phases = []
-        for i in range(RUN_RUNS):  # the command and the probe in turns: the same load on both
-            await warm(kube)
-            spent, _, _ = await battery(env, "run", demo.POOL, "--", "true")
-            seconds.append(spent)
-            if i < PROBE_RUNS:
+        kept_runs: list[dict[str, Any]] = []
+        async with KeptClient.start(stack) as kept:
+            for _ in range(WARM):
                 await warm(kube)
-                phases.append(await probe(stack, "true"))
+                await kept.run("true")
+            # The command, the kept client and the probe in turns: the same load on each.
+            for i in range(RUN_RUNS):
+                await warm(kube)
+                spent, _, _ = await battery(env, "run", demo.POOL, "--", "true")
+                seconds.append(spent)
+                await warm(kube)
+                kept_runs.append(await kept.run("true"))
+                if i < PROBE_RUNS:
+                    await warm(kube)
+                    phases.append(await probe(stack, "true"))
+            size = MIB * 1024 * 1024
+            await warm(kube)
+            kept_stdout = await kept.run("head", "-c", str(size), "/dev/zero")
+            assert kept_stdout["stdout_bytes"] == size
         load = load_average()
         floor = wall_times([stack.venv / "bin" / "python", "-c", "pass"], 10)
         print(
@@ -332,8 +432,25 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                 }
             )
         )
+        to_exit = [r["to_exit"] / 1000 for r in kept_runs]
+        print(
+            json.dumps(
+                {
+                    "bench": "library_claim_to_exit",
+                    "runs": RUN_RUNS,
+                    **latency_figures(to_exit),
+                    "claim_p50_ms": round(statistics.median(r["claim"] for r in kept_runs), 2),
+                    "exec_p50_ms": round(statistics.median(r["exec"] for r in kept_runs), 2),
+                    "release_p50_ms": round(statistics.median(r["release"] for r in kept_runs), 2),
+                    "battery_run_p50_ms": round(statistics.median(seconds) * 1000, 1),
+                    "battery_run_over_library_p50": round(
+                        statistics.median(seconds) / statistics.median(to_exit), 2
+                    ),
+                    "load_average_1m": load,
+                }
+            )
+        )
 
-        size = MIB * 1024 * 1024
         await warm(kube)
         spent, got, _ = await battery(
             env, "run", demo.POOL, "--", "head", "-c", str(size), "/dev/zero"
@@ -354,6 +471,10 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                     "stream_mib_per_s": round(MIB / stream, 1) if stream > 0 else None,
                     "library_exec_ms": library["exec"],
                     "library_exec_mib_per_s": round(MIB / (library["exec"] / 1000), 1),
+                    "kept_exec_mib_per_s": round(MIB / (kept_stdout["exec"] / 1000), 1),
+                    "stream_over_kept": (
+                        round(kept_stdout["exec"] / 1000 / stream, 2) if stream > 0 else None
+                    ),
                     "load_average_1m": load_average(),
                 }
             )
