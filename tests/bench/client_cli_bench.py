@@ -217,8 +217,31 @@ async def battery(env: Mapping[str, str], *args: str) -> tuple[float, int, str]:
     return spent, got, err
 
 
-PROBE = r"""
+CLAIM_RUN_RELEASE = r"""
+def claim_run_release(client, pool, holder, argv, claimed=lambda: None):
+    # Claim, run argv (stdout counted), release: perf_counter at the start and at each step's
+    # end, and the stdout bytes; `claimed` is called once the claim is held.
+    t0 = time.perf_counter()
+    held = client.claim(pool, holder)
+    t1 = time.perf_counter()
+    claimed()
+    got = [0]
+    result = held.exec_stream(argv, stdout=lambda b: got.__setitem__(0, got[0] + len(b)),
+                              stderr=lambda b: None)
+    t2 = time.perf_counter()
+    held.release()
+    t3 = time.perf_counter()
+    assert result.exit_code == 0, result
+    return (t0, t1, t2, t3), got[0]
+"""
+"""What the probe and the kept client (the scripts below) each do for one run."""
+
+PROBE = (
+    r"""
 import json, os, sys, threading, time
+"""
+    + CLAIM_RUN_RELEASE
+    + r"""
 t0 = time.perf_counter()
 import batteryop.client.cli as cli  # what the console script imports first
 t1 = time.perf_counter()
@@ -252,19 +275,11 @@ KubeClient._request = timed
 pool, holder, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
 client = Client(namespace=os.environ["BATTERY_NAMESPACE"], kubeconfig=os.environ["KUBECONFIG"],
                 serving_ca=os.environ["BATTERY_CA"])
-t3 = time.perf_counter()
-held = client.claim(pool, holder)
-t4 = time.perf_counter()
-claim_requests = list(requests)
-got = [0]
-result = held.exec_stream(argv, stdout=lambda b: got.__setitem__(0, got[0] + len(b)),
-                          stderr=lambda b: None)
-t5 = time.perf_counter()
-held.release()
-t6 = time.perf_counter()
+claim_requests = []
+(t3, t4, t5, t6), stdout_bytes = claim_run_release(
+    client, pool, holder, argv, claimed=lambda: claim_requests.extend(requests))
 client.close()
 t7 = time.perf_counter()
-assert result.exit_code == 0, result
 ms = lambda s: round(s * 1000, 2)
 claim = {}
 for what, s in claim_requests:
@@ -274,9 +289,10 @@ for what, s in claim_requests:
 claim["wait_bound"] = round(ms(t4 - t3) - sum(v for k, v in claim.items() if "token" not in k), 2)
 print(json.dumps({"import_cli": ms(t1 - t0), "import_io": ms(t2 - t1), "client": ms(t3 - t2),
                   "claim": claim, "exec": ms(t5 - t4), "release": ms(t6 - t5),
-                  "close": ms(t7 - t6), "total": ms(t7 - t0), "stdout_bytes": got[0],
+                  "close": ms(t7 - t6), "total": ms(t7 - t0), "stdout_bytes": stdout_bytes,
                   "import_grpc_on_thread": ms(grpc_import[0])}))
 """
+)
 
 
 async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
@@ -302,29 +318,24 @@ async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
     return figures
 
 
-KEPT = r"""
+KEPT = (
+    r"""
 import json, os, sys, time
 from batteryop.client import Client
+"""
+    + CLAIM_RUN_RELEASE
+    + r"""
 pool, holder = sys.argv[1], sys.argv[2]
 ms = lambda s: round(s * 1000, 2)
 with Client(namespace=os.environ["BATTERY_NAMESPACE"], kubeconfig=os.environ["KUBECONFIG"],
             serving_ca=os.environ["BATTERY_CA"]) as client:
     print("ready", flush=True)
     for line in sys.stdin:
-        argv = line.split()
-        t0 = time.perf_counter()
-        held = client.claim(pool, holder)
-        t1 = time.perf_counter()
-        got = [0]
-        result = held.exec_stream(argv, stdout=lambda b: got.__setitem__(0, got[0] + len(b)),
-                                  stderr=lambda b: None)
-        t2 = time.perf_counter()
-        held.release()
-        t3 = time.perf_counter()
-        assert result.exit_code == 0, result
+        (t0, t1, t2, t3), stdout_bytes = claim_run_release(client, pool, holder, line.split())
         print(json.dumps({"claim": ms(t1 - t0), "exec": ms(t2 - t1), "to_exit": ms(t2 - t0),
-                          "release": ms(t3 - t2), "stdout_bytes": got[0]}), flush=True)
+                          "release": ms(t3 - t2), "stdout_bytes": stdout_bytes}), flush=True)
 """
+)
 
 
 class KeptClient:
