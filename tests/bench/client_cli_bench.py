@@ -295,21 +295,32 @@ print(json.dumps({"import_cli": ms(t1 - t0), "import_io": ms(t2 - t1), "client":
 )
 
 
+async def venv_script(
+    stack: Stack, script: str, *argv: str, stdin: int, stderr: int | None = None
+) -> asyncio.subprocess.Process:
+    """`script` run by the client venv's Python with the stack's environment, given the demo
+    Pool, the Holder and `argv`; its stdout a pipe."""
+    env = stack.cli_env()
+    return await asyncio.create_subprocess_exec(
+        str(stack.venv / "bin" / "python"),
+        "-c",
+        script,
+        demo.POOL,
+        env["BATTERY_HOLDER"],
+        *argv,
+        stdin=stdin,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        env=env,
+    )
+
+
 async def probe(stack: Stack, *argv: str) -> dict[str, Any]:
     """The probe above, in the client venv with the stack's environment: its figures, and
     `wall`, the ms from its spawn to its exit."""
     started = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        str(stack.venv / "bin" / "python"),
-        "-c",
-        PROBE,
-        demo.POOL,
-        stack.cli_env()["BATTERY_HOLDER"],
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=stack.cli_env(),
+    process = await venv_script(
+        stack, PROBE, *argv, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()[-3000:]
@@ -347,17 +358,7 @@ class KeptClient:
     @classmethod
     @contextlib.asynccontextmanager
     async def start(cls, stack: Stack) -> AsyncIterator[KeptClient]:
-        env = stack.cli_env()
-        process = await asyncio.create_subprocess_exec(
-            str(stack.venv / "bin" / "python"),
-            "-c",
-            KEPT,
-            demo.POOL,
-            env["BATTERY_HOLDER"],
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env=env,
-        )
+        process = await venv_script(stack, KEPT, stdin=asyncio.subprocess.PIPE)
         kept = cls(process)
         try:
             assert await kept._line() == "ready"
