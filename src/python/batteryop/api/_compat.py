@@ -55,17 +55,27 @@ else:  # pragma: no cover - exercised by the wheel test on CPython 3.10
             return str(self.value).__format__(spec)
 
 
-async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
-    """`awaitable`'s result within `seconds` (None: no bound), else a timeout
-    (`TIMEOUT_ERRORS`); a cancellation of the caller is never lost (module docstring)."""
-    import asyncio  # here, not above: imported by every caller already (module docstring)
+if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)
 
-    if seconds is None:
-        return await awaitable
-    if sys.version_info >= (3, 11):  # noqa: UP036 (the client wheel also runs on 3.10)
+    async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+        """`awaitable`'s result within `seconds` (None: no bound), else a timeout
+        (`TIMEOUT_ERRORS`); a cancellation of the caller is never lost (module docstring)."""
+        import asyncio  # here, not above: imported by every caller already (module docstring)
+
+        if seconds is None:
+            return await awaitable
         async with asyncio.timeout(seconds):
             return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - 3.10 (wheel test)
+
+else:  # pragma: no cover - exercised by the wheel test on CPython 3.10
+
+    async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+        """`asyncio.wait_for` on 3.10, which has no `asyncio.timeout` (module docstring)."""
+        import asyncio
+
+        if seconds is None:
+            return await awaitable
+        return await asyncio.wait_for(awaitable, seconds)
 
 
 __all__ = ["TIMEOUT_ERRORS", "UTC", "StrEnum", "within"]
