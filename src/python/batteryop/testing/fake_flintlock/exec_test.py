@@ -33,6 +33,7 @@ from batteryop.testing.fake_flintlock.testkit import (
     requests_for,
     run,
 )
+from batteryop.testing.polling import wait_until
 
 Request = microvmexec_pb2.ExecCommandRequest
 Response = microvmexec_pb2.ExecCommandResponse
@@ -292,3 +293,47 @@ async def test_each_command_reports_its_process_start_and_run_time(client: Clien
     # sure to cover the sleep (CI once measured a run of 0.1995 s).
     assert sleep_spawn + sleep_run >= 0.2
     assert true_run < sleep_run
+
+
+@pytest.mark.req("TD-010")
+async def test_output_nobody_reads_blocks_the_command_rather_than_filling_the_fake(
+    client: Client,
+) -> None:
+    """As in a guest, a command writes only as fast as its stream is read: the sandbox keeps a
+    few reads waiting to be sent, not all of its output (an unread `yes` once grew the fake to
+    20 GB). The command counts the 64 KiB blocks it wrote; read from another stream, the count
+    stops while nobody reads the first, and runs to the end once it is read."""
+    uid = await client.create()
+    blocks, block = 1024, 64 * 1024
+    script = (
+        f"i=0; while [ $i -lt {blocks} ]; do head -c {block} /dev/zero || exit 1;"
+        " i=$((i+1)); echo $i > written; done"
+    )
+    call = client.exec.ExecCommand(timeout=120)
+    await call.write(Request(start=microvmexec_pb2.ExecStart(uid=uid, cmd=script, shell=True)))
+    first = await call.read()
+    assert first is not grpc.aio.EOF and first.WhichOneof("payload") == "stdout"
+    readings: list[int] = []
+
+    async def written() -> list[int]:
+        out = joined(
+            await run(client, microvmexec_pb2.ExecStart(uid=uid, cmd="cat", args=["written"])),
+            "stdout",
+        )
+        readings.append(int(out or b"0"))
+        return readings[-3:]
+
+    held = await wait_until(
+        written,
+        lambda last: len(last) == 3 and len(set(last)) == 1,
+        what="the unread command to stop writing",
+        within=60,
+    )
+    # Flow control's windows and the pipe hold a few MiB; the fake, at most OUTPUT_WINDOW reads.
+    assert held[0] * block < 16 * 2**20, f"{held[0]} blocks written while nobody read"
+    got = len(first.stdout)
+    while (response := await call.read()) is not grpc.aio.EOF:
+        got += len(response.stdout)
+        last = response
+    assert got == blocks * block
+    assert last.WhichOneof("payload") == "exit_code" and last.exit_code == 0

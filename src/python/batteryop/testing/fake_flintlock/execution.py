@@ -7,7 +7,10 @@ Stream semantics follow flintlockd with a guest agent behind it:
   a MicroVM without `allow_guest_agent` or not CREATED is FAILED_PRECONDITION;
 - stdin messages are read only when `has_stdin`; `stdin_eof`, the client half-closing or a
   receive error closes the command's stdin; other messages after `start` are ignored;
-- every read of stdout or stderr (at most 32 KiB) is one response, in the order read;
+- every read of stdout or stderr (at most 32 KiB) is one response, in the order read; output
+  is read only as the stream sends it (at most `OUTPUT_WINDOW` responses wait to be sent), so a
+  command whose output nobody reads blocks on its pipe, as it does in a guest, rather than the
+  fake holding its output in memory;
 - a start failure is an `error` message then exit code 127; a signal gives 128+signo;
   `timeout_seconds` sends SIGTERM to the process group, SIGKILL 5 s later;
 - `exit_code` is the last message and the RPC then ends OK; a cancelled RPC kills the command.
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
     from batteryop.testing.fake_flintlock.guests import Guests
 
 CHUNK_BYTES = 32 * 1024
+OUTPUT_WINDOW = 4
+"""Responses of one stream read from the command and not yet sent: flintlockd sends each read
+before it reads again, and its guest agent's buffers are as small (a few pipe-sized reads)."""
 KILL_GRACE_SECONDS = 5.0
 EXIT_START_FAILURE = 127
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -259,9 +265,10 @@ async def run_command(
     spawned = time.perf_counter()
 
     output: asyncio.Queue[Response | None] = asyncio.Queue()
+    window = asyncio.Semaphore(OUTPUT_WINDOW)  # a place in it is given back once a read is sent
     tasks = [
-        asyncio.create_task(_pump(process.stdout, "stdout", output)),
-        asyncio.create_task(_pump(process.stderr, "stderr", output)),
+        asyncio.create_task(_pump(process.stdout, "stdout", output, window)),
+        asyncio.create_task(_pump(process.stderr, "stderr", output, window)),
     ]
     if start.has_stdin:
         tasks.append(asyncio.create_task(_feed(process, requests)))
@@ -275,6 +282,7 @@ async def run_command(
                 open_pipes -= 1
                 continue
             yield item
+            window.release()
         returncode = await process.wait()
         if timings is not None:
             timings.append(ExecTiming(spawned - spawning, time.perf_counter() - spawned))
@@ -289,12 +297,23 @@ async def run_command(
 
 
 async def _pump(
-    stream: asyncio.StreamReader | None, kind: str, output: asyncio.Queue[Response | None]
+    stream: asyncio.StreamReader | None,
+    kind: str,
+    output: asyncio.Queue[Response | None],
+    window: asyncio.Semaphore,
 ) -> None:
+    """`stream`'s reads to `output`, each once `window` has room; None at its end."""
     assert stream is not None
     try:
-        while chunk := await stream.read(CHUNK_BYTES):
-            await output.put(Response(stdout=chunk) if kind == "stdout" else Response(stderr=chunk))
+        while True:
+            await window.acquire()
+            chunk = await stream.read(CHUNK_BYTES)
+            if not chunk:
+                window.release()
+                break
+            output.put_nowait(
+                Response(stdout=chunk) if kind == "stdout" else Response(stderr=chunk)
+            )
     finally:
         output.put_nowait(None)
 
