@@ -26,7 +26,8 @@ as a consumer uses it:
   one Node at a time; the stand-in does not, so their order is not asserted). (With node-local storage the Pod cannot move: see the
   Operations page.)
 
-- a real Prometheus (`cluster.prometheus`: Debian's, its targets the API server's Pods)
+- a real Prometheus (`cluster.prometheus`: built from its pinned module, its targets found
+  by Kubernetes service discovery)
   scrapes the operator, the host registry, the CSR approver and both Exec Agents, every target
   up; with the release's rules (each `for` shortened to `DRILL_HOLD`), a drill makes three
   alerts fire, each alone, for a fault the cluster confirms, and clear once it is fixed:
@@ -68,7 +69,6 @@ from cluster.drills import (
     start_drain,
     wait_published,
 )
-from cluster.prometheus import BINARY as PROMETHEUS
 from cluster.prometheus import (
     DRILL_HOLD,
     INTERVAL,
@@ -401,13 +401,6 @@ def bound(node: KubeNode) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def prometheus(node: KubeNode, installed: install.Installed) -> Iterator[Prometheus]:
-    if not PROMETHEUS.is_file():
-        # As alerts_test without promtool (the same Debian package): .ci/run installs it, so
-        # CI never skips; a machine set up by hand without it cannot run the drill.
-        pytest.skip(
-            f"{PROMETHEUS} is not installed: the alert drill needs Debian's prometheus, which "
-            ".ci/run installs (apt-get install prometheus)"
-        )
     with Prometheus.start(node, node.state / "prometheus") as running:
         yield running
 
@@ -440,8 +433,7 @@ def test_prometheus_finds_every_component_through_the_api_server_and_scrapes_it(
     samples = prometheus.value(f'count(scrape_samples_scraped{{job="{JOB}"}} > 0)')
     assert samples == len(want)
     print(
-        f"\nPrometheus (targets from the API server's Pods, labelled as Kubernetes service "
-        f"discovery's pod role labels them) scrapes {len(found)} targets, "
+        f"\nPrometheus (Kubernetes service discovery, pod role) scrapes {len(found)} targets, "
         f"every one up {time.monotonic() - started:.1f} s after it started: "
         + ", ".join(sorted(f"{c} on {t['labels']['node']}" for (c, _), t in found.items()))
     )

@@ -1,18 +1,17 @@
 """A real Prometheus on the real node, scraping the install and evaluating its alert rules
 (issue 49, DP-110, TD-125).
 
-Debian's Prometheus 2.42 (`/usr/bin/prometheus`, the package `.ci/run` installs for promtool)
-runs as a host service inside the first Node's network and mount namespaces, where every Pod
-address is routed (a Prometheus with `hostNetwork` on that Node sees the same). Debian builds
-it without Kubernetes service discovery, so its targets come through its HTTP service discovery
-from `PodDiscovery`: the install namespace's Pods, listed from the node's API server with the
-cluster's CA and the token of a ServiceAccount allowed only to list and watch them, each
-container port labelled as Kubernetes service discovery's `pod` role labels it
-(`__meta_kubernetes_pod_*`). The relabelling (`RELABEL`) keeps, of each component's container,
-the port that serves `/metrics` (`SCRAPED_PORTS`): the operator's and the CSR approver's
-`metrics`, the host registry's `registry-metric`, the Exec Agent's `health` (on its Host's
-address). battery's own metrics are on the Pod's loopback (DP-001): no Prometheus outside the
-Pod can scrape them.
+Prometheus built from its pinned module (`3rdparty/go/prometheus`, `kubenode.binaries.
+PROMETHEUS`, with Kubernetes service discovery and no other) runs as a host service inside the
+first Node's network and mount namespaces, where every Pod address is routed (a Prometheus with
+`hostNetwork` on that Node sees the same). Its targets come from Kubernetes service discovery's
+`pod` role: it lists and watches the install namespace's Pods on the node's API server with the
+cluster's CA and the token of a ServiceAccount allowed only that (`grant_discovery`), as a
+platform team's Prometheus does. The relabelling (`RELABEL`) keeps, of each component's
+container, the port that serves `/metrics` (`SCRAPED_PORTS`): the operator's and the CSR
+approver's `metrics`, the host registry's `registry-metric`, the Exec Agent's `health` (on its
+Host's address). battery's own metrics are on the Pod's loopback (DP-001): no Prometheus
+outside the Pod can scrape them.
 
 The rules are the release's (`manifests.alerts.groups()`), every expression as is; only each
 rule's `for` is `DRILL_HOLD` and scraping and evaluation run every `INTERVAL`, so a drill takes
@@ -28,7 +27,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import ssl
 import subprocess
 import threading
 import time
@@ -37,7 +35,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
@@ -48,12 +45,11 @@ from batteryop.api import names
 from batteryop.manifests import alerts, csr_approver, exec_agent, render
 from batteryop.testing.controlplane.server import LoggedProcess
 from batteryop.testing.kubenode import install
-from batteryop.testing.kubenode.machine import GATEWAY
+from batteryop.testing.kubenode.binaries import PROMETHEUS
 from batteryop.testing.kubenode.node import KubeNode
 
 T = TypeVar("T")
 
-BINARY: Final = Path("/usr/bin/prometheus")
 PORT: Final = 19090
 """Not 9090, Prometheus's default: flintlockd serves there on each Host (`names.FLINTLOCKD_PORT`)."""
 INTERVAL: Final = "1s"
@@ -106,102 +102,22 @@ RELABEL: Final = [
 each target with its component, Pod and Node. Kubernetes service discovery's `pod` role names."""
 
 
-def scrape_config(discovery_url: str) -> dict[str, Any]:
-    """One job: every component of the install, found through `PodDiscovery`."""
+def scrape_config(api_server: str, ca_file: Path, token_file: Path) -> dict[str, Any]:
+    """One job: every component of the install, found by Kubernetes service discovery's `pod`
+    role in the install namespace on `api_server`."""
     return {
         "job_name": JOB,
-        "http_sd_configs": [{"url": discovery_url, "refresh_interval": INTERVAL}],
+        "kubernetes_sd_configs": [
+            {
+                "role": "pod",
+                "api_server": api_server,
+                "namespaces": {"names": [install.NAMESPACE]},
+                "tls_config": {"ca_file": str(ca_file)},
+                "authorization": {"credentials_file": str(token_file)},
+            }
+        ],
         "relabel_configs": RELABEL,
     }
-
-
-def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Prometheus target groups, one per container port of each Pod that has an address,
-    labelled as Kubernetes service discovery's `pod` role labels them."""
-    groups = []
-    for pod in pods:
-        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
-        if not status.get("podIP"):
-            continue
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
-        )
-        common = {
-            "__meta_kubernetes_namespace": meta["namespace"],
-            "__meta_kubernetes_pod_name": meta["name"],
-            "__meta_kubernetes_pod_ip": status["podIP"],
-            "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
-            "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
-            "__meta_kubernetes_pod_phase": status.get("phase", ""),
-            "__meta_kubernetes_pod_ready": str(ready).lower(),
-        }
-        for container in spec["containers"]:
-            for port in container.get("ports", []):
-                labels = {
-                    **common,
-                    "__meta_kubernetes_pod_container_name": container["name"],
-                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
-                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
-                    "__meta_kubernetes_pod_container_port_protocol": port.get("protocol", "TCP"),
-                }
-                target = f"{status['podIP']}:{port['containerPort']}"
-                groups.append({"targets": [target], "labels": labels})
-    return groups
-
-
-@dataclass
-class PodDiscovery:
-    """The install namespace's Pods as Prometheus HTTP service discovery serves them, listed
-    from the API server at each of Prometheus's refreshes with the ServiceAccount's token and
-    the cluster's CA (what Kubernetes service discovery would use, and no more), on the
-    Nodes' bridge. Debian's Prometheus is built without Kubernetes service discovery (its
-    client library's dependencies are not packaged); this stands in for that part only."""
-
-    api_server: str
-    ca: bytes
-    token: str
-    server: ThreadingHTTPServer | None = None
-
-    @contextmanager
-    def serving(self) -> Iterator[str]:
-        """Serves until the block ends; its URL."""
-        context = ssl.create_default_context(cadata=self.ca.decode())
-        opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-        )
-        discovery = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # - http.server's name
-                request = urllib.request.Request(
-                    f"{discovery.api_server}/api/v1/namespaces/{install.NAMESPACE}/pods",
-                    headers={"Authorization": f"Bearer {discovery.token}"},
-                )
-                try:
-                    with opener.open(request, timeout=10) as answer:
-                        pods = json.loads(answer.read())["items"]
-                except (OSError, ValueError) as err:  # Prometheus keeps its last targets
-                    self.send_error(502, str(err))
-                    return
-                body = json.dumps(pod_targets(pods)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((GATEWAY, 0), Handler)
-        thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://{GATEWAY}:{self.server.server_address[1]}/pods"
-        finally:
-            self.server.shutdown()
-            self.server.server_close()
-            thread.join(timeout=10)
 
 
 def grant_discovery(node: KubeNode) -> str:
@@ -249,7 +165,7 @@ def scraped_containers(node: KubeNode) -> set[tuple[str, str]]:
 
 @dataclass
 class Prometheus:
-    """Debian's Prometheus, running in the first Node's namespaces; use `start()`."""
+    """The pinned Prometheus, running in the first Node's namespaces; use `start()`."""
 
     node: KubeNode
     proc: LoggedProcess
@@ -263,21 +179,24 @@ class Prometheus:
         """Prometheus with the drill's rules and the install's scrape job, until the block
         ends; it is stopped then."""
         folder.mkdir(parents=True, exist_ok=True)
-        discovery = PodDiscovery(node.cp.url, node.cp.ca.cert_pem, grant_discovery(node))
+        ca_file, token_file = folder / "ca.crt", folder / "token"
+        ca_file.write_bytes(node.cp.ca.cert_pem)
+        token_file.write_text(grant_discovery(node))
+        token_file.chmod(0o600)
         (folder / "rules.yaml").write_text(yaml.safe_dump(drill_rules(), sort_keys=False))
-        with discovery.serving() as url:
-            config = {
-                "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
-                "rule_files": [str(folder / "rules.yaml")],
-                "scrape_configs": [scrape_config(url)],
-            }
-            (folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-            with cls._run(node, folder) as prometheus:
-                yield prometheus
+        config = {
+            "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
+            "rule_files": [str(folder / "rules.yaml")],
+            "scrape_configs": [scrape_config(node.cp.url, ca_file, token_file)],
+        }
+        (folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        with cls._run(node, folder) as prometheus:
+            yield prometheus
 
     @classmethod
     @contextmanager
     def _run(cls, node: KubeNode, folder: Path) -> Iterator[Prometheus]:
+        binary = PROMETHEUS.ensure()["prometheus"]
         listen = f"{node.members[0].address}:{PORT}"
         # Its own UTS namespace, named as its Node: Prometheus looks its host name up at each
         # configuration load (the scrape offsets' seed), and the machine's name is not in the
@@ -288,7 +207,7 @@ class Prometheus:
             [
                 *own_name,
                 node.members[0].name,
-                str(BINARY),
+                str(binary),
                 f"--config.file={folder / 'prometheus.yml'}",
                 f"--storage.tsdb.path={folder / 'data'}",
                 f"--web.listen-address={listen}",

@@ -9,11 +9,13 @@ Built (once per pin, cached under `$BATTERYOP_CACHE`, see `controlplane.gobuild.
   CoreDNS, from `3rdparty/go/node`;
 - the sandbox ("pause") process from `src/images/pause`, our own twenty lines;
 - cert-manager's controllers (`3rdparty/go/certmanager`) and Flux's source-controller and
-  kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods.
+  kustomize-controller (`3rdparty/go/fluxcontrollers`), which `kubenode.addons` runs as Pods;
+- Prometheus (`3rdparty/go/prometheus`), with Kubernetes service discovery and no other, which
+  the cluster suite's alert drill runs on the node.
 
 `python -m batteryop.testing.kubenode.binaries` builds every one of them (and the control
-plane, the guest image, Flux's OCI command, Helm, and the Flux CLI when the release tests are
-told to build it; `prebuilds`) ahead of the tests:
+plane, the guest image, Flux's OCI command, Helm, Prometheus, and the Flux CLI when the release
+tests are told to build it; `prebuilds`) ahead of the tests:
 `.ci/run` starts it in the background on a cold machine, so the builds overlap lint and the
 unit tests instead of running inside the tests that need them, one after the other. A test
 wanting one of them meanwhile waits on its lock.
@@ -80,8 +82,19 @@ FLUX: Final = ToolSet(
     Path("3rdparty/go/fluxcontrollers"),
     {c: f"github.com/fluxcd/{c}" for c in FLUX_CONTROLLERS},
 )
+PROMETHEUS_MODULE: Final = "github.com/prometheus/prometheus"
+PROMETHEUS: Final = ToolSet(
+    "prometheus",
+    Path("3rdparty/go/prometheus"),
+    {"prometheus": f"{PROMETHEUS_MODULE}/cmd/prometheus"},
+    # The module's version (v0.316.0 is Prometheus 3.16.0), where a release build has its own.
+    ldflags=(f"-X github.com/prometheus/common/version.Version={{module:{PROMETHEUS_MODULE}}}",),
+    # Kubernetes service discovery alone: the other mechanisms' clients (cloud SDKs) are most
+    # of the build and nothing here uses them.
+    tags=("remove_all_sd", "enable_kubernetes_sd"),
+)
 EVERY_SET: Final = (CONTROL_PLANE, NODE, RUNTIME, PAUSE, CERT_MANAGER, FLUX)
-"""In the order the tests first need them."""
+"""The node's sets, in the order the tests first need them."""
 CNI_DIR: Final = Path("/usr/lib/cni")
 """Debian's containernetworking-plugins."""
 DEBIAN_TOOLS: Final = {
@@ -151,7 +164,8 @@ def prebuilds() -> list[tuple[str, Callable[[], object]]]:
     """What `main` builds, by name, in the order the tests first need them: the control plane
     (most integration tests), the guest image (the QEMU backend's tests, early among the unit
     tests), the node's sets, then the Flux CLI (if asked for), Flux's OCI library's command
-    (the release and Flux tests) and Helm (the chart's and Helm's tests)."""
+    (the release and Flux tests), Helm (the chart's and Helm's tests) and Prometheus (the
+    cluster suite's alert drill, among the last tests)."""
     first, *rest = EVERY_SET
     return [
         (first.cache_name, first.ensure),
@@ -162,6 +176,7 @@ def prebuilds() -> list[tuple[str, Callable[[], object]]]:
         *([("flux-cli", fluxcli.flux_binary)] if os.environ.get(fluxcli.CHOICE) == "build" else []),
         ("fluxoci", fluxoci.fluxoci_binary),
         ("helm", helmcli.helm_binary),
+        (PROMETHEUS.cache_name, PROMETHEUS.ensure),
     ]
 
 
@@ -188,6 +203,7 @@ if __name__ == "__main__":
 __all__ = [
     "CERT_MANAGER",
     "FLUX",
+    "PROMETHEUS",
     "ControlPlaneBuildError",
     "MissingTool",
     "NodeBinaries",
