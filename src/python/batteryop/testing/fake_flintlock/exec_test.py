@@ -325,7 +325,7 @@ async def test_output_nobody_reads_blocks_the_command_rather_than_filling_the_fa
 
     held = await wait_until(
         written,
-        lambda last: len(last) == 3 and len(set(last)) == 1,
+        lambda last: len(last) == 3 and len(set(last)) == 1 and last[0] > 0,
         what="the unread command to stop writing",
         within=60,
     )
