@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing.controlplane.gobuild import ToolSet
+from batteryop.testing.controlplane.gobuild import ToolSet, stamp
 
 MODULE: Final = "helm.sh/helm/v4"
 HELM: Final = ToolSet(
     "helm",
     Path("3rdparty/go/helm"),
     {"helm": f"{MODULE}/cmd/helm"},
-    ldflags=(f"-X {MODULE}/internal/version.version={{module:{MODULE}}}",),
+    ldflags=(stamp(f"{MODULE}/internal/version.version", MODULE),),
 )
 
 

@@ -60,9 +60,10 @@ class Binaries:
 class ToolSet:
     """Binaries built from one pinned Go module (`3rdparty/go/<name>`), cached together.
 
-    `ldflags` are added to `-s -w`; `{module:<path>}` in them is replaced by the version go.mod
-    pins for that module, so a version string is never written twice (Kubernetes binaries
-    built outside their own tree report `v0.0.0-master` without it)."""
+    `ldflags` are added to `-s -w`; `{module:<path>}` in them (`stamp` writes the usual flag)
+    is replaced by the version go.mod pins for that module, so a version string is never
+    written twice (Kubernetes binaries built outside their own tree report `v0.0.0-master`
+    without it)."""
 
     cache_name: str
     module: Path
@@ -139,6 +140,12 @@ def _package(line: str) -> bool:
     return not line.startswith("#") and ":" not in line and len(line.split()) == 1
 
 
+def stamp(variable: str, module: str) -> str:
+    """The ldflag that sets the Go string `variable` (package path and name) to the version
+    go.mod pins for `module`, as that module's own release build stamps it."""
+    return f"-X {variable}={{module:{module}}}"
+
+
 def _fill(flag: str, module_dir: Path) -> str:
     return re.sub(r"\{module:([^}]+)\}", lambda m: pinned_version(module_dir, m[1]), flag)
 
@@ -153,7 +160,7 @@ def pinned_version(module_dir: Path, module: str) -> str:
 
 
 _KUBERNETES_VERSION = (
-    "-X k8s.io/component-base/version.gitVersion={module:k8s.io/kubernetes}",
+    stamp("k8s.io/component-base/version.gitVersion", "k8s.io/kubernetes"),
     "-X k8s.io/component-base/version.gitTreeState=clean",
 )
 CONTROL_PLANE = ToolSet("controlplane", MODULE_DIR, PACKAGES, _KUBERNETES_VERSION)

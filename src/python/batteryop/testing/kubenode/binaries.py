@@ -43,6 +43,7 @@ from batteryop.testing.controlplane.gobuild import (
     NODE,
     ControlPlaneBuildError,
     ToolSet,
+    stamp,
 )
 from batteryop.testing.gomodules import GoModuleError
 from batteryop.testing.guest_agent import GuestAgentError
@@ -58,9 +59,11 @@ RUNTIME: Final = ToolSet(
         "coredns": "github.com/coredns/coredns",
     },
     ldflags=(
-        "-X github.com/containerd/containerd/v2/version.Version="
-        "{module:github.com/containerd/containerd/v2}",
-        "-X github.com/coredns/coredns/coremain.GitCommit={module:github.com/coredns/coredns}",
+        stamp(
+            "github.com/containerd/containerd/v2/version.Version",
+            "github.com/containerd/containerd/v2",
+        ),
+        stamp("github.com/coredns/coredns/coremain.GitCommit", "github.com/coredns/coredns"),
     ),
     # The snapshotters the node does not use need C libraries or kernel parts this machine lacks.
     tags=("no_btrfs", "no_devmapper"),
@@ -82,13 +85,14 @@ FLUX: Final = ToolSet(
     Path("3rdparty/go/fluxcontrollers"),
     {c: f"github.com/fluxcd/{c}" for c in FLUX_CONTROLLERS},
 )
-PROMETHEUS_MODULE: Final = "github.com/prometheus/prometheus"
 PROMETHEUS: Final = ToolSet(
     "prometheus",
     Path("3rdparty/go/prometheus"),
-    {"prometheus": f"{PROMETHEUS_MODULE}/cmd/prometheus"},
+    {"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
     # The module's version (v0.316.0 is Prometheus 3.16.0), where a release build has its own.
-    ldflags=(f"-X github.com/prometheus/common/version.Version={{module:{PROMETHEUS_MODULE}}}",),
+    ldflags=(
+        stamp("github.com/prometheus/common/version.Version", "github.com/prometheus/prometheus"),
+    ),
     # Kubernetes service discovery alone: the other mechanisms' clients (cloud SDKs) are most
     # of the build and nothing here uses them.
     tags=("remove_all_sd", "enable_kubernetes_sd"),
