@@ -7,26 +7,24 @@ has; see its README). The tarball is checked against the sha256 pinned in
 release builds it (`CGO_ENABLED=0`, `-s -w`, the version stamped) for amd64 and arm64; its one
 module dependency comes from the Go module proxy and is checked against the tarball's go.sum
 (`-mod=readonly`). The binaries are cached under `$BATTERYOP_CACHE/guest-agent/<sha256>/`, so
-one tarball is built once. Nothing of the agent's code is copied into this repository.
+one tarball is built once (`third_party.built_once`). Nothing of the agent's code is copied
+into this repository.
 
     agent = ensure_agent("amd64")   # .../<sha256>/amd64/{guest-agent,guest-agent.service}
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
 import os
 import shutil
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing.controlplane.gobuild import cache_root
 from batteryop.testing.gomodules import GoModuleError, build
+from batteryop.testing.third_party import Tarball, built_once
 
 log = logging.getLogger(__name__)
 
@@ -87,73 +85,41 @@ def pinned_source(path: Path = VERSIONS) -> Source:
         raise GuestAgentError(f"{path} pins no {err.args[0]}") from None
 
 
-def third_party_dir() -> Path:
-    """`$BATTERYOP_THIRD_PARTY`, else `../shared/third_party` beside the working directory."""
-    named = os.environ.get("BATTERYOP_THIRD_PARTY")
-    return Path(named) if named else Path.cwd().parent / "shared" / "third_party"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def ensure_agent(arch: str, *, source: Source | None = None, folder: Path | None = None) -> Agent:
     """The agent for `arch`, built from the checked tarball once per sha256 (both
     architectures together); concurrent callers wait on a file lock for one build."""
     if arch not in ARCHITECTURES:
         raise GuestAgentError(f"architecture must be one of {ARCHITECTURES}, not {arch!r}")
     source = source or pinned_source()
-    out = cache_root() / "guest-agent" / source.sha256
-    if not (out / ".complete").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (out / ".complete").is_file():
-                _build(source, folder or third_party_dir(), out)
-    folder = out / arch
-    return Agent(arch, folder / "guest-agent", folder / "guest-agent.service", source.version)
 
+    def build_both(tree: Path, out: Path) -> None:
+        started = time.monotonic()
+        env = {**os.environ, "CGO_ENABLED": "0", "GOOS": "linux", "GOFLAGS": "-mod=readonly"}
+        ldflags = f"-ldflags=-s -w -X {VERSION_VARIABLE}={source.version}"
+        for arch in ARCHITECTURES:
+            (out / arch).mkdir()
+            try:
+                build(
+                    tree,
+                    PACKAGE,
+                    out / arch / "guest-agent",
+                    flags=("-trimpath", ldflags),
+                    env={**env, "GOARCH": arch},
+                    timeout=600,
+                )
+            except GoModuleError as err:
+                raise GuestAgentError(str(err)) from err
+            shutil.copy(tree / UNIT, out / arch / "guest-agent.service")
+        seconds = time.monotonic() - started
+        log.warning("Built the guest agent %s (amd64, arm64) in %.0f s", source.version, seconds)
 
-def _build(source: Source, folder: Path, out: Path) -> None:
-    tarball = folder / source.filename
-    if not tarball.is_file():
-        raise GuestAgentError(
-            f"{tarball} not found: set BATTERYOP_THIRD_PARTY to the folder holding it"
-        )
-    found = sha256_of(tarball)
-    if found != source.sha256:
-        raise GuestAgentError(f"{tarball}: sha256 {found}, pinned {source.sha256}")
-    started = time.monotonic()
-    staging = out / "partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    with tarfile.open(tarball) as archive:
-        archive.extractall(staging / "src", filter="data")
-    (tree,) = (p for p in (staging / "src").iterdir() if (p / "go.mod").is_file())
-    env = {**os.environ, "CGO_ENABLED": "0", "GOOS": "linux", "GOFLAGS": "-mod=readonly"}
-    ldflags = f"-ldflags=-s -w -X {VERSION_VARIABLE}={source.version}"
-    for arch in ARCHITECTURES:
-        (staging / arch).mkdir()
-        try:
-            build(
-                tree,
-                PACKAGE,
-                staging / arch / "guest-agent",
-                flags=("-trimpath", ldflags),
-                env={**env, "GOARCH": arch},
-                timeout=600,
-            )
-        except GoModuleError as err:
-            raise GuestAgentError(str(err)) from err
-        shutil.copy(tree / UNIT, staging / arch / "guest-agent.service")
-    for arch in ARCHITECTURES:
-        shutil.rmtree(out / arch, ignore_errors=True)
-        (staging / arch).rename(out / arch)
-    shutil.rmtree(staging)
-    (out / ".complete").write_text(f"{time.monotonic() - started:.1f}s\n")
-    seconds = time.monotonic() - started
-    log.warning("Built the guest agent %s (amd64, arm64) in %.0f s", source.version, seconds)
+    built = built_once(
+        "guest-agent",
+        Tarball(source.filename, source.sha256),
+        build_both,
+        folder=folder,
+        error=GuestAgentError,
+    )
+    return Agent(
+        arch, built / arch / "guest-agent", built / arch / "guest-agent.service", source.version
+    )
