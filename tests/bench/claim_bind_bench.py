@@ -40,18 +40,23 @@ import contextlib
 import json
 import os
 import statistics
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Mapping
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from bench.profiles import recording
 from bench.stats import FULL, latency_figures
+from bench.workload import (
+    FirstSeen,
+    Resource,
+    at_once,
+    mean_of,
+    means_between,
+    one_at_a_time,
+)
 from kubernetes import client as k8s
-from kubernetes import watch
 
 from batteryop.api import names, samples
 from batteryop.testing.controlplane import ControlPlane, admin_client
@@ -75,63 +80,36 @@ PRODUCTION_LOGGING = ("--log-format=json", "--log-level=info")
 """The operator's own defaults (the test stack's operator logs text at debug level)."""
 
 
-class BoundWatcher:
+CLAIMS = Resource(names.GROUP, names.VERSION, names.CLAIM_PLURAL)
+
+
+def is_bound(claim: Mapping[str, Any]) -> bool:
+    return bool((claim.get("status") or {}).get("phase") == "Bound")
+
+
+def records_expiry(claim: Mapping[str, Any]) -> bool:
+    return is_bound(claim) and bool(claim["status"].get("leaseExpiresAt"))
+
+
+class BoundWatcher(FirstSeen):
     """Records, per claim name, the monotonic time it was first seen Bound, and first seen
     recording its Lease's expiry."""
 
     def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
-        self.bound: dict[str, float] = {}
-        self.expiry: dict[str, float] = {}
-        self._cond = threading.Condition()
-        self._watch = watch.Watch()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(api, namespace), daemon=True)
-        self._thread.start()
+        super().__init__(api, namespace, CLAIMS, {"bound": is_bound, "expiry": records_expiry})
 
-    def _run(self, api: k8s.ApiClient, namespace: str) -> None:
-        # A watch the API server ends or breaks (a loaded server does) is opened again; a new
-        # watch starts with every claim as it is, so no Bound claim is missed.
-        while not self._stopped.is_set():
-            try:
-                self._follow(api, namespace)
-            except Exception as e:  # any broken stream: watch again
-                print(f"BoundWatcher: watch ended ({e!r}); watching again", flush=True)
-                self._watch = watch.Watch()
+    @property
+    def bound(self) -> dict[str, float]:
+        return self.seen["bound"]
 
-    def _follow(self, api: k8s.ApiClient, namespace: str) -> None:
-        custom = k8s.CustomObjectsApi(api)
-        for event in self._watch.stream(
-            custom.list_namespaced_custom_object,
-            names.GROUP,
-            names.VERSION,
-            namespace,
-            names.CLAIM_PLURAL,
-            timeout_seconds=600,
-        ):
-            obj = event["object"]
-            status = obj.get("status") or {}
-            if status.get("phase") == "Bound":
-                with self._cond:
-                    now = time.monotonic()
-                    self.bound.setdefault(obj["metadata"]["name"], now)
-                    if status.get("leaseExpiresAt"):
-                        self.expiry.setdefault(obj["metadata"]["name"], now)
-                    self._cond.notify_all()
+    @property
+    def expiry(self) -> dict[str, float]:
+        return self.seen["expiry"]
 
-    def wait(self, claim_names: list[str], timeout: float, *, expiry: bool = False) -> None:
-        seen = self.expiry if expiry else self.bound
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not all(n in seen for n in claim_names):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [n for n in claim_names if n not in seen]
-                    raise AssertionError(f"{len(missing)} claims never bound: {missing[:5]}")
-                self._cond.wait(left)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._watch.stop()
+    def wait(
+        self, names: list[str], timeout: float, state: str = "bound", *, expiry: bool = False
+    ) -> None:
+        super().wait(names, timeout, "expiry" if expiry else state)
 
 
 def create(
@@ -206,12 +184,6 @@ def wait_claims_gone(custom: k8s.CustomObjectsApi, namespace: str) -> None:
     raise AssertionError("the deleted claims were never released")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
     """The API server's share alone: N claims created at once, each marked Bound right away by
     a status write from here, with no operator and no battery running. Nothing that writes one
@@ -242,51 +214,16 @@ def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
         return sent
 
     try:
-        claim_names = [f"floor-{i}" for i in range(N)]
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=16) as pool_exec:
-            sent_at = dict(
-                zip(claim_names, pool_exec.map(create_and_bind, claim_names), strict=True)
-            )
-        watcher.wait(claim_names, 120)
-        elapsed = max(watcher.bound[n] for n in claim_names) - started
-        latencies = [watcher.bound[n] - sent_at[n] for n in claim_names]
+        done = at_once(
+            api, create_and_bind, watcher, [f"floor-{i}" for i in range(N)], "bound", pids={}
+        )
     finally:
         watcher.stop()
         api.close()
-    return {**latency_figures(latencies), "claims_per_second": round(N / elapsed, 1)}
-
-
-def prometheus_sums(
-    text: str, metric: str, key: Callable[[dict[str, str]], str]
-) -> dict[str, float]:
-    """Sum of `metric`'s samples in Prometheus text, by `key(labels)`."""
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(metric + "{"):
-            continue
-        labels_text, value = line[len(metric) + 1 :].rsplit("} ", 1)
-        labels = dict(
-            part.split("=", 1) for part in labels_text.replace('"', "").split(",") if "=" in part
-        )
-        sums[key(labels)] = sums.get(key(labels), 0.0) + float(value)
-    return sums
-
-
-def means_between(
-    before: str, after: str, metric: str, key: Callable[[dict[str, str]], str]
-) -> dict[str, tuple[float, float]]:
-    """For a Prometheus histogram or summary `metric`, scraped twice: per `key(labels)`, the
-    mean milliseconds of the observations made between the scrapes, and how many there were
-    (keys with none are left out)."""
-
-    def delta(suffix: str) -> dict[str, float]:
-        then = prometheus_sums(before, metric + suffix, key)
-        now = prometheus_sums(after, metric + suffix, key)
-        return {k: v - then.get(k, 0.0) for k, v in now.items()}
-
-    seconds, counts = delta("_sum"), delta("_count")
-    return {k: (1000 * seconds[k] / n, n) for k, n in counts.items() if n > 0}
+    return {
+        **latency_figures(done.latencies),
+        "claims_per_second": round(done.claims_per_second, 1),
+    }
 
 
 def operator_timings(before: str, after: str) -> dict[str, float]:
@@ -301,31 +238,6 @@ def operator_timings(before: str, after: str) -> dict[str, float]:
             out[f"{prefix}{k}_mean_ms"] = round(mean_ms, 1)
             out[f"{prefix}{k}_n"] = calls
     return out
-
-
-def apiserver_metrics(api: k8s.ApiClient) -> str:
-    """The API server's /metrics, as Prometheus text."""
-    response = api.rest_client.request("GET", f"{api.configuration.host}/metrics")
-    return str(response.read().decode())
-
-
-def request_kind(labels: dict[str, str]) -> str:
-    """An API server request's kind, "VERB resource[/sub]"."""
-    sub = labels.get("subresource")
-    return f'{labels.get("verb")} {labels.get("resource")}' + (f"/{sub}" if sub else "")
-
-
-def apiserver_requests(api: k8s.ApiClient) -> dict[str, float]:
-    """apiserver_request_total from the API server's /metrics, keyed "VERB resource[/sub]"."""
-    return prometheus_sums(apiserver_metrics(api), "apiserver_request_total", request_kind)
-
-
-def apiserver_request_means(before: str, after: str, kinds: list[str]) -> dict[str, float]:
-    """Mean milliseconds the API server spent on each request of `kinds` between two scrapes
-    of its /metrics (its own apiserver_request_duration_seconds, so the client's and the
-    network's share is not in it)."""
-    means = means_between(before, after, "apiserver_request_duration_seconds", request_kind)
-    return {f"{k} mean_ms": round(means[k][0], 1) for k in kinds if k in means}
 
 
 def delete_all(custom: k8s.CustomObjectsApi, namespace: str, claim_names: list[str]) -> None:
@@ -350,53 +262,23 @@ def burst(
     """N claims created at once (16 client threads); their latencies and what they cost."""
     custom = k8s.CustomObjectsApi(api)
     claim_names = [f"par{round_no}-{i}" for i in range(N)]
-    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    requests_before = apiserver_requests(api)
     metrics_before = scrape()
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=16) as pool_exec:
-        sent_at = dict(
-            zip(
-                claim_names,
-                pool_exec.map(lambda n: create(custom, namespace, n), claim_names),
-                strict=True,
-            )
-        )
-    created_in = time.monotonic() - started
-    watcher.wait(claim_names, 120)
-    elapsed = max(watcher.bound[n] for n in claim_names) - started
-    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
-    requests_after = apiserver_requests(api)
+    done = at_once(api, lambda n: create(custom, namespace, n), watcher, claim_names, "bound", pids)
     timings = operator_timings(metrics_before, scrape())
     watcher.wait(claim_names, 120, expiry=True)
-    requests_settled = apiserver_requests(api)
-    cpu_settled = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    requests_settled = done.meter.requests()
+    cpu_settled = done.meter.cpu()
     delete_all(custom, namespace, claim_names)
     return {
-        "latencies": [watcher.bound[n] - sent_at[n] for n in claim_names],
-        "claims_per_second": N / elapsed,
-        "create_requests_s": created_in,
-        "cpu_seconds": cpu,
-        "requests": per_claim(requests_before, requests_after),
-        "requests_settled": per_claim(requests_before, requests_settled),
+        "latencies": done.latencies,
+        "claims_per_second": done.claims_per_second,
+        "create_requests_s": done.create_requests_s,
+        "cpu_seconds": done.cpu_seconds,
+        "requests": done.requests,
+        "requests_settled": requests_settled,
         "cpu_seconds_settled": cpu_settled,
         "operator_timings": timings,
     }
-
-
-def per_claim(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """API requests per claim between two counts, by kind, and their total."""
-    out = {
-        key: (count - before.get(key, 0)) / N
-        for key, count in sorted(after.items())
-        if count > before.get(key, 0) and key != "GET metrics"
-    }
-    return {**out, "total": sum(out.values())}
-
-
-def mean_of(dicts: list[dict[str, float]], ndigits: int) -> dict[str, float]:
-    keys = sorted({k for d in dicts for k in d})
-    return {k: round(statistics.fmean(d.get(k, 0.0) for d in dicts), ndigits) for k in keys}
 
 
 def run_bench(
@@ -409,14 +291,15 @@ def run_bench(
     wait_pool_available(custom, namespace, N + 5)
     watcher = BoundWatcher(api, namespace)
     try:
-        sequential, usable = [], []
-        for i in range(N):
-            name = f"seq-{i}"
-            sent = create(custom, namespace, name)
-            watcher.wait([name], 60, expiry=True)
-            sequential.append(watcher.bound[name] - sent)
-            usable.append(watcher.expiry[name] - sent)
-        delete_all(custom, namespace, [f"seq-{i}" for i in range(N)])
+        # Each waits for the previous one's Lease expiry (the later of the two states).
+        sent_at = one_at_a_time(
+            lambda n: create(custom, namespace, n),
+            watcher,
+            [f"seq-{i}" for i in range(N)],
+            "expiry",
+        )
+        sequential, usable = watcher.since(sent_at, "bound"), watcher.since(sent_at, "expiry")
+        delete_all(custom, namespace, list(sent_at))
         python_pids = {k: pids[k] for k in ("operator", "fake-battery")}
         with recording(python_pids, "bursts"):
             bursts = [burst(api, watcher, namespace, r, pids, scrape) for r in range(ROUNDS)]

@@ -39,14 +39,13 @@ from bench import memory
 from bench.claim_bind_bench import (
     PRODUCTION_LOGGING,
     BoundWatcher,
-    apiserver_metrics,
-    apiserver_request_means,
     create,
     operator_timings,
     wait_pool_available,
 )
 from bench.profiles import recording
 from bench.stats import FULL, latency_figures
+from bench.workload import apiserver_metrics, apiserver_request_means
 from kubernetes import client as k8s
 
 from batteryop.api import names, samples
