@@ -303,7 +303,7 @@ async def test_ours_and_agent_sandbox_in_turn_on_one_api_server(
                 f"{N + 5}, {N} claims one at a time, {ROUNDS} bursts of {N} at once from "
                 f"{THREADS} client threads; the peer's Pods on {cluster.NODES} kwok Nodes"
             ),
-            "source": "written by the benchmark itself",
+            "source": f"{written.name}, as the benchmark wrote it",
             "commit": commit,
             "when": started,
             "loadavg_1_5_15": {"before": load_before, "after": load()},
