@@ -76,3 +76,17 @@ def test_every_plot_is_drawn_from_the_recorded_figures_with_its_provenance() -> 
     assert recorded[-1]["commit"] in latency.caption and "agent-sandbox" in latency.caption
     with pytest.raises(plots.PlotError):
         plots.draw("no-such-plot")
+
+
+def test_the_measured_peer_is_drawn_beside_us_with_its_settings_and_published_peers_marked() -> (
+    None
+):
+    measured = plots.results("peers-measured")
+    peer = next(r for r in measured["runs"] if r["side"] != "ours")
+    drawn = plots.draw("peers-measured")
+    assert plots.MEASURED + peer["setting"] in drawn.svg
+    assert f"{peer['figures']['one_at_a_time_p50_ms']:g}" in drawn.svg
+    assert measured["commit"] in drawn.caption and "--disable-claim-events" in drawn.caption
+    assert peer["label"] in measured["ratios"] and "Ratios (ours / peer" in drawn.caption
+    published = plots.draw("bind-latency").svg
+    assert plots.PUBLISHED + plots.results("peers")["claim_latency"][0]["label"] in published

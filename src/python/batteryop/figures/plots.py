@@ -2,7 +2,9 @@
 
 Each JSON file there holds one benchmark's runs as its pages record them (when, the commit, the
 machine's load, the figures), with the benchmark's file, command and what it measures;
-`peers.json` holds the peers' published figures with their sources. No number is made here:
+`peers.json` holds the peers' published figures with their sources, and `peers-measured.json`
+what `tests/bench/peers` measured of agent-sandbox and us in turn (the file that benchmark
+writes, with its settings and ratios). No number is made here:
 every bar and point is a figure of those files. Each plot carries its provenance as a caption
 (when, where, how), built from the same files.
 """
@@ -65,9 +67,27 @@ def caption(data: Mapping[str, Any]) -> str:
     )
 
 
+PUBLISHED, MEASURED = "peer, published: ", "peer, measured: "
+"""How a peer's bar is labelled: a figure it published, or one `tests/bench/peers` measured."""
+
+
 def _peer_caption(peers: Mapping[str, Any], key: str) -> str:
     cited = "; ".join(f"{p['label']}: {p['source']}" for p in peers[key])
     return f" Peers (published, not measured here; {peers['note']}): {cited}."
+
+
+def _measured_caption(data: Mapping[str, Any]) -> str:
+    """The measured peer's settings and the ratios of its results file."""
+    settings = data["settings"]
+    flags = "; ".join(f"{s}: {' '.join(f)}" for s, f in settings["peer_flags"].items())
+    ratios = "; ".join(
+        f"{label}: " + ", ".join(f"{name} {value:g}" for name, value in figures.items())
+        for label, figures in data["ratios"].items()
+    )
+    return (
+        f" The peer: {settings['peer']}, flags {flags}; its Nodes: {settings['kwok']}."
+        f" Ratios ({data['ratios_are']}): {ratios}."
+    )
 
 
 def _bars(ax: Axes, labels: list[str], series: list[tuple[str, list[float | None]]]) -> None:
@@ -78,7 +98,7 @@ def _bars(ax: Axes, labels: list[str], series: list[tuple[str, list[float | None
         xs = [v if v is not None else 0.0 for v in values]
         bars = ax.barh(ys, xs, height=height, label=name, alpha=1.0 - 0.45 * n)
         for bar, value, label in zip(bars, values, labels, strict=False):
-            bar.set_color(PEER if label.startswith("peer:") else OURS)
+            bar.set_color(PEER if label.startswith("peer") else OURS)
             if value is not None:
                 ax.annotate(
                     f"{value:g}",
@@ -102,7 +122,7 @@ def bind_latency(fig: Figure) -> str:
     data, peers = results("claim-bind"), results("peers")
     ax = fig.subplots()
     labels = [_run_label(r) for r in data["runs"]] + [
-        f"peer: {p['label']}" for p in peers["claim_latency"]
+        PUBLISHED + p["label"] for p in peers["claim_latency"]
     ]
     p50 = [r["sequential"]["p50_ms"] for r in data["runs"]] + [
         p.get("p50_ms") for p in peers["claim_latency"]
@@ -114,29 +134,29 @@ def bind_latency(fig: Figure) -> str:
     ax.set_xscale("log")
     ax.set_xlabel("one claim at a time, created to Bound (ms, log scale)")
     ax.axvline(data["targets"]["sequential_p50_ms"], color=TARGET, ls=":", lw=1)
-    ax.set_title(
-        "A warm claim, one at a time: ours (blue), peers' published (grey)", fontsize=TITLE_PT
-    )
+    ax.set_title("A warm claim, one at a time: ours (blue), peers (grey)", fontsize=TITLE_PT)
     return caption(data) + _peer_caption(peers, "claim_latency") + " Dotted: the p50 target."
 
 
 def burst(fig: Figure) -> str:
     data, peers = results("claim-bind"), results("peers")
     ax = fig.subplots()
-    labels = [_run_label(r) for r in data["runs"]] + [f"peer: {p['label']}" for p in peers["burst"]]
+    labels = [_run_label(r) for r in data["runs"]] + [
+        PUBLISHED + p["label"] for p in peers["burst"]
+    ]
     rates = [r["burst"]["claims_per_s"] for r in data["runs"]] + [
         p["claims_per_s"] for p in peers["burst"]
     ]
     _bars(ax, labels, [("claims per second", rates)])
     ax.set_xscale("log")
-    ax.set_xlabel("claims Bound per second, bursts of 100 at once (median of rounds, log scale)")
+    ax.set_xlabel("claims Bound per second, bursts of 100 (median, log scale)")
     ax.axvline(data["targets"]["burst_claims_per_s"], color=TARGET, ls=":", lw=1)
     loaded = [r for r in data["runs"] if "p50_ms" in r["burst"]]
     spread = "; ".join(
         f"{r['label']}: p50 {r['burst']['p50_ms'] / 1000:g} s, p99 {r['burst']['p99_ms'] / 1000:g} s"
         for r in loaded
     )
-    ax.set_title("Bursts: ours (blue), peers' published (grey)", fontsize=TITLE_PT)
+    ax.set_title("Bursts: ours (blue), peers (grey)", fontsize=TITLE_PT)
     return (
         caption(data)
         + _peer_caption(peers, "burst")
@@ -157,6 +177,49 @@ def requests_per_claim(fig: Figure) -> str:
     ax.set_xlabel("kube-apiserver requests per claim until Bound, the create included")
     ax.set_title("What one bind costs the API server", fontsize=TITLE_PT)
     return caption(data) + " Dotted: the target of 3.5."
+
+
+def peers_measured(fig: Figure) -> str:
+    data = results("peers-measured")
+    runs = data["runs"]
+    labels = [
+        f"{r['label'] if r['side'] == 'ours' else MEASURED + r['setting']} (load {r['load']})"
+        for r in runs
+    ]
+    f = [r["figures"] for r in runs]
+    n = data["settings"]["n"]
+    panels = [
+        (
+            "one at a time, to Bound / Ready (ms)",
+            [("p50", "one_at_a_time_p50_ms"), ("p99", "one_at_a_time_p99_ms")],
+        ),
+        (
+            f"claims per second, bursts of {n}",
+            [
+                ("bursts", "burst_claims_per_s"),
+                ("API server floor", "api_server_floor_claims_per_s"),
+            ],
+        ),
+        ("kube-apiserver requests per claim, bursts", [("requests", "requests_per_claim")]),
+        (
+            f"CPU seconds per burst of {n}",
+            [("every process", "cpu_s_per_burst"), ("kube-apiserver", "cpu_s_per_burst_apiserver")],
+        ),
+    ]
+    for n_ax, (ax, (xlabel, series)) in enumerate(
+        zip(fig.subplots(2, 2).flat, panels, strict=True)
+    ):
+        _bars(ax, labels, [(name, [x[key] for x in f]) for name, key in series])
+        ax.legend(fontsize=TEXT_PT, loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)
+        ax.set_xlabel(xlabel)
+        if n_ax % 2:
+            ax.set_yticks(ax.get_yticks(), [])  # the same runs as on the left, in the same order
+    fig.suptitle(
+        f"Ours (blue) and agent-sandbox (grey) in turn on one API server, {data['when']}, "
+        f"at {data['commit']}",
+        fontsize=TITLE_PT,
+    )
+    return caption(data) + _measured_caption(data)
 
 
 def scale(fig: Figure) -> str:
@@ -211,6 +274,7 @@ PLOTS: Mapping[str, tuple[Callable[[Figure], str], tuple[float, float]]] = {
     "bind-latency": (bind_latency, (8.0, 4.2)),
     "burst": (burst, (8.0, 3.6)),
     "requests-per-claim": (requests_per_claim, (8.0, 3.2)),
+    "peers-measured": (peers_measured, (8.0, 6.0)),
     "scale": (scale, (8.0, 4.2)),
     "exec-round-trip": (exec_round_trip, (8.0, 4.2)),
 }
