@@ -5,7 +5,8 @@ controller writes the status. `MicroVMClaim.from_dict(c.to_dict()) == c` for eve
 
 Requirements: RS-020 (poolRef), RS-021 (serviceAccountName), RS-023 (renewTime), RS-024 (the
 status), CL-010 (a renewal is pending while spec.renewTime differs from the one last relayed),
-RS-103 (fallbackPoolRefs), RS-104 (status.poolRef: the Pool that serves the claim).
+RS-103 (fallbackPoolRefs), RS-104 (status.poolRef: the Pool that serves the claim), EA-013
+(`ClaimStatus.lease_good_until`: how long a Bound claim counts as unexpired).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from batteryop.api import names
 from batteryop.api._fields import Fields
@@ -24,6 +25,7 @@ from batteryop.api.conditions import (
     find_condition,
     parse_conditions,
 )
+from batteryop.api.lease import MIN_EXPIRY_THRESHOLD
 from batteryop.api.meta import Named, ObjectMeta, read_object, write_object
 from batteryop.api.times import format_duration, format_micro_time, format_time
 
@@ -71,6 +73,13 @@ class ClaimSpec:
         if self.renew_time is not None:
             out["renewTime"] = format_micro_time(self.renew_time)
         return out
+
+
+CLOCK_MARGIN: Final = timedelta(milliseconds=500)
+"""How far the clock of a Host judging a claim may differ from the operator's."""
+UNREAD_EXPIRY_GRACE: Final = MIN_EXPIRY_THRESHOLD - CLOCK_MARGIN
+"""How long after `status.boundTime` a Bound claim whose Lease expiry is not recorded yet
+counts as unexpired (EA-013; `ClaimStatus.lease_good_until`)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,27 @@ class ClaimStatus:
 
     def condition(self, type: ClaimConditionType) -> Condition | None:
         return find_condition(self.conditions, type)
+
+    def lease_good_until(self) -> datetime | None:
+        """Until when the claim's Lease is known to be unexpired (EA-013): battery's expiry once
+        the operator recorded it (CL-016); before that, `UNREAD_EXPIRY_GRACE` after the bind;
+        None when neither is recorded (nothing says the Lease lives).
+
+        Why the bind time bounds the expiry: `status.boundTime` is the start of the reconcile
+        that called ClaimVM, written in whole seconds (rounded down), so no later than the
+        moment battery made the Lease. battery, the operator's sidecar and so on its clock, set
+        the Lease's expiry to that moment plus the Pool's expiryThreshold, at least
+        `MIN_EXPIRY_THRESHOLD` (PO-104, BA-003). So the Lease lives until boundTime + 2 s at
+        least, and the grace leaves `CLOCK_MARGIN` of that for the judging Host's clock. The
+        one case it does not cover: ClaimVM replaying a Lease made by an earlier reconcile
+        whose answer was lost (CL-061) made it before this boundTime; the operator reads the
+        expiry right after the bind (CL-016), so that window is one ListLeases and one write.
+        """
+        if self.lease_expires_at is not None:
+            return self.lease_expires_at
+        if self.bound_time is not None:
+            return self.bound_time + UNREAD_EXPIRY_GRACE
+        return None
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,10 @@ def test_pool_crd_defaults_are_the_python_defaults() -> None:
     assert lease["properties"]["expiryThreshold"]["default"] == format_duration(
         lease_api.DEFAULT_EXPIRY_THRESHOLD
     )
+    # PO-104's floor, which the Exec Agent's grace before the first expiry rests on (EA-013).
+    floor = f"duration(self) >= duration('{format_duration(lease_api.MIN_EXPIRY_THRESHOLD)}')"
+    rules = lease["properties"]["expiryThreshold"]["x-kubernetes-validations"]
+    assert any(rule["rule"].endswith(floor) for rule in rules), rules
     for obj in ("placement", "replenishment", "hooks", "lease"):
         assert at(spec, obj)["default"] == {}
     assert at(spec, "autoscaling", "minIdle")["default"] == pool_api.DEFAULT_MIN_IDLE

@@ -20,6 +20,9 @@ from batteryop.api.times import format_duration
 # The CRD's defaults (crds/pools.yaml); crds_test checks they agree.
 DEFAULT_HEARTBEAT_INTERVAL: Final = timedelta(seconds=10)
 DEFAULT_EXPIRY_THRESHOLD: Final = timedelta(seconds=30)
+MIN_EXPIRY_THRESHOLD: Final = timedelta(seconds=2)
+"""The shortest `spec.lease.expiryThreshold` the CRD admits (PO-104): every Lease battery hands
+out lives at least this long after its ClaimVM (BA-003)."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from batteryop.api import names
 from batteryop.api._compat import TIMEOUT_ERRORS, UTC, within
 from batteryop.api.claim import MicroVMClaim
 from batteryop.api.closing import AsyncClosing
-from batteryop.api.conditions import ClaimReason
+from batteryop.api.conditions import ClaimPhase, ClaimReason
 from batteryop.api.errors import MalformedObjectError
 from batteryop.client import _core
 from batteryop.client._ca import CaLookup
@@ -412,7 +412,7 @@ class AsyncClient(AsyncClosing):
         if lost is not None:
             raise LeaseLostError(f"claim {name} {lost} before it was Bound", claim=name)
         assert claim is not None
-        if _core.is_bound(claim):
+        if _core.is_bound(claim, datetime.now(UTC)):
             return claim
         if (failed := _core.failed(claim)) is not None:  # CC-117: it gave up waiting itself
             raise PoolExhaustedError(f"claim {name} failed: {failed}; deleted it", claim=name)
@@ -449,11 +449,11 @@ class AsyncClient(AsyncClosing):
             lost = _core.lost_reason(claim, claim.metadata.uid)
             if lost is not None:
                 raise LeaseLostError(f"claim {name} {lost}", claim=name)
-            if not _core.is_bound(claim):
-                raise ClaimError(
-                    f"claim {name} is not Bound (phase {claim.status.phase or 'Pending'})",
-                    claim=name,
-                )
+            if not _core.is_bound(claim, datetime.now(UTC)):
+                why = f"is not Bound (phase {claim.status.phase or 'Pending'})"
+                if claim.status.phase == ClaimPhase.BOUND:  # EA-013: not usable yet
+                    why = "is Bound but its lease expiry is not recorded yet; try again"
+                raise ClaimError(f"claim {name} {why}", claim=name)
             self._connect(claim.status.agent_address)  # while the rest is read
             secret_name = names.exec_secret_name(name)
             try:

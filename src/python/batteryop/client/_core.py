@@ -176,17 +176,20 @@ def pending(claim: MicroVMClaim) -> Pending | None:
     return Pending(reason=cond.reason, message=cond.message)
 
 
-def is_bound(claim: MicroVMClaim) -> bool:
-    """Bound, with the MicroVM and Node a caller needs (CC-003), and the lease expiry the
-    operator reads back from battery right after the bind (CL-016): until it is written the
-    Exec Agent refuses every command (EA-013), so a claim handed over sooner fails its first
-    exec (found end to end: `battery run` right after the bind)."""
+def is_bound(claim: MicroVMClaim, now: datetime) -> bool:
+    """Bound, with the MicroVM and Node a caller needs (CC-003), and a Lease the Exec Agent
+    counts as unexpired at `now` (EA-013, `ClaimStatus.lease_good_until`): from the bind's own
+    status write, so a caller does not wait for the expiry the operator reads back from battery
+    after it (CL-016); once that grace passed, only with the expiry recorded (a claim handed
+    over then would fail its first exec)."""
     s = claim.status
+    good_until = s.lease_good_until()
     return (
         s.phase == ClaimPhase.BOUND
         and bool(s.microvm_uid)
         and bool(s.node_name)
-        and s.lease_expires_at is not None
+        and good_until is not None
+        and good_until > now
     )
 
 

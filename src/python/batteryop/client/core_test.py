@@ -9,10 +9,13 @@ import pytest
 
 from batteryop.api import names, samples
 from batteryop.api._compat import UTC  # 3.10 too (pythons_test)
+from batteryop.api.claim import UNREAD_EXPIRY_GRACE
 from batteryop.client import _core
 from batteryop.client._models import Pending
 
 NOW = datetime(2026, 12, 1, 1, 0, 0, tzinfo=UTC)
+BOUND_AT = NOW
+"""`claim`'s Bound claims were bound then; their lease expires five minutes later."""
 
 
 def claim(
@@ -31,6 +34,7 @@ def claim(
     if phase:
         status["phase"] = phase
     if phase == "Bound":
+        status["boundTime"] = "2026-12-01T01:00:00Z"
         if expiry:
             status["leaseExpiresAt"] = "2026-12-01T01:05:00Z"
         status["microVM"] = {"uid": "vm-1"}
@@ -122,16 +126,18 @@ def test_the_heartbeat_interval_is_the_pools_or_the_default() -> None:
 @pytest.mark.req("CC-003", "CC-004")
 def test_a_claim_is_bound_only_with_its_microvm_and_node_and_else_says_why() -> None:
     waiting = claim("Pending", conditions=[cond("Bound", "False", "PoolExhausted", "none warm")])
-    assert not _core.is_bound(waiting)
+    assert not _core.is_bound(waiting, NOW)
     p = _core.pending(waiting)
     assert p == Pending("PoolExhausted", "none warm")
     assert p.pool_exhausted
     bound = claim("Bound", conditions=[cond("Bound", "True", "Bound")])
-    assert _core.is_bound(bound)
-    # EA-013: the agent runs nothing until the lease expiry is known, so neither is it Bound.
-    assert not _core.is_bound(
-        claim("Bound", conditions=[cond("Bound", "True", "Bound")], expiry=False)
-    )
+    assert _core.is_bound(bound, BOUND_AT + timedelta(minutes=1))
+    # EA-013: the agent runs a command only while the Lease is known to live. Before the
+    # operator recorded battery's expiry, that is a grace after the bind, and then no longer.
+    fresh = claim("Bound", conditions=[cond("Bound", "True", "Bound")], expiry=False)
+    assert _core.is_bound(fresh, BOUND_AT + timedelta(seconds=1))
+    assert not _core.is_bound(fresh, BOUND_AT + UNREAD_EXPIRY_GRACE)
+    assert not _core.is_bound(bound, BOUND_AT + timedelta(minutes=5))  # expired
     assert _core.pending(bound) is None
     info = _core.claim_info(bound)
     assert (info.microvm_uid, info.node_name, info.agent_address) == (

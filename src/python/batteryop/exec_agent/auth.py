@@ -48,7 +48,9 @@ The checks, in order; the first that fails refuses the call (`RefusedError`, nam
    `nbf` when later) no earlier than the claim was created, else PERMISSION_DENIED: a token
    minted for an earlier claim of the same name, whose Secret was bound the same way, never
    reaches the new one.
-6. `claim` (EA-013): not being deleted, phase Bound, `leaseExpiresAt` set and in the future,
+6. `claim` (EA-013): not being deleted, phase Bound, its Lease unexpired
+   (`ClaimStatus.lease_good_until`: `leaseExpiresAt` in the future, or, until the operator
+   recorded it, a moment after `boundTime` that battery's expiry cannot be before),
    `status.microVM.uid` the requested uid, `status.host.nodeName` this Host; else
    PERMISSION_DENIED.
 
@@ -462,12 +464,12 @@ class Authorizer:
             raise deny("is being released")
         if status.phase != ClaimPhase.BOUND:
             raise deny(f"is {status.phase or 'not yet Bound'}, not Bound")
-        expires = status.lease_expires_at
-        if expires is None:
-            # Bound a moment ago: the operator reads battery's expiry right after the bind.
-            raise deny("has no lease expiry yet")
-        if expires <= self._clock.now():
-            raise deny("has an expired lease")
+        good_until = status.lease_good_until()
+        if good_until is None or good_until <= self._clock.now():
+            # Without a recorded expiry the Lease is known to live only a moment past the bind.
+            raise deny(
+                "has an expired lease" if status.lease_expires_at else "has no lease expiry yet"
+            )
         if not microvm_uid or status.microvm_uid != microvm_uid:
             raise deny(f"does not hold microvm {microvm_uid!r}")
         if status.node_name != self._node_name:

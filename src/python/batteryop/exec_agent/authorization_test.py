@@ -22,6 +22,8 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
     MicroVMExecStub,
 )
 from batteryop.api import names
+from batteryop.api.claim import UNREAD_EXPIRY_GRACE, MicroVMClaim
+from batteryop.api.clock import FakeClock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.exec_agent.auth import CREDENTIAL_ID_EXTRA, token_payload
 from batteryop.exec_agent.flintlockd import EXEC_SERVICE
@@ -316,9 +318,9 @@ CLAIM_REFUSALS = [
         id="an_expired_claim",
     ),
     pytest.param(
-        lambda h: h.hold(expires_in=None),
+        lambda h: h.hold(expires_in=None, bound_ago=timedelta(minutes=1)),
         "claim: claim {claim} has no lease expiry yet",
-        id="a_bound_claim_without_a_lease_expiry_yet",
+        id="a_claim_bound_a_minute_ago_without_a_lease_expiry",
     ),
     pytest.param(
         lambda h: h.hold(phase=ClaimPhase.PENDING),
@@ -354,6 +356,35 @@ async def test_a_claim_that_does_not_qualify_is_denied(
         claim=f"{holders.namespace}/{holding.claim}", node=agent.config.node_name
     )
     await assert_nothing_ran(flintlockd)
+
+
+@pytest.mark.req("EA-013")
+async def test_a_claim_just_bound_runs_commands_before_its_expiry_is_recorded_but_not_long(
+    pki: Pki, holders: Holders, flintlockd: FakeFlintlockd, agent_identity: KubeConfig
+) -> None:
+    """The bind's own status write is enough: battery's expiry, read by the operator after it
+    (CL-016), is not waited for during `UNREAD_EXPIRY_GRACE` after status.boundTime, which no
+    Lease battery hands out can end within (PO-104). Judged by a clock the test sets."""
+    holding = await holders.hold(expires_in=None)
+    body = k8s.CustomObjectsApi(holders.api).get_namespaced_custom_object(
+        names.GROUP, names.VERSION, holders.namespace, names.CLAIM_PLURAL, holding.claim
+    )
+    bound = MicroVMClaim.from_dict(body).status.bound_time
+    assert bound is not None
+    clock = FakeClock(bound + UNREAD_EXPIRY_GRACE - timedelta(milliseconds=100))
+    async with running_agent(pki, agent_identity, flintlockd.target, clock=clock) as agent:
+        async with agent.channel() as channel:
+            responses = await run_exec(
+                channel, holding.metadata, Start(uid=holding.microvm_uid, cmd="true")
+            )
+        assert responses[-1].exit_code == 0
+        clock.set(bound + UNREAD_EXPIRY_GRACE)
+        error = await refusal(agent, holding.metadata, Start(uid=holding.microvm_uid, cmd="true"))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details() == (
+        f"claim: claim {holders.namespace}/{holding.claim} has no lease expiry yet"
+    )
+    assert [s.cmd for s in await flintlockd.exec_history()] == ["true"]
 
 
 @pytest.mark.req("EA-014")

@@ -13,8 +13,9 @@ moment its claim no longer lets it run:
   refusal (PERMISSION_DENIED `claim: ...` or UNAVAILABLE `claim lookup: ...`), its command
   cancelled on flintlockd at once, whether or not its caller reads (the stream's `end`,
   `relay._Ending`, EA-115).
-- A timer per claim at its `status.leaseExpiresAt`, moved by every event that carries a new
-  expiry (a renewal). When it fires the claim is read and checked in the same way: a lease
+- A timer per claim at its `status.leaseExpiresAt` (until the operator recorded it, at the end
+  of the grace after the bind, `ClaimStatus.lease_good_until`), moved by every event that
+  carries a new expiry (the first one read, a renewal). When it fires the claim is read and checked in the same way: a lease
   renewed meanwhile keeps the streams running, an expired one ends them. So even with the
   watch down (the API server unreachable) no stream outlives its lease.
 
@@ -217,10 +218,11 @@ class ClaimStreams:
             self._expire_at(key, entry, MicroVMClaim.from_dict(body))
 
     def _expire_at(self, key: Key, entry: _Claim, claim: MicroVMClaim) -> None:
-        """The claim's timer at its lease expiry (EA-106); now if it records none."""
+        """The claim's timer at its lease expiry (EA-106; before the operator recorded it, the
+        end of `lease_good_until`'s grace); now if the claim records neither."""
         if entry.timer is not None:
             entry.timer.cancel()
-        expires = claim.status.lease_expires_at
+        expires = claim.status.lease_good_until()
         delay = 0.0
         if expires is not None:
             delay = max(0.0, (expires - self._authorizer.now()).total_seconds())

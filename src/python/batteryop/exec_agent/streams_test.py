@@ -22,6 +22,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1.microvmexec_pb2_grpc
     MicroVMExecStub,
 )
 from batteryop.api import names
+from batteryop.api.claim import UNREAD_EXPIRY_GRACE
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.times import format_time
 from batteryop.exec_agent.auth import token_payload
@@ -209,6 +210,29 @@ async def test_a_running_command_ends_at_its_leases_expiry_unless_it_is_renewed(
     assert 0 <= late <= ENDED_WITHIN  # not at the short expiry: the renewal moved it
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     assert error.details().endswith("has an expired lease; the running command was ended")
+
+
+@pytest.mark.req("EA-106", "EA-013")
+async def test_a_command_run_before_the_expiry_was_read_ends_when_the_grace_does(
+    agent: Agent, holders: Holders
+) -> None:
+    """A claim with no recorded expiry lets commands run only `UNREAD_EXPIRY_GRACE` past its
+    bind; its streams' timer waits for that moment (no event comes) instead of reading the
+    claim again and again. The command starts under an hour's lease; the status then says it
+    was bound now and records no expiry yet."""
+    holding = await holders.hold()
+    async with long_command(agent, holding) as (call, _):
+        bound = datetime.now(UTC).replace(microsecond=0)
+        checks = agent.server.streams.checks
+        patch_status(holders, holding, {"boundTime": format_time(bound), "leaseExpiresAt": None})
+        error = await ended(call)
+        late = (datetime.now(UTC) - (bound + UNREAD_EXPIRY_GRACE)).total_seconds()
+        reads = agent.server.streams.checks - checks
+    print(f"grace's end -> stream ended {late * 1000:.0f} ms after it, {reads} claim reads")
+    assert 0 <= late <= ENDED_WITHIN
+    assert reads <= 2  # the timer's, and one more if the write's event raced it
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.details().endswith("has no lease expiry yet; the running command was ended")
 
 
 @pytest.mark.req("EA-105")

@@ -125,6 +125,8 @@ class ObjectCache:
     object gone (deleting, no finalizer left) forgets it too, and so does an answer about
     another object of the same name (uid differs) than the one cached.
 
+    Bodies are kept without `metadata.managedFields`, which nothing here reads.
+
     Indexes (`indexers`: name -> the value a body is filed under) are kept with the bodies:
     every body stored refiles its key, every key dropped leaves them, so `keys_by` answers
     "which objects record X" without a walk over every object (the runtime asks it for each
@@ -231,6 +233,11 @@ class ObjectCache:
 
     def _store(self, key: Key, body: Mapping[str, Any]) -> None:
         stored = dict(body)
+        meta = stored.get("metadata")
+        if isinstance(meta, Mapping) and "managedFields" in meta:
+            # Who set which field: nothing here reads it, every body carries it, and as Python
+            # objects it was 60% of a Bound claim's body (9.5 of 15.9 KB; 10,000 claims).
+            stored["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
         self._bodies[key] = stored
         if not self._indexers:
             return

@@ -51,6 +51,19 @@ def test_the_echo_of_a_cached_write_and_the_events_before_it_change_nothing() ->
     assert cache.sizes() == {"bodies": 1, "echoes": 0, "writes": 0}
 
 
+def test_bodies_are_kept_without_their_managed_fields() -> None:
+    cache = ObjectCache()
+    watched = body("m", "Pending")
+    watched["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    cache.observe("ADDED", watched)
+    assert cache.get(KEY) == body("m", "Pending")
+    answered = body("b", "Bound")
+    answered["metadata"]["managedFields"] = [{"manager": "battery-operator"}]
+    assert answer(cache, answered)
+    assert cache.get(KEY) == body("b", "Bound")
+    assert "managedFields" in answered["metadata"]  # the caller's body is left as it was
+
+
 def test_two_answers_wait_for_both_echoes_in_order() -> None:
     cache = ObjectCache()
     cache.observe("ADDED", body("9", "Pending"))

@@ -43,6 +43,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
 )
 from batteryop.api import names, samples
 from batteryop.api.claim import ClaimStatus
+from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
 from batteryop.api.crds import all_crds
 from batteryop.exec_agent.auth import Authorizer
@@ -252,8 +253,14 @@ def agent_config(pki: Pki, flintlockd_target: str, **overrides: Any) -> AgentCon
 
 @contextlib.asynccontextmanager
 async def running_agent(
-    pki: Pki, kube_config: KubeConfig, flintlockd_target: str, **overrides: Any
+    pki: Pki,
+    kube_config: KubeConfig,
+    flintlockd_target: str,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    **overrides: Any,
 ) -> AsyncIterator[Agent]:
+    """An Exec Agent in this process; `clock` judges leases and tokens (`Authorizer`)."""
     config = agent_config(pki, flintlockd_target, **overrides)
     log = PhaseLog()
     async with (
@@ -264,6 +271,7 @@ async def running_agent(
             kube,
             node_name=config.node_name,
             audience=config.token_audience,
+            clock=clock,
             observer=log,
             limiter=failed_auth_limiter(config),
             identities=identity_limiter(config),
@@ -351,6 +359,7 @@ class Holders:
         microvm_uid: str | None = None,
         node: str | None = NODE,
         expires_in: timedelta | None = timedelta(hours=1),
+        bound_ago: timedelta = timedelta(0),
     ) -> None:
         custom = k8s.CustomObjectsApi(self.api)
         body = samples.sample_claim(claim, "pool", service_account, self.namespace)
@@ -364,7 +373,7 @@ class Holders:
             lease_id=f"lease-{claim}" if bound else None,
             microvm_uid=microvm_uid,
             node_name=node,
-            bound_time=now if bound else None,
+            bound_time=now - bound_ago if bound else None,
             lease_expires_at=now + expires_in if bound and expires_in is not None else None,
         )
         custom.patch_namespaced_custom_object_status(
@@ -384,10 +393,12 @@ class Holders:
         phase: ClaimPhase | None = ClaimPhase.BOUND,
         node: str | None = NODE,
         expires_in: timedelta | None = timedelta(hours=1),
+        bound_ago: timedelta = timedelta(0),
     ) -> Holding:
         """A Holder with a claim in `phase` on `node`, its Secret, and a bound token.
 
-        `expires_in` None: a Bound claim whose lease expiry the operator has not written yet."""
+        `expires_in` None: a Bound claim whose lease expiry the operator has not written yet;
+        `bound_ago`: how long before now (in whole seconds, as written) it was bound."""
         claim = claim or f"claim-{uuid.uuid4().hex[:8]}"
         ensure_service_account(self.api, self.namespace, service_account)
         uid = await self.create_microvm(claim)
@@ -399,6 +410,7 @@ class Holders:
             microvm_uid=uid,
             node=node,
             expires_in=expires_in,
+            bound_ago=bound_ago,
         )
         token = self.token(service_account, (names.exec_secret_name(claim), secret_uid))
         return Holding(self.namespace, claim, service_account, uid, secret_uid, token)

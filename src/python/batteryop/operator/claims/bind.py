@@ -49,9 +49,9 @@ second one (CL-061). The guard:
    before the status write (only the cache-only agent-address and HostReady steps add to it, see `reconcile`). Until
    it lands, the Lease exists only in battery: that window is what CL-061 closes, and
    stopping keeps it as short as a reconcile can. The claim comes back as soon as the write
-   landed (`EXPIRY_READ_DELAY_SECONDS`, zero) to read its expiry (CL-016): a client counts a
-   claim usable only once its expiry is recorded, so every second of delay here is a second
-   of every claim's latency.
+   landed (`EXPIRY_READ_DELAY_SECONDS`, zero) to read its expiry (CL-016): a client and the
+   Exec Agent count the claim usable from the bind's write only for a short grace
+   (`ClaimStatus.lease_good_until`), and after it only with the expiry recorded.
 5. No Pool of the list leased a MicroVM (each exhausted, missing or answering for another):
    handed to `pending` (CL-003, CL-004), with `_none_served`'s reason. In transit, ABORTED,
    only cordoned Hosts or a failed give-back end the walk on that Pool and are handed to
@@ -93,9 +93,9 @@ EXPIRY_READ_DELAY_SECONDS = 0.0
 
 Zero: at once. Claims that bind together still share ListLeases calls without waiting: the
 work queue serves the binds already due first, and `LeaseReads` lets one call serve every
-claim that asked while the call before it ran. (It was one second, which every client paid
-on every claim: the client and the Exec Agent count a claim usable only once its expiry is
-recorded.)"""
+claim that asked while the call before it ran. (It was one second, which every client paid on
+every claim while a claim counted usable only once its expiry was recorded; it must stay well
+inside `UNREAD_EXPIRY_GRACE`, after which the Exec Agent waits for the expiry again.)"""
 
 
 def _refusal(scope: ClaimScope) -> str | None:
