@@ -45,7 +45,14 @@ FIGURES = {
     "architecture": ("architecture-api", "architecture-grpc", "install"),
     "operator": ("claim-life",),
     "exec-agent": ("exec-authorization", "host-certificates"),
-    "performance": ("bind-latency", "burst", "requests-per-claim", "scale", "exec-round-trip"),
+    "performance": (
+        "bind-latency",
+        "burst",
+        "peers-measured",
+        "requests-per-claim",
+        "scale",
+        "exec-round-trip",
+    ),
 }
 
 
