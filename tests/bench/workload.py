@@ -72,6 +72,8 @@ class FirstSeen:
             try:
                 self._follow(api, namespace)
             except Exception as e:  # any broken stream: watch again
+                if self._stopped.is_set():
+                    return  # `stop` broke it
                 print(f"{type(self).__name__}: watch ended ({e!r}); watching again", flush=True)
                 self._watch = watch.Watch()
 
