@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from batteryop.api import samples
-from batteryop.kube.client import KubeClient
+from batteryop.kube.client import KubeClient, without_managed_fields
 from batteryop.kube.config import KubeConfig
 from batteryop.kube.conftest import ServiceAccountConfig, grant
 from batteryop.kube.errors import (
@@ -106,6 +106,36 @@ async def test_list_follows_continue_across_pages(kube: KubeClient, namespace: s
     # Two objects a page: three requests, one list.
     paged = await kube.list(CONFIGMAPS, namespace, label_selector="paged=yes", limit=2)
     assert sorted(o["metadata"]["name"] for o in paged) == expected
+
+
+async def test_a_slim_list_and_watch_leave_out_managed_fields_and_nothing_else(
+    kube: KubeClient, namespace: str
+) -> None:
+    for name in ("slim-0", "slim-1", "slim-2"):
+        await kube.create(CONFIGMAPS, configmap(name, {"slim": "yes"}), namespace)
+    full = await kube.list(CONFIGMAPS, namespace, label_selector="slim=yes")
+    assert all("managedFields" in o["metadata"] for o in full)  # the API server sends them
+    slim = await kube.list(CONFIGMAPS, namespace, label_selector="slim=yes", limit=2, slim=True)
+    assert slim == [without_managed_fields(o) for o in full]
+    assert all(
+        set(o["metadata"]) == set(f["metadata"]) - {"managedFields"}
+        for o, f in zip(slim, full, strict=True)
+    )
+    async for kind, obj in kube.watch(
+        CONFIGMAPS,
+        namespace,
+        label_selector="slim=yes",
+        resource_version="0",  # the current objects first, as ADDED events
+        timeout_seconds=5,
+        slim=True,
+    ):
+        assert kind == "ADDED"
+        assert obj == without_managed_fields(
+            next(f for f in full if f["metadata"]["name"] == obj["metadata"]["name"])
+        )
+        break
+    else:
+        raise AssertionError("the watch ended without an event")
 
 
 async def test_list_across_all_namespaces(kube: KubeClient, namespace: str) -> None:

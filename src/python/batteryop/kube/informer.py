@@ -9,6 +9,9 @@ listed would be missing Hosts: a Pool reconciled then would be declared to batte
 Hosts than it has. kopf's event handlers say nothing of when the first listing is complete;
 `on_list` does.
 
+Objects reach the callbacks without `metadata.managedFields` (`without_managed_fields`): no
+follower reads it, and it was most of what a follower of many objects kept.
+
 Every list replaces what the caller knows (`on_list` gets the whole set, so an object deleted
 while the watch was down is noticed); the watch continues from the list's resourceVersion,
 so nothing between the two is lost. A failed list or watch (410 Gone included) is retried
@@ -52,7 +55,7 @@ async def list_watch(
     backoff = Backoff(*RETRY)
     while True:
         try:
-            items = await kube.list(res, namespace, field_selector=field_selector)
+            items = await kube.list(res, namespace, field_selector=field_selector, slim=True)
             on_list(items)
             backoff.reset()
             # A watch the server ends on its timeout is opened again from the newest version
@@ -66,6 +69,7 @@ async def list_watch(
                     field_selector=field_selector,
                     resource_version=cursor.version or None,
                     on_bookmark=cursor.move,
+                    slim=True,
                 ):
                     cursor.move(str((obj.get("metadata") or {}).get("resourceVersion") or ""))
                     on_event(kind, obj)

@@ -39,9 +39,11 @@ async def test_a_list_then_every_event_and_a_failing_callback_only_relists(
     fail_next = [True]
 
     def on_list(items: list[dict[str, Any]]) -> None:
+        assert not any("managedFields" in i["metadata"] for i in items)
         lists.append(sorted(i["metadata"]["name"] for i in items))
 
     def on_event(kind: str, obj: dict[str, Any]) -> None:
+        assert "managedFields" not in obj["metadata"]  # nothing here reads it
         name = obj["metadata"]["name"]
         if name == "boom" and fail_next[0]:
             fail_next[0] = False
