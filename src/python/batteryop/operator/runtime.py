@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
-from batteryop.kube.client import without_managed_fields
+from batteryop.kube.client import compact
 from batteryop.kube.errors import ConflictError, NotFoundError
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import Resource
@@ -126,7 +126,8 @@ class ObjectCache:
     object gone (deleting, no finalizer left) forgets it too, and so does an answer about
     another object of the same name (uid differs) than the one cached.
 
-    Bodies are kept without `metadata.managedFields`, which nothing here reads.
+    Bodies are kept `compact`: without `metadata.managedFields`, which nothing here reads, and
+    with their keys and short strings shared.
 
     Indexes (`indexers`: name -> the value a body is filed under) are kept with the bodies:
     every body stored refiles its key, every key dropped leaves them, so `keys_by` answers
@@ -233,7 +234,7 @@ class ObjectCache:
     # -- the bodies and their indexes -------------------------------------------------
 
     def _store(self, key: Key, body: Mapping[str, Any]) -> None:
-        stored = without_managed_fields(body)  # the answers to our writes carry it
+        stored = compact(body)  # 10,000 claims are kept
         self._bodies[key] = stored
         if not self._indexers:
             return

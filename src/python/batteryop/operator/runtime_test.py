@@ -1,6 +1,7 @@
 """The runtime's cache and its write path: echoes, opaque resourceVersions, deleted objects."""
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,28 @@ def test_bodies_are_kept_without_their_managed_fields() -> None:
     assert answer(cache, answered)
     assert cache.get(KEY) == body("b", "Bound")
     assert "managedFields" in answered["metadata"]  # the caller's body is left as it was
+
+
+def test_bodies_share_their_keys_and_short_strings() -> None:
+    cache = ObjectCache()
+    long = "a message longer than what is shared, " * 2
+    # Decoded one by one, as watch events are: each has its own copy of every string.
+    first, second = (
+        json.loads(json.dumps({**body(rv, "Bound"), "message": long})) for rv in ("1", "2")
+    )
+    first["status"]["message"] = first.pop("message")
+    second["status"]["message"] = second.pop("message")
+    second["metadata"]["name"] = "d"
+    assert first["status"]["phase"] is not second["status"]["phase"]
+    cache.observe("ADDED", first)
+    cache.observe("ADDED", second)
+    a, b = cache.get(("ns", "c")), cache.get(("ns", "d"))
+    assert a == first and b == second  # the same content
+    assert a is not None and b is not None
+    key_a = next(k for k in a["status"] if k == "phase")
+    key_b = next(k for k in b["status"] if k == "phase")
+    assert key_a is key_b and a["status"]["phase"] is b["status"]["phase"]
+    assert a["status"]["message"] is not b["status"]["message"]  # long strings stay apart
 
 
 def test_two_answers_wait_for_both_echoes_in_order() -> None:
