@@ -250,7 +250,8 @@ def scale(fig: Figure) -> str:
     latency.set_title("one claim at a time: p50 solid, p99 dashed", fontsize=TEXT_PT)
     memory.set_title("memory", fontsize=TEXT_PT)
     fig.suptitle("The operator with up to 10,000 claims over 100 Hosts", fontsize=TITLE_PT)
-    return caption(data) + " Dotted: the memory target of 300 MB."
+    target = data["targets"]["rss_mb_at_10000"]
+    return caption(data) + f" Dotted: the memory target of {target} MB (issue 50; 300 before)."
 
 
 def exec_round_trip(fig: Figure) -> str:
