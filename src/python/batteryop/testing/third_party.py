@@ -11,7 +11,6 @@ Used by the guest agent (`guest_agent`) and the peer benchmark's agent-sandbox c
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import tarfile
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from batteryop.release.debs import sha256_of
 from batteryop.testing.controlplane.gobuild import cache_root
 
 
@@ -39,14 +39,6 @@ def third_party_dir() -> Path:
     """`$BATTERYOP_THIRD_PARTY`, else `../shared/third_party` beside the working directory."""
     named = os.environ.get("BATTERYOP_THIRD_PARTY")
     return Path(named) if named else Path.cwd().parent / "shared" / "third_party"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def built_once(

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from batteryop.testing.third_party import Tarball, ThirdPartyError, built_once, sha256_of
+from batteryop.release.debs import sha256_of
+from batteryop.testing.third_party import Tarball, ThirdPartyError, built_once
 
 
 class ThingError(RuntimeError):
