@@ -9,7 +9,7 @@ import pytest
 
 from batteryop.api import names, samples
 from batteryop.api.clock import FakeClock
-from batteryop.api.conditions import EventType
+from batteryop.api.conditions import ClaimConditionType, EventType
 from batteryop.kube.outcome import Outcome
 from batteryop.kube.resources import CLAIMS, POOLS, Resource
 from batteryop.kube.workqueue import Retry
@@ -85,6 +85,15 @@ def test_bodies_share_their_keys_and_short_strings() -> None:
     key_b = next(k for k in b["status"] if k == "phase")
     assert key_a is key_b and a["status"]["phase"] is b["status"]["phase"]
     assert a["status"]["message"] is not b["status"]["message"]  # long strings stay apart
+
+
+def test_a_string_subclass_in_a_body_is_kept_as_it_is() -> None:
+    """A fake API server may answer with enum members where JSON has plain strings."""
+    cache = ObjectCache()
+    answered = body("b", "Bound")
+    answered["status"]["conditions"] = [{"type": ClaimConditionType.BOUND, "status": "True"}]
+    assert answer(cache, answered)
+    assert cache.get(KEY) == answered
 
 
 def test_two_answers_wait_for_both_echoes_in_order() -> None:
