@@ -160,11 +160,17 @@ def _progress(pools: tuple[str, ...]) -> Iterator[Callable[[Pending], None]]:
 
 def _describe(claim: Claim, asked: str | None = None) -> str:
     """The bound claim in one line; a fallback Pool that served it is named (CC-116)."""
-    expires = format_time(claim.lease_expires_at) if claim.lease_expires_at else "-"
+    # A claim is returned from its bind's write; the expiry the operator reads from battery
+    # right after it may not be recorded yet (EA-013's grace).
+    expires = (
+        f"lease expires {format_time(claim.lease_expires_at)}"
+        if claim.lease_expires_at
+        else "lease expiry not read from battery yet"
+    )
     via = f" of fallback Pool {claim.pool}" if asked is not None and claim.pool != asked else ""
     return (
         f"claim {claim.name}: Bound to MicroVM {claim.microvm_uid} on {claim.node_name}{via} "
-        f"(agent {claim.agent_address or '-'}, lease expires {expires})"
+        f"(agent {claim.agent_address or '-'}, {expires})"
     )
 
 
