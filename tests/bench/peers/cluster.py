@@ -29,7 +29,7 @@ from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.gobuild import NODE, ToolSet, pinned_version
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.gomodules import download, find_pins
-from batteryop.testing.processes import die_with_parent, file_tail, terminate
+from batteryop.testing.processes import file_tail, spawn_logged, terminate
 
 KWOK: Final = ToolSet(
     "kwok",
@@ -81,15 +81,7 @@ class Daemon:
         cls, name: str, argv: Sequence[str], log_dir: Path, env: Mapping[str, str] | None = None
     ) -> Iterator[Daemon]:
         log = log_dir / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                die_with_parent(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=None if env is None else dict(env),
-            )
+        popen = spawn_logged(argv, log, env)
         try:
             yield cls(name, popen, log)
         finally:

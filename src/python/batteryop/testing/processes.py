@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,22 @@ def die_with_parent(argv: Sequence[str]) -> list[str]:
     (`processes_test`); CI once saw a QEMU "exit" with SIGABRT 2 ms after it was started.
     """
     return ["setpriv", "--pdeathsig", "KILL", "--", *argv]
+
+
+def spawn_logged(
+    argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session, dying with this process (`die_with_parent`), its
+    output and errors written to `log`; `env` None: this process's environment."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            die_with_parent(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=None if env is None else dict(env),
+        )
 
 
 def file_tail(path: Path, lines: int = 25) -> str:

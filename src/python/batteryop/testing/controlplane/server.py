@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from batteryop.testing.controlplane.gobuild import Binaries, ensure_binaries
-from batteryop.testing.processes import die_with_parent, file_tail
+from batteryop.testing.processes import file_tail, spawn_logged
 from batteryop.tls import CertificateAuthority, KeyPair, new_key, public_key_pem, write_secret
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -226,14 +226,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self._log_dir or self.workdir) / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                die_with_parent(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        popen = spawn_logged(argv, log)
         self._procs.append(LoggedProcess(name, popen, log))
 
     def _wait_ready(self) -> None:
