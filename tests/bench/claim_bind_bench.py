@@ -174,16 +174,19 @@ def wait_pool_available(
     raise AssertionError(f"Pool {name} never had {size} available MicroVMs")
 
 
-def wait_claims_gone(custom: k8s.CustomObjectsApi, namespace: str) -> None:
+def wait_none_left(
+    custom: k8s.CustomObjectsApi, namespace: str, plural: str = names.CLAIM_PLURAL
+) -> None:
+    """Until the namespace holds none of our `plural` (the operator let the deleted go)."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         listed: Any = custom.list_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL
+            names.GROUP, names.VERSION, namespace, plural
         )
         if not listed["items"]:
             return
         time.sleep(0.2)
-    raise AssertionError("the deleted claims were never released")
+    raise AssertionError(f"the deleted {plural} in {namespace} were never released")
 
 
 def api_server_floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
@@ -249,7 +252,7 @@ def delete_all(custom: k8s.CustomObjectsApi, namespace: str, claim_names: list[s
         custom.delete_namespaced_custom_object(
             names.GROUP, names.VERSION, namespace, names.CLAIM_PLURAL, name
         )
-    wait_claims_gone(custom, namespace)
+    wait_none_left(custom, namespace)
     wait_pool_available(custom, namespace, N)
 
 

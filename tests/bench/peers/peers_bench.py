@@ -123,7 +123,7 @@ def floor(cp: ControlPlane, namespace: str) -> dict[str, Any]:
             custom.patch_namespaced_custom_object(
                 *args, claim["metadata"]["name"], {"metadata": {"finalizers": None}}
             )
-        ours.wait_claims_gone(custom, namespace)
+        ours.wait_none_left(custom, namespace)
     finally:
         api.close()
     return figures
@@ -134,15 +134,7 @@ def remove_pool(custom: k8s.CustomObjectsApi, namespace: str) -> None:
     custom.delete_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, names.POOL_PLURAL, POOL
     )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        listed: Any = custom.list_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.POOL_PLURAL
-        )
-        if not listed["items"]:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"Pool {namespace}/{POOL} was never removed")
+    ours.wait_none_left(custom, namespace, names.POOL_PLURAL)
 
 
 def run_ours(cp: ControlPlane, namespace: str, pids: Mapping[str, int]) -> dict[str, Any]:
