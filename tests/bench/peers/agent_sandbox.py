@@ -34,9 +34,9 @@ from kubernetes import utils
 
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.gomodules import GoModuleError, build
+from batteryop.release.gomodules import GoModuleError, build
 from batteryop.testing.processes import http_get
-from batteryop.testing.third_party import Tarball, ThirdPartyError, built_once
+from batteryop.release.third_party import Tarball, ThirdPartyError, built_once
 
 TARBALL: Final = Tarball(
     "agent-sandbox-2fd412d5.tar.gz",

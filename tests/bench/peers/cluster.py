@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.gobuild import NODE, ToolSet, pinned_version
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.gomodules import download, find_pins
+from batteryop.release.gomodules import download, find_pins
 from batteryop.testing.processes import file_tail, spawn_logged, terminate
 
 KWOK: Final = ToolSet(

@@ -126,10 +126,15 @@ def read_package_list(path: Path = PACKAGES_FILE) -> list[str]:
     return names
 
 
+def cache_root() -> Path:
+    """`$BATTERYOP_CACHE` (default `~/.cache/batteryop`): every build's cache lives under it."""
+    root = os.environ.get("BATTERYOP_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "batteryop"
+
+
 def cache_dir() -> Path:
     """`$BATTERYOP_CACHE/debs` (default `~/.cache/batteryop/debs`)."""
-    base = os.environ.get("BATTERYOP_CACHE") or str(Path.home() / ".cache" / "batteryop")
-    return Path(base) / "debs"
+    return cache_root() / "debs"
 
 
 def sha256_of(path: Path) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from batteryop.testing import gomodules
+from batteryop.release import gomodules
 from batteryop.testing.controlplane import install_crd
 
 MODULE = "github.com/cert-manager/cert-manager"

@@ -16,7 +16,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from batteryop.testing import gomodules
+from batteryop.release import gomodules
 
 MODULE = "github.com/fluxcd/flux2/v2"
 PINS = Path("3rdparty/go/flux")

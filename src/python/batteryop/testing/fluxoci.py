@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batteryop.testing import gomodules
+from batteryop.release import gomodules
 
 MODULE = "github.com/fluxcd/pkg/oci"
 PINS = Path("3rdparty/go/fluxoci")

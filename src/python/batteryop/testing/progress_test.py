@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from batteryop.api.clock import FakeClock
+from batteryop.release.gomodules import go_binary
 from batteryop.testing.controlplane.gobuild import ControlPlaneBuildError, ToolSet
-from batteryop.testing.gomodules import go_binary
 from batteryop.testing.polling import wait_until
 from batteryop.testing.progress import EVERY_SECONDS, Heartbeat, format_elapsed, run_reporting
 

@@ -70,8 +70,8 @@ HARNESSES: dict[str, frozenset[str]] = {
     "batteryop.testing.csr_approver_env": frozenset({REAL, CODE}),  # the approver on it
     "batteryop.testing.fluxcli": frozenset({REAL}),  # Flux's own CLI
     "batteryop.testing.fluxoci": frozenset({REAL}),  # Flux's own OCI library
-    "batteryop.testing.gomodules": frozenset({REAL}),  # the Go toolchain, the pinned modules
-    "batteryop.testing.guest_agent": frozenset({REAL}),  # flintlock's guest agent, built
+    "batteryop.release.gomodules": frozenset({REAL}),  # the Go toolchain, the pinned modules
+    "batteryop.release.guest_agent": frozenset({REAL}),  # flintlock's guest agent, built
     "batteryop.testing.guest_image": frozenset({REAL}),  # the guest booted by QEMU
     "batteryop.testing.chromium": frozenset({REAL}),  # a headless browser
     "batteryop.testing.kubenode": frozenset({REAL}),  # a real kubelet and container runtime

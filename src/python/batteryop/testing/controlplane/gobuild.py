@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from batteryop.testing.gomodules import GoModuleError, find_pins, go_binary
+from batteryop.release.debs import cache_root
+from batteryop.release.gomodules import GoModuleError, find_pins, go_binary
 from batteryop.testing.progress import Heartbeat, run_reporting
 
 log = logging.getLogger(__name__)
@@ -165,11 +166,6 @@ _KUBERNETES_VERSION = (
 )
 CONTROL_PLANE = ToolSet("controlplane", MODULE_DIR, PACKAGES, _KUBERNETES_VERSION)
 NODE = ToolSet("kubenode", MODULE_DIR, NODE_PACKAGES, _KUBERNETES_VERSION)
-
-
-def cache_root() -> Path:
-    root = os.environ.get("BATTERYOP_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "batteryop"
 
 
 def _find(relative: Path, start: Path | None = None) -> Path:

@@ -26,7 +26,8 @@ from typing import Any, Final
 
 import yaml
 
-from batteryop.testing import certmanager, fluxcli, gomodules
+from batteryop.release import gomodules
+from batteryop.testing import certmanager, fluxcli
 from batteryop.testing.controlplane.gobuild import pinned_version
 from batteryop.testing.kubenode import registry
 from batteryop.testing.kubenode.binaries import CERT_MANAGER, FLUX, FLUX_CONTROLLERS

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from batteryop.release.gomodules import GoModuleError
+from batteryop.release.guest_agent import GuestAgentError
 from batteryop.testing import fluxcli, fluxoci, guest_image, helmcli
 from batteryop.testing.controlplane.gobuild import (
     CONTROL_PLANE,
@@ -45,8 +47,6 @@ from batteryop.testing.controlplane.gobuild import (
     ToolSet,
     stamp,
 )
-from batteryop.testing.gomodules import GoModuleError
-from batteryop.testing.guest_agent import GuestAgentError
 from batteryop.testing.guest_image import BootError
 
 RUNTIME: Final = ToolSet(

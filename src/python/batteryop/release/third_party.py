@@ -4,8 +4,8 @@ The folder is `$BATTERYOP_THIRD_PARTY` (CI has it; see its README). A tarball is
 against the sha256 its caller pins, unpacked, and built by the caller's function into
 `$BATTERYOP_CACHE/<name>/<sha256>/`, so one tarball is built once; concurrent callers wait on
 a file lock for that one build. Nothing of these sources is copied into this repository.
-Used by the guest agent (`guest_agent`) and the peer benchmark's agent-sandbox controller
-(`tests/bench/peers`).
+Used by the guest agent (`release.guest_agent`), the guest kernel's configuration
+(`release.guest_kernel`) and the peer benchmark's agent-sandbox controller (`tests/bench/peers`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from batteryop.release.debs import sha256_of
-from batteryop.testing.controlplane.gobuild import cache_root
+from batteryop.release.debs import cache_root, sha256_of
 
 
 class ThirdPartyError(RuntimeError):

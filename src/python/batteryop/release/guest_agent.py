@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.testing.gomodules import GoModuleError, build
-from batteryop.testing.third_party import Tarball, built_once
+from batteryop.release.gomodules import GoModuleError, build
+from batteryop.release.third_party import Tarball, built_once
 
 log = logging.getLogger(__name__)
 

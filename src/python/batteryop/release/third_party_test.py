@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from batteryop.release.debs import sha256_of
-from batteryop.testing.third_party import Tarball, ThirdPartyError, built_once
+from batteryop.release.third_party import Tarball, ThirdPartyError, built_once
 
 
 class ThingError(RuntimeError):
