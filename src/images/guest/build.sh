@@ -1,22 +1,30 @@
 #!/bin/bash
-# Build a guest image for one architecture with buildah, every pin of its versions.env passed
-# as a build argument; refuses a placeholder (GI-031). Run from this folder's context.
-#   build.sh kernel|rootfs --arch amd64|arm64 [--tag TAG] [--dry-run]
+# Build the Ubuntu guest root filesystem image (rootfs/Containerfile) for one architecture with
+# buildah, every pin of its versions.env passed as a build argument; refuses a placeholder
+# (GI-031). The image's created time and file times are --created (default 0), so the same
+# inputs give the same digest. The guest kernel has no Containerfile: it is built from source
+# by `python -m batteryop.release.guest_kernel`.
+#   build.sh rootfs --arch amd64|arm64 [--tag TAG] [--created EPOCH] [--dry-run]
 # GI-030: build both architectures, then join them into one multi-arch index.
 set -euo pipefail
 here=$(dirname "$(readlink -f "$0")")
 image=${1:-}
 shift || true
-arch="" tag="" dry_run=0
+arch="" tag="" created=0 dry_run=0
 while (($#)); do
   case $1 in
   --arch) arch=$2; shift 2 ;;
   --tag) tag=$2; shift 2 ;;
+  --created) created=$2; shift 2 ;;
   --dry-run) dry_run=1; shift ;;
   *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ $image == kernel || $image == rootfs ]] || { echo "build.sh: the first argument must be kernel or rootfs" >&2; exit 2; }
+if [[ $image == kernel ]]; then
+  echo "build.sh: the guest kernel is built from source: python -m batteryop.release.guest_kernel image --arch $arch ..." >&2
+  exit 2
+fi
+[[ $image == rootfs ]] || { echo "build.sh: the first argument must be rootfs" >&2; exit 2; }
 [[ $arch == amd64 || $arch == arm64 ]] || { echo "build.sh: --arch must be amd64 or arm64" >&2; exit 2; }
 tag=${tag:-localhost/battery-guest-$image:$arch}
 
@@ -42,17 +50,12 @@ fill() {
   printf '%s' "${t//\{uarch\}/$uarch}"
 }
 
-args=(--platform "linux/$arch" --tag "$tag" --file "$here/$image/Containerfile")
-if [[ $image == kernel ]]; then
-  args+=(--build-arg "CHECK_BASE=$(pin CHECK_IMAGE)@$(pin CHECK_DIGEST)"
-    --build-arg "KERNEL_URL=$(fill "$(pin KERNEL_URL)")"
-    --build-arg "KERNEL_SHA256=$(pin "KERNEL_SHA256_$arch")")
-else
-  args+=(--build-arg "BASE=$(pin BASE_IMAGE)@$(pin BASE_DIGEST)"
-    --build-arg "PACKAGES=$(pin PACKAGES)"
-    --build-arg "GUEST_AGENT_URL=$(fill "$(pin GUEST_AGENT_URL)" "$(pin GUEST_AGENT_VERSION)")"
-    --build-arg "GUEST_AGENT_SHA256=$(pin "GUEST_AGENT_SHA256_$arch")")
-fi
+# --timestamp: buildah 1.28 does not read SOURCE_DATE_EPOCH (docs/dev/decisions.md).
+args=(--platform "linux/$arch" --timestamp "$created" --tag "$tag" --file "$here/$image/Containerfile")
+args+=(--build-arg "BASE=$(pin BASE_IMAGE)@$(pin BASE_DIGEST)"
+  --build-arg "PACKAGES=$(pin PACKAGES)"
+  --build-arg "GUEST_AGENT_URL=$(fill "$(pin GUEST_AGENT_URL)" "$(pin GUEST_AGENT_VERSION)")"
+  --build-arg "GUEST_AGENT_SHA256=$(pin "GUEST_AGENT_SHA256_$arch")")
 if ((dry_run)); then
   printf 'buildah build'
   printf ' %q' "${args[@]}" "$here"
