@@ -25,6 +25,7 @@ from batteryop.devstack import demo
 from batteryop.devstack.cluster import DEMO_HOLDER, DEMO_NAMESPACE
 from batteryop.devstack.stack import Stack, running
 from batteryop.kube.resources import CLAIMS
+from batteryop.release import guest_kernel
 from batteryop.testing.terminal import Terminal
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -76,7 +77,7 @@ async def test_a_claim_runs_commands_in_a_real_guest(
     try:
         version = await claim.exec(["cat", "/proc/version"])
         assert version.exit_code == 0
-        assert b"cloud-amd64" in version.stdout  # the guest's Debian kernel
+        assert guest_kernel.SIGNATURE.encode() in version.stdout  # the release's guest kernel
         assert version.stdout.strip() != Path("/proc/version").read_bytes().strip()
 
         data = os.urandom(100_000)
@@ -97,7 +98,7 @@ async def test_a_claim_runs_commands_in_a_real_guest(
         # and flintlockd's SSH proxy, on a PTY of the terminal's size.
         started = time.monotonic()
         terminal = Terminal(
-            f"battery shell -t {claim.name} -- sh -c 'stty size; uname -r; exit 6'",
+            f"battery shell -t {claim.name} -- sh -c 'stty size; cat /proc/version; exit 6'",
             qemu_stack.cli_env(),
             rows=30,
             columns=90,
@@ -107,7 +108,7 @@ async def test_a_claim_runs_commands_in_a_real_guest(
         finally:
             terminal.close()
         print(f"battery shell in a QEMU guest: {time.monotonic() - started:.1f}s to its exit")
-        assert "30 90" in terminal.text and "cloud-amd64" in terminal.text, terminal.text
+        assert "30 90" in terminal.text and guest_kernel.SIGNATURE in terminal.text, terminal.text
     finally:
         await claim.release()
 

@@ -1,14 +1,15 @@
-"""The Debian guest as QEMU boots it (GI-100, GI-101, GI-026): Debian's cloud kernel, a minimal
-initramfs made here (a static busybox, the kernel's own virtio modules in dependency order and
-`src/images/guest/boot/init.sh`), the root filesystem built by `debian/build-rootfs.sh` with
-flintlock's guest agent as an ext4 disk made without mounting anything (`mkfs.ext4 -d`), and
-QEMU's q35 machine with the disk on virtio-blk. KVM when it can run Debian's kernel, QEMU's
-emulator otherwise.
+"""The guest as QEMU boots it (GI-100, GI-101, GI-026): the guest kernel of the release
+(`batteryop.release.guest_kernel`: Debian's kernel source with Firecracker's CI configuration,
+virtio-mmio only, everything the root volume needs built in, so no initramfs), the root
+filesystem built by `debian/build-rootfs.sh` with flintlock's guest agent as an ext4 disk made
+without mounting anything (`mkfs.ext4 -d`), and the QEMU machine with Firecracker's device
+model: `microvm` for amd64, `virt` for arm64, every device on virtio-mmio. KVM when it can run
+the kernel, QEMU's emulator otherwise (always for a foreign architecture).
 
-`ensure_image()` builds the kernel, initramfs and disk once per definition and caches them
-under `$BATTERYOP_CACHE/guest-image/<key>/`, the key being the sha256 of the definition's
-files, the kernel lock and the guest agent's pinned source: the boot test builds its own tree,
-the fake flintlockd's QEMU guests (`fake_flintlock.qemu`) boot the cached disk through a
+`ensure_image(arch)` builds the kernel and disk once per definition and caches them under
+`$BATTERYOP_CACHE/guest-image/<key>/`, the key being the sha256 of the kernel's cache key, the
+root filesystem's definition and the guest agent's pinned source: the boot test builds its own
+tree, the fake flintlockd's QEMU guests (`fake_flintlock.qemu`) boot the cached disk through a
 copy-on-write overlay each. The Debian packages are those apt resolves when the cache is made
 (its index is refreshed daily), so a cached disk is not rebuilt for a newer package.
 """
@@ -16,30 +17,20 @@ copy-on-write overlay each. The Debian packages are those apt resolves when the 
 from __future__ import annotations
 
 import fcntl
-import gzip
 import hashlib
-import io
+import platform
 import shutil
-import struct
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.release import debs
-from batteryop.testing import guest_agent
-from batteryop.testing.controlplane.gobuild import cache_root
-from batteryop.testing.progress import Heartbeat, run_reporting
+from batteryop.release import guest_agent, guest_kernel, guest_rootfs
+from batteryop.release.debs import cache_root
 
 GUEST: Final = Path("src/images/guest")
-BOOT: Final = GUEST / "boot"
-LOCK: Final = BOOT / "debs.lock.json"
-INIT: Final = BOOT / "init.sh"
-BUILD_ROOTFS: Final = GUEST / "debian/build-rootfs.sh"
-# What /dev/vda and the two network interfaces need: virtio over PCI, its block and net drivers.
-MODULES: Final = ("virtio_pci", "virtio_blk", "virtio_net")
 AGENT_PORT: Final = 1024
 """The guest agent's control port (flintlock-api.md §6.2), on vsock or, here, on TCP."""
 SSH_PORT: Final = 1025
@@ -55,129 +46,52 @@ class BootError(RuntimeError):
     """The guest did not boot, or a step of making its kit failed."""
 
 
-# --- the kit -------------------------------------------------------------------------------
+# --- the machine ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Kit:
-    """Debian's cloud kernel unpacked (vmlinuz and its modules) and a static busybox."""
+class Machine:
+    """How QEMU boots one architecture's guest the way Firecracker does: the kernel given with
+    `-kernel` (no firmware, no bootloader), every device on virtio-mmio."""
 
-    vmlinuz: Path
-    modules: Path  # lib/modules/<release>
-    config: Path
-    busybox: Path
-
-
-def unpack_kit(into: Path, lock: Path = LOCK) -> Kit:
-    """Fetch the pinned kernel and busybox (sha256-checked, cached) and unpack them."""
-    paths = debs.fetch(debs.load_lock(lock).for_arch("amd64"))
-    debs.unpack(paths, into)
-    (vmlinuz,) = sorted((into / "boot").glob("vmlinuz-*"))
-    release = vmlinuz.name.removeprefix("vmlinuz-")
-    return Kit(
-        vmlinuz=vmlinuz,
-        modules=into / "lib/modules" / release,
-        config=into / "boot" / f"config-{release}",
-        busybox=into / "bin/busybox",
-    )
+    qemu: str
+    machine: str
+    cpu_tcg: str
+    console: str
+    """The console device the kernel writes to (`console=`)."""
+    serial_args: tuple[str, ...]
+    """What puts that console on QEMU's `-serial`-style character device `{serial}`."""
 
 
-def kernel_config(path: Path) -> dict[str, str]:
-    """CONFIG_X -> y/m/value, from a kernel's `boot/config-*`."""
-    found = {}
-    for line in path.read_text().splitlines():
-        if line.startswith("CONFIG_") and "=" in line:
-            key, value = line.split("=", 1)
-            found[key] = value
-    return found
+MACHINES: Final = {
+    # microvm: Firecracker's device model (no PCI, no firmware). Its legacy PIT and PIC stay on
+    # so that, under TCG, the kernel can calibrate its TSC (there is no kvm-clock).
+    "amd64": Machine(
+        "qemu-system-x86_64",
+        "microvm,x-option-roms=off,pit=on,pic=on,rtc=on,isa-serial=on,acpi=on",
+        "max",
+        "ttyS0",
+        ("-serial", "{serial}"),
+    ),
+    # virt: its virtio-mmio slots are described in the device tree. Firecracker's arm64
+    # configuration has no PL011 driver (Firecracker's UART is a 16550), so the console is a
+    # virtio console, hvc0.
+    "arm64": Machine(
+        "qemu-system-aarch64",
+        "virt,gic-version=3",
+        "cortex-a72",
+        "hvc0",
+        ("-device", "virtio-serial-device", "-chardev", "{chardev},id=console",
+         "-device", "virtconsole,chardev=console"),
+    ),
+}  # fmt: skip
 
 
-def modinfo(ko: Path) -> dict[str, str]:
-    """The `.modinfo` section of a kernel module (ELF64 little-endian): key -> value."""
-    data = ko.read_bytes()
-    if data[:4] != b"\x7fELF" or data[4] != 2:
-        raise BootError(f"{ko} is not an ELF64 kernel module")
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-
-    def section(i: int) -> tuple[int, int, int]:
-        name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
-        return name, offset, size
-
-    _, names_at, _ = section(shstrndx)
-    for i in range(shnum):
-        name, offset, size = section(i)
-        if data[names_at + name : data.index(b"\0", names_at + name)] == b".modinfo":
-            info: dict[str, str] = {}
-            for entry in data[offset : offset + size].split(b"\0"):
-                if b"=" in entry:
-                    key, value = entry.decode().split("=", 1)
-                    info.setdefault(key, value)
-            return info
-    raise BootError(f"{ko} has no .modinfo section")
-
-
-def load_order(modules: Path, wanted: Sequence[str]) -> list[Path]:
-    """`wanted` and everything they depend on (their `depends=`), each after its dependencies."""
-    index = {ko.stem.replace("-", "_"): ko for ko in modules.rglob("*.ko")}
-    order: list[Path] = []
-    seen: set[str] = set()
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        if name in path:
-            raise BootError(f"module dependency cycle: {' -> '.join((*path, name))}")
-        if name in seen:
-            return
-        if name not in index:
-            raise BootError(f"module {name} is not in {modules}")
-        for dep in filter(None, modinfo(index[name]).get("depends", "").split(",")):
-            visit(dep, (*path, name))
-        seen.add(name)
-        order.append(index[name])
-
-    for name in wanted:
-        visit(name, ())
-    return order
-
-
-@dataclass
-class _Newc:
-    """A cpio archive in the kernel's initramfs format (`newc`), owned by root."""
-
-    out: io.BytesIO = field(default_factory=io.BytesIO)
-    ino: int = 1
-
-    def add(self, name: str, mode: int, data: bytes = b"") -> None:
-        fields = (self.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0)
-        self.out.write(b"070701" + b"".join(b"%08x" % v for v in fields))
-        self.out.write(name.encode() + b"\0")
-        self._pad()
-        self.out.write(data)
-        self._pad()
-        self.ino += 1
-
-    def _pad(self) -> None:
-        self.out.write(b"\0" * (-self.out.tell() % 4))
-
-    def finish(self) -> bytes:
-        self.add("TRAILER!!!", 0)
-        return self.out.getvalue()
-
-
-def initramfs(kit: Kit, out: Path, init: Path = INIT, wanted: Iterable[str] = MODULES) -> Path:
-    """A gzipped newc archive: busybox, the modules in load order, /modules.order and /init."""
-    order = load_order(kit.modules, list(wanted))
-    cpio = _Newc()
-    for folder in ("bin", "dev", "proc", "sys", "newroot", "lib", "lib/modules"):
-        cpio.add(folder, 0o040755)
-    cpio.add("dev/console", 0o020600)  # the kernel opens it before /init runs; rdev 0:0 is fine
-    cpio.add("bin/busybox", 0o100755, kit.busybox.read_bytes())
-    for ko in order:
-        cpio.add(f"lib/modules/{ko.stem}.ko", 0o100644, ko.read_bytes())
-    cpio.add("modules.order", 0o100644, "".join(f"{ko.stem}\n" for ko in order).encode())
-    cpio.add("init", 0o100755, init.read_bytes())
-    out.write_bytes(gzip.compress(cpio.finish(), compresslevel=1))
-    return out
+def machine_for(arch: str) -> Machine:
+    try:
+        return MACHINES[arch]
+    except KeyError:
+        raise BootError(f"architecture must be one of {sorted(MACHINES)}, not {arch!r}") from None
 
 
 def root_disk(tree: Path, out: Path, size_mb: int = 1024) -> Path:
@@ -195,15 +109,15 @@ def root_disk(tree: Path, out: Path, size_mb: int = 1024) -> Path:
     return out
 
 
-# --- the boot ------------------------------------------------------------------------------
-
-
-def accelerator() -> tuple[str, str]:
-    """KVM where it can run Debian's kernel, else QEMU's emulator (TCG), with the reason.
+def accelerator(arch: str = "amd64") -> tuple[str, str]:
+    """KVM where it can run the guest kernel, else QEMU's emulator (TCG), with the reason.
 
     On these machines /dev/kvm is PVM (`kvm_pvm`, KVM nested without hardware virtualization),
-    which runs only kernels built as PVM guests: Debian's stops after its real-mode setup.
+    which runs only kernels built as PVM guests.
     """
+    native = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine())
+    if arch != native:
+        return "tcg", f"{arch} on a {platform.machine()} machine"
     if not Path("/dev/kvm").exists():
         return "tcg", "no /dev/kvm"
     if Path("/sys/module/kvm_pvm").exists():
@@ -213,22 +127,22 @@ def accelerator() -> tuple[str, str]:
 
 def qemu_command(
     kernel: Path,
-    initrd: Path,
     disk: Path,
     accel: str = "kvm",
     memory_mb: int = 512,
     *,
+    arch: str = "amd64",
     cpus: int = 1,
     disk_format: str = "raw",
     forwards: Sequence[tuple[int, int]] = (),
     kernel_args: Sequence[str] = (),
     serial: str = "stdio",
 ) -> list[str]:
-    """QEMU's q35 machine: the disk on virtio-blk, eth0 and eth1 on virtio-net (QEMU's user
-    network; eth1's has a DHCP server), the serial console on `serial`, nothing else.
+    """`arch`'s machine (`MACHINES`): the disk on virtio-blk, eth0 and eth1 on virtio-net
+    (QEMU's user network; eth1's has a DHCP server), the console on `serial` (a QEMU character
+    device: `stdio`, `file:PATH`), nothing else.
 
-    Not `microvm`: under TCG it has no timer to calibrate the TSC against (no PIT reference,
-    HPET or ACPI PM timer) and Debian's kernel stops there; q35 has an HPET. `net.ifnames=0`
+    The root is /dev/vda, mounted by the kernel itself (GI-004, GI-012). `net.ifnames=0`
     keeps the kernel's eth0/eth1, the names a Firecracker MicroVM's interfaces have. Both
     networks are IPv4 only, as a MicroVM's are: QEMU's user network otherwise advertises IPv6
     routers that ask for DHCPv6, which it does not serve, and networkd then keeps eth1
@@ -236,23 +150,27 @@ def qemu_command(
     127.0.0.1:<host port> to the guest's eth1 address (GI-101: the guest agent's ports over
     TCP), one TCP connection per connection.
     """
+    m = machine_for(arch)
     lan = "user,id=lan,net=10.0.3.0/24,restrict=on,ipv6=off"
     for host, guest in forwards:
         lan += f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
-    append = " ".join(["console=ttyS0 reboot=t panic=-1 net.ifnames=0", *kernel_args])
+    append = " ".join(
+        [f"console={m.console} reboot=t panic=-1 root=/dev/vda rw net.ifnames=0", *kernel_args]
+    )
+    chardev = "stdio" if serial == "stdio" else f"file,path={serial.removeprefix('file:')}"
+    console = [a.format(serial=serial, chardev=chardev) for a in m.serial_args]
     return [
-        "qemu-system-x86_64",
-        "-M", "q35", "-accel", accel, "-cpu", "host" if accel == "kvm" else "max",
+        m.qemu,
+        "-M", m.machine, "-accel", accel, "-cpu", "host" if accel == "kvm" else m.cpu_tcg,
         "-m", str(memory_mb), "-smp", str(cpus),
-        "-nodefaults", "-no-user-config", "-display", "none", "-serial", serial, "-no-reboot",
-        "-kernel", str(kernel), "-initrd", str(initrd),
-        "-append", append,
+        "-nodefaults", "-no-user-config", "-display", "none", *console, "-no-reboot",
+        "-kernel", str(kernel), "-append", append,
         "-drive", f"id=root,file={disk},format={disk_format},if=none",
-        "-device", "virtio-blk-pci,drive=root",
+        "-device", "virtio-blk-device,drive=root",
         "-netdev", "user,id=mmds,net=10.0.2.0/24,restrict=on,ipv6=off",
-        "-device", "virtio-net-pci,netdev=mmds",
+        "-device", "virtio-net-device,netdev=mmds",
         "-netdev", lan,
-        "-device", "virtio-net-pci,netdev=lan",
+        "-device", "virtio-net-device,netdev=lan",
     ]  # fmt: skip
 
 
@@ -261,37 +179,23 @@ def qemu_command(
 
 @dataclass(frozen=True)
 class GuestImage:
-    """What a guest boots from: kernel, initramfs, and the root filesystem disk (raw ext4,
-    never written: each guest gets an overlay)."""
+    """What a guest boots from: the kernel and the root filesystem disk (raw ext4, never
+    written: each guest gets an overlay)."""
 
-    vmlinuz: Path
-    initrd: Path
+    arch: str
+    kernel: Path
     disk: Path
     agent_version: str
 
 
-def build_tree(out: Path, arch: str = "amd64") -> Path:
-    """The Debian root filesystem for arch, with the guest agent (GI-026), in `out`."""
-    agent = guest_agent.ensure_agent(arch)
-    argv = ["bash", str(BUILD_ROOTFS), "--arch", arch, "--out", str(out)]
-    beat = Heartbeat(f"Building the {arch} guest root filesystem", left="its root disk")
-    done = run_reporting(
-        [*argv, "--guest-agent", str(agent.folder)], beat, is_progress=lambda _: False, timeout=900
-    )
-    if done.returncode != 0:
-        raise BootError(f"build-rootfs.sh failed: {done.tail[-2000:]}")
-    beat.beat("built", force=True)
-    return out
-
-
 def image_key(arch: str = "amd64") -> str:
-    """What the cached image is made of: the definition's files, the lock, the agent's pin."""
+    """What the cached image is made of: the kernel's inputs, the root filesystem's
+    definition, the agent's pin."""
     digest = hashlib.sha256(arch.encode())
+    digest.update(guest_kernel.cache_key(arch).encode())
     digest.update(guest_agent.pinned_source().sha256.encode())
     files = [
-        BUILD_ROOTFS,
-        INIT,
-        LOCK,
+        guest_rootfs.BUILD_ROOTFS,
         *sorted(p for p in (GUEST / "rootfs").rglob("*") if p.is_file()),
     ]
     for path in files:
@@ -301,21 +205,25 @@ def image_key(arch: str = "amd64") -> str:
 
 def ensure_image(arch: str = "amd64") -> GuestImage:
     """The guest image, built once per key (concurrent callers wait for one build)."""
+    machine_for(arch)
     out = cache_root() / "guest-image" / image_key(arch)
-    image = GuestImage(
-        out / "vmlinuz", out / "initrd.gz", out / "root.img", guest_agent.pinned_source().version
-    )
+    image = GuestImage(arch, out / "vmlinux", out / "root.img", guest_agent.pinned_source().version)
     if (out / ".complete").is_file():
         return image
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / ".complete").is_file():
+            try:
+                kernel = guest_kernel.build(arch)
+            except guest_kernel.KernelError as err:
+                raise BootError(f"the {arch} guest kernel: {err}") from err
             with tempfile.TemporaryDirectory(prefix="guest-image-", dir=out) as tmp:
-                kit = unpack_kit(Path(tmp) / "kit")
-                shutil.copy(kit.vmlinuz, image.vmlinuz)
-                initramfs(kit, image.initrd)
-                tree = build_tree(Path(tmp) / "root", arch)
+                shutil.copyfile(kernel.kernel, image.kernel)
+                try:
+                    tree = guest_rootfs.build_tree(Path(tmp) / "root", arch)
+                except guest_rootfs.RootfsError as err:
+                    raise BootError(str(err)) from err
                 root_disk(tree, image.disk)
             (out / ".complete").touch()
     return image

@@ -1,8 +1,8 @@
 """The fake flintlockd's QEMU guests (`--guests qemu`): each MicroVM a real Linux VM, every
 exec relayed to flintlock's guest agent inside it (TD-010, GI-101).
 
-CreateMicroVM starts QEMU on the Debian guest image (`testing.guest_image`: Debian's cloud
-kernel, its initramfs, the root filesystem with the guest agent, GI-026) with a copy-on-write
+CreateMicroVM starts QEMU on the guest image (`testing.guest_image`: the release's guest kernel,
+the Debian root filesystem with the guest agent, GI-026) with a copy-on-write
 qcow2 overlay of its own in the MicroVM's folder, the spec's vCPUs and memory, and the serial
 console in `console.log` beside it. There is no /dev/vhost-vsock here, so the agent listens on
 TCP (the kernel arguments `guest_image.TCP_AGENT_ARGS`) and QEMU's user network forwards a
@@ -15,9 +15,9 @@ and stdin-EOF, stdout/stderr/error/exit back as responses. A cancelled stream cl
 connection, and the agent then stops the command (SIGTERM to its group, SIGKILL 5 s later).
 A QEMU that exits by itself (killed) makes the MicroVM gone; DeleteMicroVM kills QEMU.
 
-Differences from flintlockd with Firecracker: QEMU's q35 machine under TCG where there is no
-usable KVM (`guest_image.accelerator`), the guest's kernel is Debian's (not Firecracker's CI
-kernel), CREATED waits for the agent (flintlockd reports CREATED once the VMM runs), the spec's
+Differences from flintlockd with Firecracker: QEMU's `microvm` machine (Firecracker's device
+model: virtio-mmio, no PCI, no firmware) under TCG where there is no usable KVM
+(`guest_image.accelerator`), CREATED waits for the agent (flintlockd reports CREATED once the VMM runs), the spec's
 interfaces get QEMU user networks (no TAP, no bridge, no metadata service), and there is no
 agent heartbeat or idle deadline.
 """
@@ -37,7 +37,8 @@ from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api._compat import within
-from batteryop.testing import guest_agent, guest_image
+from batteryop.release import guest_agent
+from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
 from batteryop.testing.fake_flintlock.agent_protocol import AgentConnection, Frame
@@ -130,11 +131,11 @@ class QemuGuests:
             raise OSError(f"qemu-img failed: {err.decode().strip()}")
         port, ssh_port = free_port(AGENT_HOST), free_port(AGENT_HOST)
         argv = guest_image.qemu_command(
-            image.vmlinuz,
-            image.initrd,
+            image.kernel,
             overlay,
             self._accel,
             spec.memory_in_mb,
+            arch=image.arch,
             cpus=spec.vcpu,
             disk_format="qcow2",
             forwards=((port, guest_image.AGENT_PORT), (ssh_port, guest_image.SSH_PORT)),
