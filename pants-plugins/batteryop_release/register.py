@@ -8,6 +8,13 @@
   per-architecture PEX files, with buildah and no emulation.
 - the client distribution (`src:battery-operator-client`) gets its version from git: the
   release tool's `version` (a tag's version, or a development version after it).
+- `guest_image(repository=..., kind="kernel"|"rootfs", architectures=[...])`: the guest
+  kernel or root filesystem image (GI-030), an OCI layout in `dist/images/<repository>/`, built
+  by the release tool's `guest-image` from the definition in `src/images/guest` (its
+  `dependencies`) and the pinned sources of the shared third-party folder
+  (`$BATTERYOP_THIRD_PARTY`, default `../shared/third_party` beside the build root). A kernel
+  build takes many minutes of both cores; the release tool caches each kernel in
+  `$BATTERYOP_CACHE/guest-kernel/` by its inputs, so a new release tool does not rebuild it.
 - `release_manifests(images=[...])`: `dist/release/install.yaml` with every image pinned by
   tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`), the Helm
   chart of the same images (`dist/release/battery-operator-<version>.tgz`, and as an OCI chart
@@ -50,7 +57,14 @@ from pants.engine.process import Process, ProcessCacheScope, ProcessResult
 from pants.engine.rules import Get, MultiGet, collect_rules, rule
 from pants.engine.target import (
     COMMON_TARGET_FIELDS,
+    Dependencies,
     DictStringToStringField,
+    HydratedSources,
+    HydrateSourcesRequest,
+    SourcesField,
+    StringSequenceField,
+    TransitiveTargets,
+    TransitiveTargetsRequest,
     FieldSetsPerTarget,
     FieldSetsPerTargetRequest,
     SpecialCasedDependencies,
@@ -71,7 +85,7 @@ MISSING_BUILDAH = (
     "buildah not found: images and the release manifests are skipped "
     "(install Debian's buildah: apt-get install buildah)"
 )
-PASSED_ENV = ("HOME", "PATH", "BATTERYOP_CACHE", "SOURCE_DATE_EPOCH")
+PASSED_ENV = ("HOME", "PATH", "BATTERYOP_CACHE", "BATTERYOP_THIRD_PARTY", "SOURCE_DATE_EPOCH")
 
 
 class ImageRepositoryField(StringField):
@@ -92,6 +106,31 @@ class OciImageTarget(Target):
     help = "A deployable's multi-architecture OCI image (an OCI layout in dist/images/)."
 
 
+class GuestImageKindField(StringField):
+    alias = "kind"
+    required = True
+    valid_choices = ("kernel", "rootfs")
+    help = "Which guest image: the kernel (boot/vmlinux) or the root filesystem."
+
+
+class GuestImageArchitecturesField(StringSequenceField):
+    alias = "architectures"
+    default = ("amd64", "arm64")
+    help = "The Debian architectures the index holds."
+
+
+class GuestImageTarget(Target):
+    alias = "guest_image"
+    core_fields = (
+        *COMMON_TARGET_FIELDS,
+        ImageRepositoryField,
+        GuestImageKindField,
+        GuestImageArchitecturesField,
+        Dependencies,
+    )
+    help = "A guest kernel or root filesystem image (an OCI layout in dist/images/)."
+
+
 class ReleaseImagesField(SpecialCasedDependencies):
     alias = "images"
     help = "The oci_image targets whose digests install.yaml pins."
@@ -108,6 +147,14 @@ class OciImageFieldSet(PackageFieldSet):
     required_fields = (ImageRepositoryField, ImageBinariesField)
     repository: ImageRepositoryField
     binaries: ImageBinariesField
+
+
+@dataclass(frozen=True)
+class GuestImageFieldSet(PackageFieldSet):
+    required_fields = (ImageRepositoryField, GuestImageKindField)
+    repository: ImageRepositoryField
+    kind: GuestImageKindField
+    architectures: GuestImageArchitecturesField
 
 
 @dataclass(frozen=True)
@@ -168,6 +215,11 @@ async def release_tool() -> ReleaseTool:
         env=FrozenDict(process_env),
         buildah=buildah.first_path is not None,
     )
+
+
+def _summary_line(repository: str, summary: dict) -> str:
+    sizes = ", ".join(f"{a} {s / 1e6:.1f} MB" for a, s in sorted(summary["sizes"].items()))
+    return f"{repository}:{summary['tag']}@{summary['digest']} (compressed: {sizes})"
 
 
 @rule(desc="Read the release version from git")
@@ -241,16 +293,52 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
     digest = await Get(
         Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
     )
-    sizes = ", ".join(f"{a} {s / 1e6:.1f} MB" for a, s in sorted(summary["sizes"].items()))
-    return BuiltPackage(
-        digest,
-        (
-            BuiltPackageArtifact(
-                relpath,
-                (f"{repository}:{summary['tag']}@{summary['digest']} (compressed: {sizes})",),
+    return BuiltPackage(digest, (BuiltPackageArtifact(relpath, (_summary_line(repository, summary),)),))
+
+
+@rule(desc="Build a guest image", level=LogLevel.DEBUG)
+async def package_guest_image(
+    field_set: GuestImageFieldSet, tool: ReleaseTool, build_root: BuildRoot
+) -> BuiltPackage:
+    repository = field_set.repository.value
+    if not tool.buildah:
+        logger.warning(MISSING_BUILDAH)
+        return BuiltPackage(await Get(Digest, MergeDigests(())), ())
+    version = await Get(ReleaseVersion, ReleaseTool, tool)
+    # The definition (src/images/guest) at the paths the release tool reads.
+    transitive = await Get(TransitiveTargets, TransitiveTargetsRequest([field_set.address]))
+    sources = await MultiGet(
+        Get(HydratedSources, HydrateSourcesRequest(t[SourcesField]))
+        for t in transitive.dependencies
+        if t.has_field(SourcesField)
+    )
+    architectures = tuple(field_set.architectures.value or ())
+    env = dict(tool.env)
+    env.setdefault("BATTERYOP_THIRD_PARTY", f"{build_root.path}/../shared/third_party")
+    out = "out"
+    result = await Get(
+        ProcessResult,
+        Process(
+            argv=(
+                *tool.argv, "guest-image", "--kind", field_set.kind.value or "",
+                *(a for arch in architectures for a in ("--arch", arch)),
+                "--version-json", version.json, "--out", out,
+            ),  # fmt: skip
+            input_digest=await Get(
+                Digest, MergeDigests((tool.digest, *(s.snapshot.digest for s in sources)))
             ),
+            env=FrozenDict(env),
+            output_directories=(out,),
+            description=f"Build the {repository} image ({', '.join(architectures)})",
+            level=LogLevel.INFO,
         ),
     )
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    relpath = f"images/{repository}"
+    digest = await Get(
+        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
+    )
+    return BuiltPackage(digest, (BuiltPackageArtifact(relpath, (_summary_line(repository, summary),)),))
 
 
 @rule(desc="Render install.yaml pinned by digest and the Manifests artifact", level=LogLevel.DEBUG)
@@ -323,13 +411,14 @@ async def version_from_git(request: VersionFromGitRequest, tool: ReleaseTool) ->
 
 
 def target_types():
-    return [OciImageTarget, ReleaseManifestsTarget]
+    return [OciImageTarget, GuestImageTarget, ReleaseManifestsTarget]
 
 
 def rules():
     return [
         *collect_rules(),
         UnionRule(PackageFieldSet, OciImageFieldSet),
+        UnionRule(PackageFieldSet, GuestImageFieldSet),
         UnionRule(PackageFieldSet, ReleaseManifestsFieldSet),
         UnionRule(SetupKwargsRequest, VersionFromGitRequest),
     ]

@@ -1,9 +1,16 @@
-"""The Debian guest root filesystem as one multi-architecture OCI image (GI-030), with the
-release images' buildah recipe (`oci.build_index`: no RUN step, no emulation, reproducible).
+"""The guest root filesystem (GI-010..GI-027): Debian 12 trees made by
+`src/images/guest/debian/build-rootfs.sh` with flintlock's guest agent built from its pinned
+source (`guest_agent`, GI-026), packed as one multi-architecture OCI image with the release
+images' buildah recipe (`oci.build_index`: no RUN step, no emulation, reproducible; GI-030).
 
-Each architecture's tree (made by `src/images/guest/debian/build-rootfs.sh`) becomes one layer.
-flintlockd uses the image as the MicroVM's root volume, never runs it as a container: the
-config only records systemd as the entrypoint, root as the user, and the usual labels.
+Each architecture's tree becomes one layer. flintlockd uses the image as the MicroVM's root
+volume, never runs it as a container: the config only records systemd as the entrypoint, root
+as the user, and the release labels. The release notes say Ubuntu 24.04 (GI-010); Ubuntu's
+archive is not reachable where this is built, so the image is Debian 12 with the same packages,
+files and checks, and its description label says so.
+
+The Debian packages are what apt resolves for the architecture when the tree is built (the
+index is refreshed daily), so two builds on the same day give the same digest.
 
     python -m batteryop.release.guest_rootfs --tree amd64=DIR --tree arm64=DIR \\
         --out LAYOUT --tag TAG [--created EPOCH]
@@ -12,35 +19,62 @@ config only records systemd as the entrypoint, root as the user, and the usual l
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from batteryop.release import oci
-from batteryop.release.images import created_rfc3339
+from batteryop.release import guest_agent, images, oci
+from batteryop.release.version import Version
 
 NAME: Final = "guest-rootfs"
 INIT: Final = "/sbin/init"
+BUILD_ROOTFS: Final = Path("src/images/guest/debian/build-rootfs.sh")
+DESCRIPTION: Final = (
+    "Debian 12 guest root filesystem with flintlock's guest agent (GI-010..GI-027; Debian where "
+    "the release notes say Ubuntu 24.04: the same packages, files and checks)"
+)
+TREE_TIMEOUT_SECONDS: Final = 900
 
 
-def config(tag: str, created: int) -> oci.ImageConfig:
+class RootfsError(RuntimeError):
+    """A tree could not be built."""
+
+
+def build_tree(out: Path, arch: str) -> Path:
+    """The Debian root filesystem for `arch`, with the guest agent (GI-026), in `out`."""
+    agent = guest_agent.ensure_agent(arch)
+    argv = ["bash", str(BUILD_ROOTFS), "--arch", arch, "--out", str(out),
+            "--guest-agent", str(agent.folder)]  # fmt: skip
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=TREE_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise RootfsError(
+            f"build-rootfs.sh --arch {arch} took over {TREE_TIMEOUT_SECONDS} s"
+        ) from None
+    if done.returncode != 0:
+        raise RootfsError(f"build-rootfs.sh --arch {arch} failed: {done.stderr[-2000:]}")
+    return out
+
+
+def config(version: Version) -> oci.ImageConfig:
     return oci.ImageConfig(
         entrypoint=[INIT],
         user="0:0",
         labels={
-            "org.opencontainers.image.title": NAME,
-            "org.opencontainers.image.version": tag,
-            "org.opencontainers.image.description": "Debian 12 guest root filesystem (GI-010..025)",
-            "org.opencontainers.image.created": created_rfc3339(created),
+            **images.labels(NAME, version),
+            "org.opencontainers.image.description": DESCRIPTION,
         },
     )
 
 
-def build(trees: Mapping[str, Path], out: Path, *, tag: str, created: int) -> str:
+def build(trees: Mapping[str, Path], out: Path, version: Version) -> str:
     """One image per architecture of `trees` (one layer each), one index in the OCI layout
-    `out` under `tag`; returns the index digest."""
+    `out` under the version's tag; returns the index digest."""
     unknown = sorted(set(trees) - set(oci.GOARCH))
     if unknown:
         raise ValueError(f"--tree: architecture must be one of {sorted(oci.GOARCH)}: {unknown}")
@@ -53,12 +87,19 @@ def build(trees: Mapping[str, Path], out: Path, *, tag: str, created: int) -> st
     with tempfile.TemporaryDirectory(prefix="image-guest-rootfs-") as tmp:
         return oci.build_index(
             platforms,
-            config(tag, created),
-            created=created,
+            config(version),
+            created=version.created,
             out=out,
-            tag=tag,
+            tag=version.image_tag,
             state=Path(tmp) / "buildah",
         )
+
+
+def build_image(architectures: Sequence[str], out: Path, version: Version) -> str:
+    """The trees of `architectures` built, then packed (the release's `guest-image`)."""
+    with tempfile.TemporaryDirectory(prefix="guest-rootfs-trees-") as tmp:
+        trees = {arch: build_tree(Path(tmp) / arch, arch) for arch in architectures}
+        return build(trees, out, version)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not sep or not path:
                 raise ValueError(f"--tree must be ARCH=DIR, got {value!r}")
             trees[arch] = Path(path)
-        digest = build(trees, args.out, tag=args.tag, created=args.created)
+        version = Version(python="", image_tag=args.tag, revision="", created=args.created)
+        digest = build(trees, args.out, version)
     except (ValueError, oci.OciError, OSError) as err:
         print(f"guest_rootfs: {err}", file=sys.stderr)
         return 1

@@ -5,10 +5,13 @@
         --version-json '<json>' --out dist/images/battery-operator
     release-tool manifests --image battery-operator=<layout> ... --version-json '<json>' \\
         --out dist/release
+    release-tool guest-image --kind kernel|rootfs --arch amd64 --arch arm64 \\
+        --version-json '<json>' --out dist/images/guest-kernel
 
 `manifests` renders install.yaml with each image of ours pinned by tag and digest (DP-032),
 writes the Manifests artifact (DP-030..DP-034) as an OCI layout, and the Helm chart of the same
-images as a chart archive and an OCI chart artifact (DP-115). Every command prints
+images as a chart archive and an OCI chart artifact (DP-115). `guest-image` builds the guest
+kernel (`guest_kernel`) or root filesystem (`guest_rootfs`) image (GI-030). Every command prints
 one JSON line on success; on failure one line naming the cause, exit status 1.
 """
 
@@ -24,7 +27,9 @@ from typing import Final
 
 from batteryop.manifests import chart as charts
 from batteryop.manifests import render
-from batteryop.release import chart, debs, flux, images, oci
+from batteryop.release import chart, debs, flux, guest_kernel, guest_rootfs, images, oci
+from batteryop.release.gomodules import GoModuleError
+from batteryop.release.guest_agent import GuestAgentError
 from batteryop.release.version import Version, VersionError, from_git
 
 REGISTRY: Final = "ghcr.io/phoban01/battery-operator"
@@ -80,6 +85,24 @@ def cmd_image(args: argparse.Namespace) -> dict[str, object]:
         for arch, manifest in oci.platform_manifests(args.out, version.image_tag).items()
     }
     return {"name": args.name, "tag": version.image_tag, "digest": digest, "sizes": sizes}
+
+
+GUEST_IMAGES: Final = {"kernel": guest_kernel, "rootfs": guest_rootfs}
+"""`guest-image --kind` → the module whose `NAME` and `build_image` make it."""
+
+
+def cmd_guest_image(args: argparse.Namespace) -> dict[str, object]:
+    version = _version(args.version_json)
+    unknown = sorted(set(args.arch) - set(oci.GOARCH))
+    if unknown:
+        raise ValueError(f"--arch must be among {sorted(oci.GOARCH)}: {unknown}")
+    module = GUEST_IMAGES[args.kind]
+    digest = module.build_image(sorted(set(args.arch)), args.out, version)
+    sizes = {
+        arch: oci.compressed_size(manifest)
+        for arch, manifest in oci.platform_manifests(args.out, version.image_tag).items()
+    }
+    return {"name": module.NAME, "tag": version.image_tag, "digest": digest, "sizes": sizes}
 
 
 def install_images(
@@ -178,15 +201,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     man.add_argument("--version-json", required=True)
     man.add_argument("--registry", default=REGISTRY)
     man.add_argument("--out", type=Path, required=True)
+    guest = sub.add_parser("guest-image", help="build the guest kernel or root filesystem image")
+    guest.add_argument("--kind", choices=sorted(GUEST_IMAGES), required=True)
+    guest.add_argument("--arch", action="append", required=True)
+    guest.add_argument("--version-json", required=True)
+    guest.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "version":
             result: dict[str, object] = asdict(from_git(args.repo))
         elif args.command == "image":
             result = cmd_image(args)
+        elif args.command == "guest-image":
+            result = cmd_guest_image(args)
         else:
             result = cmd_manifests(args)
-    except (VersionError, debs.DebError, oci.OciError, ValueError, OSError) as err:
+    except (
+        VersionError, debs.DebError, oci.OciError, ValueError, OSError,
+        guest_kernel.KernelError, guest_rootfs.RootfsError, GuestAgentError, GoModuleError,
+    ) as err:  # fmt: skip
         print(f"release-tool {args.command}: {err}", file=sys.stderr)
         return 1
     print(json.dumps(result, sort_keys=True))
