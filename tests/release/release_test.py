@@ -29,11 +29,9 @@ import io
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -51,10 +49,9 @@ from batteryop.manifests import render
 from batteryop.release import chart, images, main, oci
 from batteryop.release import flux as artifact
 from batteryop.release.version import Version
-from batteryop.testing import certmanager, fluxcli, fluxoci, helmcli
+from batteryop.testing import certmanager, fluxcli, fluxoci, helmcli, oci_registry
 from batteryop.testing.controlplane import ControlPlane, admin_client, install_crd
 from batteryop.testing.fake_battery import FakeBattery
-from batteryop.testing.kubenode.node import registry_config
 from batteryop.testing.localstack import (
     HOSTS,
     LocalStack,
@@ -282,46 +279,14 @@ async def test_the_operator_image_binds_a_claim_against_the_control_plane(
 # --- a real registry on loopback -------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        pytest.skip("Debian's docker-registry is not installed (apt-get install docker-registry)")
+    if not oci_registry.have_registry():
+        pytest.skip(oci_registry.MISSING_REGISTRY)
     if shutil.which("skopeo") is None:
         pytest.skip("skopeo is not installed (apt-get install skopeo)")
-    folder = tmp_path_factory.mktemp("registry")
-    address = f"127.0.0.1:{free_port()}"
-    config = registry_config(folder, address)
-    proc = subprocess.Popen(
-        [binary, "serve", str(config)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    assert proc.stderr is not None
-    try:
-        # Ready when it says it listens (its own log line), not after a guessed delay. One
-        # thread reads its log for as long as it runs: select() on the pipe would miss lines
-        # already in the reader's buffer, and a full pipe would stop it mid-push.
-        listening = threading.Event()
-        seen: list[bytes] = []
-
-        def read_log() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                seen.append(line)
-                if b"listening on" in line:
-                    listening.set()
-
-        threading.Thread(target=read_log, daemon=True).start()
-        assert listening.wait(30), f"registry not ready: {b''.join(seen)[-500:]!r}"
+    with oci_registry.loopback_registry(tmp_path_factory.mktemp("registry")) as address:
         yield address
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def skopeo(*args: str) -> str:
