@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, Literal
 
-from batteryop.testing.controlplane.gobuild import cache_root
+from batteryop.release.debs import cache_root
 
 log = logging.getLogger(__name__)
 
