@@ -2,7 +2,7 @@
 
 Nothing runs inside an image while it is built (no RUN step), so an arm64 image is made on an
 amd64 machine exactly like an amd64 one: per architecture, `buildah from --arch <arch>
-scratch`, one `buildah copy` per layer directory, `buildah config` (architecture, user,
+scratch`, one `buildah add` per layer directory (as a tar archive, owners and modes kept), `buildah config` (architecture, user,
 entrypoint, labels), `buildah commit --timestamp <created>`; then one manifest list of all
 architectures, pushed with `--all` to an `oci:` layout directory. buildah keeps its storage
 (vfs driver) in a private folder, removed afterwards: the host's container storage is never
@@ -115,7 +115,9 @@ def build_platform_image(
                     lower,
                 )
                 container = buildah("from", "--arch", arch, "--os", "linux", "--name", name, lower)
-            buildah("copy", container, f"{layer}/", "/")
+            buildah(
+                "add", container, str(_layer_tar(layer, buildah.state / f"{name}-{i}.tar")), "/"
+            )
         args = ["config", "--arch", arch, "--os", "linux", "--user", config.user]
         args += [
             "--workingdir",
@@ -136,6 +138,21 @@ def build_platform_image(
     except OciError:
         buildah("rm", container)
         raise
+
+
+def _layer_tar(layer: Path, out: Path) -> Path:
+    """`layer` as a tar archive keeping each file's numeric owner, group and mode (set-id bits
+    too), for `buildah add` to unpack: `buildah copy` of a folder makes every file root's, which
+    a root filesystem with group-owned files (a guest's `unix_chkpwd`, root:shadow 2755) cannot
+    take. Names are sorted; times do not matter (the commit's `--timestamp` sets them)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["tar", "--numeric-owner", "--sort=name", "--xattrs", "-C", str(layer), "-cf", str(out), "."],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise OciError(f"tar of {layer} failed: {done.stderr.strip()[-500:]}")
+    return out
 
 
 # DP-103: one index of every architecture, built with no RUN step (no emulation).

@@ -8,7 +8,7 @@ maintainer scripts would have done that a program of ours needs:
   every certificate under `/usr/share/ca-certificates`, sorted by path), and OpenSSL's default
   paths `/usr/lib/ssl/{cert.pem,certs}` pointing at it (Debian's `openssl` package links them);
 - `/etc/passwd` and `/etc/group` with root and the unprivileged `nonroot` (65532), `/tmp`
-  (1777, also nonroot's home: buildah's copy makes every file root's) and `/etc/localtime` (UTC);
+  (1777, also nonroot's home, so nothing in the image need be nonroot's) and `/etc/localtime` (UTC);
 - documentation and manual pages removed (nothing reads them; they are a sixth of the size).
 
 The Host/guest image builders call `build` with their own lock and `finish=False` when their
