@@ -41,7 +41,7 @@ async def qemu_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     async with running(root, Path("."), host_count=1, guests="qemu") as up:
         async with up.kube() as kube:
             seconds = await demo.apply_pool(
-                kube, available=True, timeout=demo.QEMU_POOL_TIMEOUT_SECONDS
+                kube, available=True, timeout=demo.QEMU_POOL_TIMEOUT_SECONDS, images=up.guest_refs
             )
         print(f"\nstack up in {up.timings['up']:.1f}s; a guest available {seconds:.1f}s later")
         yield up

@@ -27,7 +27,9 @@ from batteryop.release import guest_kernel
 from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
+from batteryop.testing.fake_flintlock.images import ImageStore
 from batteryop.testing.fake_flintlock.qemu import AGENT_HOST
+from batteryop.testing.oci_registry import MISSING_REGISTRY, have_registry, loopback_registry
 
 GUEST = Path("src/images/guest")
 MULTI_USER = r"Reached target multi-user\.target"
@@ -120,16 +122,24 @@ def test_the_arm64_guest_answers_ping_and_runs_commands_under_tcg(tmp_path: Path
         )
     if shutil.which("qemu-system-aarch64") is None:
         pytest.skip("qemu-system-aarch64 not found: install Debian's qemu-system-arm")
+    if not have_registry():
+        pytest.skip(MISSING_REGISTRY)
     started = time.monotonic()
     image = guest_image.ensure_image("arm64")
     built = time.monotonic() - started
+    # What a user's flintlockd boots: the images pulled from a registry by digest.
+    with loopback_registry(tmp_path / "registry") as registry:
+        refs = guest_image.publish(image, registry)
+        store = ImageStore(cache=tmp_path / "pulled")
+        kernel = asyncio.run(store.kernel(refs.kernel, guest_kernel.FILENAME, "arm64"))
+        disk = asyncio.run(store.root_disk(refs.rootfs, "arm64"))
     overlay = tmp_path / "root.qcow2"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.disk),
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(disk),
                     str(overlay)], check=True)  # fmt: skip
     port = free_port(AGENT_HOST)
     console = tmp_path / "console.log"
     argv = guest_image.qemu_command(
-        image.kernel, overlay, "tcg", 1024, arch="arm64", disk_format="qcow2",
+        kernel, overlay, "tcg", 1024, arch="arm64", disk_format="qcow2",
         forwards=((port, guest_image.AGENT_PORT),), kernel_args=guest_image.TCP_AGENT_ARGS,
         serial=f"file:{console}",
     )  # fmt: skip

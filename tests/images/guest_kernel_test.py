@@ -12,12 +12,14 @@ import json
 import subprocess
 import tarfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from images.hostfs import have
 
 from batteryop.release import guest_kernel, oci
+from batteryop.release import main as release_tool
 from batteryop.release.version import Version
 
 CREATED = 1767225600  # 2026-01-01T00:00:00Z
@@ -39,16 +41,26 @@ def test_the_checked_in_configurations_are_what_the_pinned_inputs_derive(tmp_pat
 
 
 @pytest.mark.req("GI-002", "GI-030", "GI-032", "GI-033")
-def test_the_kernel_image_holds_only_boot_vmlinux_and_packs_the_same_twice(tmp_path: Path) -> None:
+def test_the_kernel_image_holds_only_boot_vmlinux_and_builds_the_same_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the release tool's `guest-image`, as `./pants package` runs it (amd64 only)."""
     for tool in ("make", "flex", "bison", "bc", "gcc", "buildah"):
         have(tool)
     started = time.monotonic()
     built = guest_kernel.build("amd64")
     how = "from the cache" if built.cached else f"built in {built.seconds:.0f} s"
     version = Version(python="", image_tag="v0.0.0-test", revision="0" * 40, created=CREATED)
-    first = guest_kernel.pack({"amd64": built.kernel}, tmp_path / "a", version)
-    again = guest_kernel.pack({"amd64": built.kernel}, tmp_path / "b", version)
-    assert first == again == oci.index_digest(tmp_path / "a", "v0.0.0-test")
+    digests = []
+    for out in ("a", "b"):
+        argv = ["guest-image", "--kind", "kernel", "--arch", "amd64",
+                "--version-json", json.dumps(asdict(version)), "--out", str(tmp_path / out)]  # fmt: skip
+        assert release_tool.main(argv) == 0, capsys.readouterr().err
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert summary["name"] == "guest-kernel" and list(summary["sizes"]) == ["amd64"]
+        digests.append(summary["digest"])
+    first = digests[0]
+    assert digests == [first, first] and first == oci.index_digest(tmp_path / "a", "v0.0.0-test")
 
     (manifest,) = oci.platform_manifests(tmp_path / "a", "v0.0.0-test").values()
     (layer,) = manifest["layers"]

@@ -51,8 +51,15 @@ def sample_pool(name: str = "pool-sample", namespace: str | None = None) -> dict
     }
 
 
-def demo_pool(name: str = "demo", namespace: str | None = None) -> dict[str, Any]:
-    """The demo Pool: two small MicroVMs on any Host, defaults left to the CRD."""
+def demo_pool(
+    name: str = "demo",
+    namespace: str | None = None,
+    *,
+    kernel_image: str = GUEST_KERNEL_IMAGE,
+    rootfs_image: str = GUEST_ROOTFS_IMAGE,
+) -> dict[str, Any]:
+    """The demo Pool: two small MicroVMs on any Host, defaults left to the CRD; the guest
+    images the release names unless others are given (the local stack's own registry)."""
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.POOL_KIND,
@@ -62,8 +69,8 @@ def demo_pool(name: str = "demo", namespace: str | None = None) -> dict[str, Any
             "template": {
                 "vcpu": 1,
                 "memoryInMb": 1024,
-                "kernel": {"image": GUEST_KERNEL_IMAGE, "filename": GUEST_KERNEL_FILENAME},
-                "rootVolume": {"containerSource": GUEST_ROOTFS_IMAGE},
+                "kernel": {"image": kernel_image, "filename": GUEST_KERNEL_FILENAME},
+                "rootVolume": {"containerSource": rootfs_image},
                 "interfaces": [{"deviceId": "eth1", "type": "Tap"}],
             },
             "placement": {"nodeSelector": {names.HOST_LABEL: names.HOST_LABEL_VALUE}},

@@ -250,7 +250,9 @@ async def run_demo(stack: Stack, console: Console) -> None:
             say=lambda line: console.print(line, markup=False),
         )
         seconds = await heartbeat.watch(
-            demo.apply_pool(kube, available=stack.guests == "qemu", timeout=timeout)
+            demo.apply_pool(
+                kube, available=stack.guests == "qemu", timeout=timeout, images=stack.guest_refs
+            )
         )
     console.print(f"demo: Pool demo/{demo.POOL} {waited} in {seconds:.2f}s")
     for step in await demo.run(stack.cli_env()):

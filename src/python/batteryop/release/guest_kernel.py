@@ -151,10 +151,10 @@ def unpack_configs(into: Path, folder: Path | None = None) -> Path:
         raise KernelError(f"{path}: sha256 {found}, pinned {pinned.sha256}")
     with tarfile.open(path) as tar:
         tar.extractall(into, filter="data")
-    (folder_found,) = {p.parent for p in into.rglob(FRAGMENT)} or {None}
-    if folder_found is None:
-        raise KernelError(f"{path} holds no {FRAGMENT}")
-    return folder_found
+    folders = sorted({p.parent for p in into.rglob(FRAGMENT)})
+    if len(folders) != 1:
+        raise KernelError(f"{path} holds {len(folders)} folders with {FRAGMENT}, not one")
+    return folders[0]
 
 
 def unpack_source(into: Path) -> Path:

@@ -1,17 +1,19 @@
-"""The guest as QEMU boots it (GI-100, GI-101, GI-026): the guest kernel of the release
+"""The guest as QEMU boots it (GI-100, GI-101, GI-026): the release's guest kernel
 (`batteryop.release.guest_kernel`: Debian's kernel source with Firecracker's CI configuration,
-virtio-mmio only, everything the root volume needs built in, so no initramfs), the root
-filesystem built by `debian/build-rootfs.sh` with flintlock's guest agent as an ext4 disk made
-without mounting anything (`mkfs.ext4 -d`), and the QEMU machine with Firecracker's device
-model: `microvm` for amd64, `virt` for arm64, every device on virtio-mmio. KVM when it can run
-the kernel, QEMU's emulator otherwise (always for a foreign architecture).
+virtio-mmio only, everything the root volume needs built in, so no initramfs) and root
+filesystem (`batteryop.release.guest_rootfs`: Debian's packages with flintlock's guest agent),
+on the QEMU machine with Firecracker's device model: `microvm` for amd64, `virt` for arm64,
+every device on virtio-mmio. KVM when it can run the kernel, QEMU's emulator otherwise (always
+for a foreign architecture).
 
-`ensure_image(arch)` builds the kernel and disk once per definition and caches them under
-`$BATTERYOP_CACHE/guest-image/<key>/`, the key being the sha256 of the kernel's cache key, the
-root filesystem's definition and the guest agent's pinned source: the boot test builds its own
-tree, the fake flintlockd's QEMU guests (`fake_flintlock.qemu`) boot the cached disk through a
-copy-on-write overlay each. The Debian packages are those apt resolves when the cache is made
-(its index is refreshed daily), so a cached disk is not rebuilt for a newer package.
+`ensure_image(arch)` builds the two images of one architecture with the release's own code
+once per definition, as OCI layouts cached under `$BATTERYOP_CACHE/guest-image/<key>/` (the key:
+the kernel's cache key, the root filesystem's definition, the guest agent's pin); `publish`
+pushes them to a registry, and the fake flintlockd's QEMU guests (`fake_flintlock.qemu`) pull
+them from there by the digests a Pool names, as flintlockd does. The boot test makes its own
+disk of a tree with `root_disk` (`mkfs.ext4 -d`, no mount). The Debian packages are those apt
+resolves when the cache is made (its index is refreshed daily), so a cached image is not
+rebuilt for a newer package.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from batteryop.release import guest_agent, guest_kernel, guest_rootfs
+from batteryop.release import guest_agent, guest_kernel, guest_rootfs, oci
 from batteryop.release.debs import cache_root
+from batteryop.release.version import Version
 
 GUEST: Final = Path("src/images/guest")
 AGENT_PORT: Final = 1024
@@ -94,18 +97,25 @@ def machine_for(arch: str) -> Machine:
         raise BootError(f"architecture must be one of {sorted(MACHINES)}, not {arch!r}") from None
 
 
+MKFS_TIMEOUT_SECONDS: Final = 600
+
+
 def root_disk(tree: Path, out: Path, size_mb: int = 1024) -> Path:
-    """An ext4 image of `tree`, made by mkfs.ext4 -d (no mount, no loop device)."""
+    """An ext4 image of `tree`, made by mkfs.ext4 -d (no mount, no loop device): what the boot
+    test boots, and what the fake flintlockd makes of a pulled root filesystem image."""
     if shutil.which("mkfs.ext4") is None:
         raise BootError("mkfs.ext4 not found: e2fsprogs is needed for the root disk")
     out.unlink(missing_ok=True)
-    done = subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0", "-d", str(tree),
-         str(out), f"{size_mb}M"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0", "-d", str(tree),
+             str(out), f"{size_mb}M"],
+            capture_output=True, text=True, check=False, timeout=MKFS_TIMEOUT_SECONDS,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise BootError(f"mkfs.ext4 -d {tree} took over {MKFS_TIMEOUT_SECONDS} s") from None
     if done.returncode != 0:
-        raise BootError(f"mkfs.ext4 -d {tree} failed: {done.stderr.strip()}")
+        raise BootError(f"mkfs.ext4 -d {tree} ({size_mb} MiB) failed: {done.stderr.strip()[-500:]}")
     return out
 
 
@@ -176,20 +186,33 @@ def qemu_command(
 
 # --- the cached image ----------------------------------------------------------------------
 
+TAG: Final = "dev"
+"""The tag of the guest images built here for the stack's and the tests' registries."""
+LOCAL_VERSION: Final = Version(python="", image_tag=TAG, revision="", created=0)
+
 
 @dataclass(frozen=True)
 class GuestImage:
-    """What a guest boots from: the kernel and the root filesystem disk (raw ext4, never
-    written: each guest gets an overlay)."""
+    """One architecture's guest as a user pulls it: the release's two images (one
+    architecture each, OCI layouts tagged `TAG`), and the kernel they hold."""
 
     arch: str
     kernel: Path
-    disk: Path
+    kernel_layout: Path
+    rootfs_layout: Path
     agent_version: str
 
 
+@dataclass(frozen=True)
+class GuestRefs:
+    """The two images in a registry, by digest: what a Pool's template names."""
+
+    kernel: str
+    rootfs: str
+
+
 def image_key(arch: str = "amd64") -> str:
-    """What the cached image is made of: the kernel's inputs, the root filesystem's
+    """What the cached images are made of: the kernel's inputs, the root filesystem's
     definition, the agent's pin."""
     digest = hashlib.sha256(arch.encode())
     digest.update(guest_kernel.cache_key(arch).encode())
@@ -204,10 +227,17 @@ def image_key(arch: str = "amd64") -> str:
 
 
 def ensure_image(arch: str = "amd64") -> GuestImage:
-    """The guest image, built once per key (concurrent callers wait for one build)."""
+    """The guest images for `arch`, built once per key with the release's own code
+    (`guest_kernel`, `guest_rootfs`); concurrent callers wait for one build."""
     machine_for(arch)
     out = cache_root() / "guest-image" / image_key(arch)
-    image = GuestImage(arch, out / "vmlinux", out / "root.img", guest_agent.pinned_source().version)
+    image = GuestImage(
+        arch,
+        out / "vmlinux",
+        out / guest_kernel.NAME,
+        out / guest_rootfs.NAME,
+        guest_agent.pinned_source().version,
+    )
     if (out / ".complete").is_file():
         return image
     out.mkdir(parents=True, exist_ok=True)
@@ -216,14 +246,29 @@ def ensure_image(arch: str = "amd64") -> GuestImage:
         if not (out / ".complete").is_file():
             try:
                 kernel = guest_kernel.build(arch)
-            except guest_kernel.KernelError as err:
-                raise BootError(f"the {arch} guest kernel: {err}") from err
-            with tempfile.TemporaryDirectory(prefix="guest-image-", dir=out) as tmp:
                 shutil.copyfile(kernel.kernel, image.kernel)
-                try:
+                guest_kernel.pack({arch: kernel.kernel}, image.kernel_layout, LOCAL_VERSION)
+                with tempfile.TemporaryDirectory(prefix="guest-image-", dir=out) as tmp:
                     tree = guest_rootfs.build_tree(Path(tmp) / "root", arch)
-                except guest_rootfs.RootfsError as err:
-                    raise BootError(str(err)) from err
-                root_disk(tree, image.disk)
+                    guest_rootfs.build({arch: tree}, image.rootfs_layout, LOCAL_VERSION)
+            except (guest_kernel.KernelError, guest_rootfs.RootfsError, oci.OciError) as err:
+                raise BootError(f"the {arch} guest images: {err}") from err
             (out / ".complete").touch()
     return image
+
+
+def publish(image: GuestImage, registry: str) -> GuestRefs:
+    """Both images pushed to the registry at `registry` (plain HTTP on loopback), digests
+    unchanged; their references by digest."""
+    refs = []
+    for layout in (image.kernel_layout, image.rootfs_layout):
+        ref = f"{registry}/{layout.name}:{TAG}"
+        done = subprocess.run(
+            ["skopeo", "copy", "--all", "--preserve-digests", "--dest-tls-verify=false",
+             f"oci:{layout}:{TAG}", f"docker://{ref}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise BootError(f"pushing {layout.name} to {registry}: {done.stderr.strip()[-500:]}")
+        refs.append(f"{ref}@{oci.index_digest(layout, TAG)}")
+    return GuestRefs(*refs)

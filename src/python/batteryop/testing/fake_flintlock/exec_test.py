@@ -9,7 +9,7 @@ the sandbox alone."""
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
@@ -30,6 +30,7 @@ from batteryop.testing.fake_flintlock.testkit import (
     assert_exit_last,
     joined,
     make_spec,
+    published_guest,
     requests_for,
     run,
 )
@@ -52,17 +53,23 @@ class Guest:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=BACKENDS)
-async def backend_client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
+async def backend_client(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Client]:
     backend: str = request.param
-    if backend == "qemu" and shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 not found: install Debian's qemu-system-x86")
-    async with (
-        FakeFlintlockd.start(address=ADDRESS, guests=backend) as host,
-        grpc.aio.insecure_channel(host.target) as channel,
-    ):
-        client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
+    async with contextlib.AsyncExitStack() as stack:
+        guest = None
         if backend == "qemu":
-            spec = make_spec("guest")
+            guest = await stack.enter_async_context(
+                published_guest(tmp_path_factory.mktemp("registry"))
+            )
+        host = await stack.enter_async_context(
+            FakeFlintlockd.start(address=ADDRESS, guests=backend)
+        )
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(host.target))
+        client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel), guest=guest)
+        if guest is not None:
+            spec = make_spec("guest", guest=guest)
             spec.vcpu = 1  # TCG: one host thread per vCPU, on a shared 2-core machine
             client.shared_uid = await client.create_ready(spec)
         yield client
@@ -209,7 +216,7 @@ async def test_errors_as_flintlockd_gives_them(guest: Guest) -> None:
     err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid="01NOPE", cmd="true")))
     assert err.code() == grpc.StatusCode.UNKNOWN  # flintlockd does not map it to NOT_FOUND
 
-    no_agent = await client.create(make_spec("closed", allow_guest_agent=False))
+    no_agent = await client.create(make_spec("closed", allow_guest_agent=False, guest=client.guest))
     err = await _status(client, Request(start=microvmexec_pb2.ExecStart(uid=no_agent, cmd="true")))
     await client.delete(no_agent)  # a QEMU guest stops booting
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import IO, Any, Final, Literal
 
 from batteryop.release.debs import cache_root
+from batteryop.testing import guest_image
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,6 @@ CACHE_FOLDER: Final = "flintlock-images"
 """The store's folder under `$BATTERYOP_CACHE` when none is given."""
 PULL_TIMEOUT_SECONDS: Final = 900.0
 INSPECT_TIMEOUT_SECONDS: Final = 120.0
-MKFS_TIMEOUT_SECONDS: Final = 900.0
 PULLED_TAG: Final = "pulled"
 WHITEOUT: Final = ".wh."
 OPAQUE: Final = ".wh..wh..opq"
@@ -239,8 +239,6 @@ class ImageStore:
     def _root_disk(self, ref: str, arch: str, size_mb: int) -> Path:
         if size_mb < 8:
             raise ImagePullError(f"root disk size {size_mb} MiB is too small for ext4")
-        if shutil.which("mkfs.ext4") is None:
-            raise ImagePullError("mkfs.ext4 not found: e2fsprogs makes the root disk")
         reference, digest, folder = self._image(ref, arch)
         out = folder / f"root-{size_mb}M.ext4"
         if out.is_file():
@@ -257,22 +255,11 @@ class ImageStore:
                 for i, layer in enumerate(_layer_blobs(layout, where)):
                     _unpack_layer(layer, tree, upper=i > 0, where=where)
                 partial = folder / f".partial-root-{size_mb}M.ext4"
-                partial.unlink(missing_ok=True)
                 try:
-                    done = subprocess.run(
-                        ["mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0",
-                         "-d", str(tree), str(partial), f"{size_mb}M"],
-                        capture_output=True, text=True, check=False,
-                        timeout=MKFS_TIMEOUT_SECONDS,
-                    )  # fmt: skip
-                except subprocess.TimeoutExpired:
+                    guest_image.root_disk(tree, partial, size_mb)
+                except guest_image.BootError as err:
                     partial.unlink(missing_ok=True)
-                    raise ImagePullError(f"mkfs.ext4 for {where} timed out") from None
-                if done.returncode != 0:
-                    partial.unlink(missing_ok=True)
-                    raise ImagePullError(
-                        f"mkfs.ext4 of {size_mb} MiB for {where} failed: {_last_line(done.stderr)}"
-                    )
+                    raise ImagePullError(f"{err} (for {where})") from None
                 os.replace(partial, out)
             log.info("root disk of %s made in %.1fs", where, time.monotonic() - started)
         return out

@@ -1,8 +1,10 @@
 """The fake flintlockd's QEMU guests (`--guests qemu`): each MicroVM a real Linux VM, every
 exec relayed to flintlock's guest agent inside it (TD-010, GI-101).
 
-CreateMicroVM starts QEMU on the guest image (`testing.guest_image`: the release's guest kernel,
-the Debian root filesystem with the guest agent, GI-026) with a copy-on-write
+CreateMicroVM pulls the spec's kernel image and root volume image from their registry by digest
+(`images.ImageStore`, standing in for flintlockd's containerd: the kernel file the spec names,
+and the root filesystem as an ext4 disk) and starts QEMU on them (`testing.guest_image`'s
+machine) with a copy-on-write
 qcow2 overlay of its own in the MicroVM's folder, the spec's vCPUs and memory, and the serial
 console in `console.log` beside it. There is no /dev/vhost-vsock here, so the agent listens on
 TCP (the kernel arguments `guest_image.TCP_AGENT_ARGS`) and QEMU's user network forwards a
@@ -37,12 +39,12 @@ from typing import Any, Final
 
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import microvmexec_pb2
 from batteryop.api._compat import within
-from batteryop.release import guest_agent
 from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import free_port
 from batteryop.testing.fake_flintlock import agent_protocol
 from batteryop.testing.fake_flintlock.agent_protocol import AgentConnection, Frame
 from batteryop.testing.fake_flintlock.guests import Connection, GuestUnreachableError, Requests
+from batteryop.testing.fake_flintlock.images import ImagePullError, ImageStore
 from batteryop.testing.fake_flintlock.sshproxy import MSG_SSH_UNREACHABLE
 from batteryop.testing.fake_flintlock.vms import VmRecord
 from batteryop.testing.processes import die_with_parent, file_tail
@@ -87,17 +89,15 @@ class Guest:
 class QemuGuests:
     """Every MicroVM of one fake Host as a QEMU guest."""
 
-    def __init__(self, state_dir: Path, *, image: guest_image.GuestImage | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *, store: ImageStore | None = None, arch: str = "amd64"
+    ) -> None:
         self._state_dir = state_dir
-        self._image = image
-        self._accel, self._why = guest_image.accelerator()
+        self._store = store or ImageStore()
+        self._arch = arch
+        self._accel, self._why = guest_image.accelerator(arch)
         self._guests: dict[str, Guest] = {}
         self._pending: dict[str, asyncio.Task[None]] = {}
-
-    async def _ensure_image(self) -> guest_image.GuestImage:
-        if self._image is None:
-            self._image = await asyncio.to_thread(guest_image.ensure_image)
-        return self._image
 
     def start(self, record: VmRecord, ready: Callable[[], None], gone: Callable[[], None]) -> None:
         task = asyncio.get_running_loop().create_task(self._run(record, ready, gone))
@@ -111,19 +111,22 @@ class QemuGuests:
         that cannot be started (no image, no QEMU) is gone at once, with the reason logged."""
         try:
             process, guest = await self._launch(record)
-        except (OSError, guest_image.BootError, guest_agent.GuestAgentError) as err:
+        except (OSError, guest_image.BootError, ImagePullError) as err:
             log.error("microvm %s: the guest could not start: %s", record.uid, err)
             gone()
             return
         await self._watch(record, process, guest, ready, gone)
 
     async def _launch(self, record: VmRecord) -> tuple[asyncio.subprocess.Process, Guest]:
-        image = await self._ensure_image()
         spec = record.vm.spec
+        # What flintlockd mounts from containerd: the kernel file of the kernel image and a
+        # disk of the root volume's image, pulled by the references the spec names.
+        kernel = await self._store.kernel(spec.kernel.image, spec.kernel.filename, self._arch)
+        disk = await self._store.root_disk(spec.root_volume.source.container_source, self._arch)
         overlay = record.directory / "root.qcow2"
         made = await asyncio.create_subprocess_exec(
             "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
-            "-b", str(image.disk), str(overlay),
+            "-b", str(disk), str(overlay),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         _, err = await made.communicate()
@@ -131,11 +134,11 @@ class QemuGuests:
             raise OSError(f"qemu-img failed: {err.decode().strip()}")
         port, ssh_port = free_port(AGENT_HOST), free_port(AGENT_HOST)
         argv = guest_image.qemu_command(
-            image.kernel,
+            kernel,
             overlay,
             self._accel,
             spec.memory_in_mb,
-            arch=image.arch,
+            arch=self._arch,
             cpus=spec.vcpu,
             disk_format="qcow2",
             forwards=((port, guest_image.AGENT_PORT), (ssh_port, guest_image.SSH_PORT)),

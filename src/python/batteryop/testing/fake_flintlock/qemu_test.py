@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import time
@@ -37,6 +36,7 @@ from batteryop.testing.fake_flintlock.testkit import (
     joined,
     known_hosts,
     make_spec,
+    published_guest,
     run,
     ssh_command,
     ssh_env,
@@ -47,15 +47,15 @@ VCPU, MEMORY_MB = 1, 1024
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def qemu() -> AsyncIterator[Client]:
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 not found: install Debian's qemu-system-x86")
+async def qemu(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     async with (
+        published_guest(tmp_path_factory.mktemp("registry")) as guest,
         FakeFlintlockd.start(address=ADDRESS, guests="qemu", ssh_proxy=True) as host,
         grpc.aio.insecure_channel(host.target) as channel,
     ):
         client = Client(host, channel, MicroVMStub(channel), MicroVMExecStub(channel))
-        spec = make_spec("guest")
+        client.guest = guest
+        spec = make_spec("guest", guest=guest)
         spec.vcpu, spec.memory_in_mb = VCPU, MEMORY_MB
         client.shared_uid = await client.create_ready(spec)
         yield client

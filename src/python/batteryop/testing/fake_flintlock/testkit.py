@@ -1,16 +1,20 @@
-"""Helpers for tests that talk to a fake flintlockd: a valid spec and stubs on one channel, and
-an `ssh` client reaching a MicroVM through its `MicroVMSSHProxy` (`ssh_command`)."""
+"""Helpers for tests that talk to a fake flintlockd: a valid spec and stubs on one channel, the
+guest images in a loopback registry for the QEMU backend (`published_guest`), and an `ssh`
+client reaching a MicroVM through its `MicroVMSSHProxy` (`ssh_command`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
+import shutil
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import pytest
 
 from battery_protos.flintlock.services.microvm.v1alpha1 import microvms_pb2, microvms_pb2_grpc
 from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
@@ -19,7 +23,9 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
 )
 from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2_grpc
 from battery_protos.flintlock.types import microvm_pb2
+from batteryop.testing import guest_image
 from batteryop.testing.fake_flintlock import FakeFlintlockd
+from batteryop.testing.oci_registry import MISSING_REGISTRY, have_registry, loopback_registry
 from batteryop.testing.processes import module_command
 
 Request = microvmexec_pb2.ExecCommandRequest
@@ -30,21 +36,43 @@ ADDRESS = "127.0.0.2"
 
 
 def make_spec(
-    name: str = "vm", namespace: str = "ns", *, allow_guest_agent: bool = True
+    name: str = "vm",
+    namespace: str = "ns",
+    *,
+    allow_guest_agent: bool = True,
+    guest: guest_image.GuestRefs | None = None,
 ) -> microvm_pb2.MicroVMSpec:
-    """A spec flintlockd accepts: kernel, root volume and one TAP interface."""
+    """A spec flintlockd accepts: kernel, root volume and one TAP interface; with `guest`, the
+    images it names (the QEMU backend pulls them), else names no registry serves."""
+    kernel = guest.kernel if guest else "ghcr.io/example/kernel:6.1"
+    rootfs = guest.rootfs if guest else "ghcr.io/example/root:1"
     return microvm_pb2.MicroVMSpec(
         id=name,
         namespace=namespace,
-        kernel=microvm_pb2.Kernel(image="ghcr.io/example/kernel:6.1", filename="boot/vmlinux"),
+        kernel=microvm_pb2.Kernel(image=kernel, filename="boot/vmlinux"),
         root_volume=microvm_pb2.Volume(
-            id="root", source=microvm_pb2.VolumeSource(container_source="ghcr.io/example/root:1")
+            id="root", source=microvm_pb2.VolumeSource(container_source=rootfs)
         ),
         interfaces=[
             microvm_pb2.NetworkInterface(device_id="eth1", type=microvm_pb2.NetworkInterface.TAP)
         ],
         allow_guest_agent=allow_guest_agent,
     )
+
+
+@contextlib.asynccontextmanager
+async def published_guest(folder: Path) -> AsyncIterator[guest_image.GuestRefs]:
+    """The amd64 guest images (built once per definition, `guest_image.ensure_image`) pushed to
+    a registry on loopback for as long as the context lasts: what a QEMU guest's spec names.
+    Skips the test, saying why, where QEMU, the registry or skopeo is missing."""
+    for tool, package in (("qemu-system-x86_64", "qemu-system-x86"), ("skopeo", "skopeo")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not found: install Debian's {package}")
+    if not have_registry():
+        pytest.skip(MISSING_REGISTRY)
+    image = await asyncio.to_thread(guest_image.ensure_image)
+    with loopback_registry(folder) as address:
+        yield await asyncio.to_thread(guest_image.publish, image, address)
 
 
 @dataclass
@@ -57,6 +85,8 @@ class Client:
     exec: microvmexec_pb2_grpc.MicroVMExecStub
     shared_uid: str | None = None
     """A MicroVM that tests of a module share (a booted QEMU guest), when there is one."""
+    guest: guest_image.GuestRefs | None = None
+    """The images a QEMU backend's MicroVMs boot (`published_guest`); None for the sandbox."""
 
     @property
     def ssh(self) -> microvmsshproxy_pb2_grpc.MicroVMSSHProxyStub:
