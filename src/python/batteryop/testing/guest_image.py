@@ -135,6 +135,34 @@ def accelerator(arch: str = "amd64") -> tuple[str, str]:
     return "kvm", "/dev/kvm"
 
 
+def host_tsc_khz(cpuinfo: Path = Path("/proc/cpuinfo")) -> int | None:
+    """This machine's CPU frequency in kHz (its first `cpu MHz` line), or None."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "cpu MHz":
+            try:
+                return round(float(value) * 1000)
+            except ValueError:
+                return None
+    return None
+
+
+def tcg_kernel_args(arch: str, accel: str) -> list[str]:
+    """What an amd64 guest under QEMU's emulator needs to keep time: its TSC runs at this
+    machine's rate, and `microvm` has no HPET or ACPI PM timer to measure it against; the PIT
+    it has is too coarse under load (seen: "tsc: Unable to calibrate against PIT", then a hang
+    before the root mount), so the frequency is given (`tsc_early_khz`). Not for KVM, where the
+    kernel has kvm-clock, as on Firecracker; arm64 has its architected timer."""
+    if arch != "amd64" or accel != "tcg":
+        return []
+    khz = host_tsc_khz()
+    return [f"tsc_early_khz={khz}"] if khz else []
+
+
 def qemu_command(
     kernel: Path,
     disk: Path,
@@ -165,7 +193,11 @@ def qemu_command(
     for host, guest in forwards:
         lan += f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
     append = " ".join(
-        [f"console={m.console} reboot=t panic=-1 root=/dev/vda rw net.ifnames=0", *kernel_args]
+        [
+            f"console={m.console} reboot=t panic=-1 root=/dev/vda rw net.ifnames=0",
+            *tcg_kernel_args(arch, accel),
+            *kernel_args,
+        ]
     )
     chardev = "stdio" if serial == "stdio" else f"file,path={serial.removeprefix('file:')}"
     console = [a.format(serial=serial, chardev=chardev) for a in m.serial_args]
