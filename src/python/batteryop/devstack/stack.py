@@ -487,7 +487,9 @@ class Stack:
             )
         if self.guests == "qemu":
             address = f"127.0.0.1:{self.ports.take()}"
-            config = registry_config(self.state.path / OCI_REGISTRY, address)
+            folder = self.state.path / OCI_REGISTRY
+            folder.mkdir(parents=True, exist_ok=True)
+            config = registry_config(folder, address)
             components.append(
                 Component(OCI_REGISTRY, ("docker-registry", "serve", str(config)),
                           ready_url=f"http://{address}/v2/")  # fmt: skip
