@@ -32,11 +32,11 @@ from bench.workload import Resource
 from kubernetes import client as k8s
 from kubernetes import utils
 
+from batteryop.release.gomodules import GoModuleError, build
+from batteryop.release.third_party import Tarball, ThirdPartyError, built_once
 from batteryop.testing.controlplane import ControlPlane, admin_client, request_token
 from batteryop.testing.controlplane.server import free_port
-from batteryop.release.gomodules import GoModuleError, build
 from batteryop.testing.processes import http_get
-from batteryop.release.third_party import Tarball, ThirdPartyError, built_once
 
 TARBALL: Final = Tarball(
     "agent-sandbox-2fd412d5.tar.gz",

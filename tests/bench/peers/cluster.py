@@ -25,10 +25,10 @@ from typing import Final
 import yaml
 from kubernetes import client as k8s
 
+from batteryop.release.gomodules import download, find_pins
 from batteryop.testing.controlplane import ControlPlane, admin_client
 from batteryop.testing.controlplane.gobuild import NODE, ToolSet, pinned_version
 from batteryop.testing.controlplane.server import free_port
-from batteryop.release.gomodules import download, find_pins
 from batteryop.testing.processes import file_tail, spawn_logged, terminate
 
 KWOK: Final = ToolSet(

@@ -18,8 +18,8 @@ import yaml
 
 from batteryop.capi.__main__ import main
 from batteryop.capi.render import Templates, find_root, load_settings, render
-from batteryop.testing.controlplane.server import ControlPlane
 from batteryop.release.gomodules import download, find_pins
+from batteryop.testing.controlplane.server import ControlPlane
 
 ROOT = find_root()
 POOLS = sorted(p.name for p in (ROOT / "pools").iterdir() if (p / "host-pool.yaml").is_file())
