@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from batteryop.api import names
 from batteryop.api._compat import within
@@ -121,10 +121,10 @@ class QuietProgress:
 
 STAGES: Final = (
     "guest image",  # --guests qemu only
-    "control plane",
-    "install.yaml, Hosts, identities",
     "oci-registry",  # --guests qemu only
     "guest images pushed",  # --guests qemu only
+    "control plane",
+    "install.yaml, Hosts, identities",
     "csr-approver",
     "Exec Agents",
     "flintlockds",
@@ -283,8 +283,7 @@ class Stack:
     battery_control: str = ""
     operator_health: str = ""
     registry_metrics: str = ""
-    guest_refs: guest_image.GuestRefs | None = None
-    """With `--guests qemu`, the guest images in the stack's OCI registry, by digest."""
+    guest_refs: guest_image.GuestRefs | None = None  # --guests qemu: `publish_guests`
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ports: Ports = field(default_factory=Ports)
@@ -331,11 +330,8 @@ class Stack:
             else None
         )
         try:
-            image = None
             if self.guests == "qemu":
-                image = await self._step(
-                    "guest image", lambda: asyncio.to_thread(guest_image.ensure_image)
-                )
+                self.guest_refs = await publish_guests(self)
             # In this thread: the control plane's processes die with the thread that made them.
             # (A cold build of it says what it does itself: `controlplane.gobuild`.)
             self.cp = await self._step("control plane", self._start_control_plane)
@@ -343,15 +339,6 @@ class Stack:
             # The approver signs what each Exec Agent asks for; each agent writes its
             # flintlockd's certificate, with which flintlockd then starts (as the Host Image's
             # path unit starts it); battery dials the flintlockds.
-            if image is not None:
-                # What a user's flintlockd pulls: the guest images in a registry, which the demo
-                # Pool names by digest (`guest_refs`).
-                await self._start_all([OCI_REGISTRY])
-                address = self.components[OCI_REGISTRY].ready_url.split("/")[2]
-                self.guest_refs = await self._step(
-                    "guest images pushed",
-                    lambda: asyncio.to_thread(guest_image.publish, image, address),
-                )
             await self._start_all(["csr-approver"])
             await self._start_all([f"exec-agent-{h}" for h in self.hosts], stage="Exec Agents")
             await self._start_all([f"flintlockd-{h}" for h in self.hosts], stage="flintlockds")
@@ -484,15 +471,6 @@ class Stack:
         for name in self.hosts:
             components.extend(
                 self._host_components(name, kubeconfigs[f"exec-agent-{name}"], approver)
-            )
-        if self.guests == "qemu":
-            address = f"127.0.0.1:{self.ports.take()}"
-            folder = self.state.path / OCI_REGISTRY
-            folder.mkdir(parents=True, exist_ok=True)
-            config = registry_config(folder, address)
-            components.append(
-                Component(OCI_REGISTRY, ("docker-registry", "serve", str(config)),
-                          ready_url=f"http://{address}/v2/")  # fmt: skip
             )
         health, metrics = self.ports.take(), self.ports.take()
         components.append(
@@ -767,6 +745,34 @@ class Stack:
         if self.cp is not None:
             self.cp.stop()
         self.state.remove()
+
+
+async def publish_guests(stack: Stack) -> guest_image.GuestRefs:
+    """`--guests qemu`: the guest images built (once per definition), an OCI registry on
+    loopback (Debian's docker-registry, a process of the stack), and the images pushed to it;
+    their references by digest, which the demo Pool names, so that each fake flintlockd pulls
+    what a user's flintlockd would."""
+    assert stack.processes is not None
+    processes = stack.processes
+    image = await stack._step("guest image", lambda: asyncio.to_thread(guest_image.ensure_image))
+    folder, address = stack.state.path / OCI_REGISTRY, f"127.0.0.1:{stack.ports.take()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = registry_config(folder, address)
+    registry = Component(
+        OCI_REGISTRY, ("docker-registry", "serve", str(config)), ready_url=f"http://{address}/v2/"
+    )
+
+    async def start() -> None:
+        processes.start(registry)
+        await processes.wait_ready(OCI_REGISTRY)
+
+    await stack._step(OCI_REGISTRY, start)
+    return cast(
+        guest_image.GuestRefs,
+        await stack._step(
+            "guest images pushed", lambda: asyncio.to_thread(guest_image.publish, image, address)
+        ),
+    )
 
 
 @contextlib.asynccontextmanager

@@ -54,7 +54,7 @@ async def test_a_step_that_runs_long_says_how_long_and_what_is_left(
 
 
 def test_a_step_says_what_is_left_after_it_in_the_stacks_order() -> None:
-    assert left_after("guest image").startswith("control plane, install.yaml, Hosts, identities")
+    assert left_after("guest image").startswith("oci-registry, guest images pushed, control plane,")
     assert left_after("Host reports ready") == "Hosts in battery"
     assert left_after("Hosts in battery") == ""
     assert left_after("client venv") == "", "beside the steps, not one of them"
