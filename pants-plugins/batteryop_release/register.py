@@ -217,9 +217,17 @@ async def release_tool() -> ReleaseTool:
     )
 
 
-def _summary_line(repository: str, summary: dict) -> str:
+async def _image_package(repository: str, result: ProcessResult, out: str) -> BuiltPackage:
+    """The release tool's OCI layout in `out` as `dist/images/<repository>/`, summarised from
+    the JSON line it printed last (tag, digest, compressed size per architecture)."""
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
     sizes = ", ".join(f"{a} {s / 1e6:.1f} MB" for a, s in sorted(summary["sizes"].items()))
-    return f"{repository}:{summary['tag']}@{summary['digest']} (compressed: {sizes})"
+    line = f"{repository}:{summary['tag']}@{summary['digest']} (compressed: {sizes})"
+    relpath = f"images/{repository}"
+    digest = await Get(
+        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
+    )
+    return BuiltPackage(digest, (BuiltPackageArtifact(relpath, (line,)),))
 
 
 @rule(desc="Read the release version from git")
@@ -288,12 +296,7 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
             level=LogLevel.INFO,
         ),
     )
-    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
-    relpath = f"images/{repository}"
-    digest = await Get(
-        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
-    )
-    return BuiltPackage(digest, (BuiltPackageArtifact(relpath, (_summary_line(repository, summary),)),))
+    return await _image_package(repository, result, out)
 
 
 @rule(desc="Build a guest image", level=LogLevel.DEBUG)
@@ -333,12 +336,7 @@ async def package_guest_image(
             level=LogLevel.INFO,
         ),
     )
-    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
-    relpath = f"images/{repository}"
-    digest = await Get(
-        Digest, AddPrefix(await Get(Digest, RemovePrefix(result.output_digest, out)), relpath)
-    )
-    return BuiltPackage(digest, (BuiltPackageArtifact(relpath, (_summary_line(repository, summary),)),))
+    return await _image_package(repository, result, out)
 
 
 @rule(desc="Render install.yaml pinned by digest and the Manifests artifact", level=LogLevel.DEBUG)

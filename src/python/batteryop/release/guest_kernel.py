@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Final
 
 from batteryop.release import debs, images, oci
+from batteryop.release.guest_agent import read_versions
 from batteryop.release.third_party import Tarball, ThirdPartyError, third_party_dir
 from batteryop.release.version import Version
 
@@ -106,16 +107,6 @@ def machine(arch: str) -> Machine:
 
 def checked_in_config(arch: str) -> Path:
     return KERNEL / f"config-{arch}"
-
-
-def read_versions(path: Path = VERSIONS) -> dict[str, str]:
-    """The KEY=value lines of a versions.env (comments and blank lines skipped)."""
-    values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not line.lstrip().startswith("#"):
-            values[key.strip()] = value.strip()
-    return values
 
 
 def configs_tarball(path: Path | None = None) -> Tarball:

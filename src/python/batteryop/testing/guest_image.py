@@ -64,6 +64,11 @@ class Machine:
     """The console device the kernel writes to (`console=`)."""
     serial_args: tuple[str, ...]
     """What puts that console on QEMU's `-serial`-style character device `{serial}`."""
+    devices_reversed: bool = False
+    """Whether the guest names the machine's virtio-mmio devices in the reverse of their
+    command-line order: on `virt` the first `-device` gets the highest transport address, and
+    Linux numbers them from the lowest (QEMU's `create_virtio_devices` says so), so the last
+    virtio-net device would be eth0. The devices are then given last to first."""
 
 
 MACHINES: Final = {
@@ -86,6 +91,7 @@ MACHINES: Final = {
         "hvc0",
         ("-device", "virtio-serial-device", "-chardev", "{chardev},id=console",
          "-device", "virtconsole,chardev=console"),
+        devices_reversed=True,
     ),
 }  # fmt: skip
 
@@ -200,6 +206,12 @@ def qemu_command(
         ]
     )
     chardev = "stdio" if serial == "stdio" else f"file,path={serial.removeprefix('file:')}"
+    # In the guest: vda, then eth0 (left to the metadata service, GI-022), then eth1 (DHCP).
+    devices = [
+        "virtio-blk-device,drive=root",
+        "virtio-net-device,netdev=mmds",
+        "virtio-net-device,netdev=lan",
+    ]
     console = [a.format(serial=serial, chardev=chardev) for a in m.serial_args]
     return [
         m.qemu,
@@ -208,11 +220,10 @@ def qemu_command(
         "-nodefaults", "-no-user-config", "-display", "none", *console, "-no-reboot",
         "-kernel", str(kernel), "-append", append,
         "-drive", f"id=root,file={disk},format={disk_format},if=none",
-        "-device", "virtio-blk-device,drive=root",
         "-netdev", "user,id=mmds,net=10.0.2.0/24,restrict=on,ipv6=off",
-        "-device", "virtio-net-device,netdev=mmds",
         "-netdev", lan,
-        "-device", "virtio-net-device,netdev=lan",
+        *(arg for device in (devices[::-1] if m.devices_reversed else devices)
+          for arg in ("-device", device)),
     ]  # fmt: skip
 
 

@@ -42,7 +42,14 @@ def test_arm64_boots_on_virt_with_a_virtio_console() -> None:
     assert argv[0] == "qemu-system-aarch64"
     assert argv[argv.index("-M") + 1].startswith("virt")
     assert argv[argv.index("-cpu") + 1] == "cortex-a72"
-    assert "virtconsole,chardev=console" in _devices(argv)
+    devices = _devices(argv)
+    assert "virtconsole,chardev=console" in devices
+    # virt's guest names its virtio-mmio devices last to first: lan must come first to be eth1.
+    assert devices[-3:] == [
+        "virtio-net-device,netdev=lan",
+        "virtio-net-device,netdev=mmds",
+        "virtio-blk-device,drive=root",
+    ]
     assert "file,path=/tmp/console.log,id=console" in argv
     assert not any("pci" in arg for arg in argv)
     append = argv[argv.index("-append") + 1]
