@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import fcntl
+import gzip
 import hashlib
 import json
 import os
@@ -148,14 +149,33 @@ def unpack_configs(into: Path, folder: Path | None = None) -> Path:
     return folders[0]
 
 
-def unpack_source(into: Path) -> Path:
+@dataclass(frozen=True)
+class Source:
+    """The unpacked kernel source and its release date (its Debian changelog's last entry)."""
+
+    tree: Path
+    date: str
+    """RFC 2822, as `date -d` reads it: the build's timestamp (`KBUILD_BUILD_TIMESTAMP`)."""
+
+
+def unpack_source(into: Path) -> Source:
     """The kernel source tree, from the pinned `.deb` (sha256-checked, cached)."""
     (deb,) = debs.fetch([source_deb()])
     debs.unpack([deb], into / "deb")
     (archive,) = sorted((into / "deb/usr/src").glob("linux-source-*.tar.xz"))
+    (changelog,) = sorted((into / "deb/usr/share/doc").glob("linux-source-*/changelog.Debian.gz"))
+    date = changelog_date(gzip.decompress(changelog.read_bytes()).decode(errors="replace"))
     _run(["tar", "-xJf", str(archive), "-C", str(into)], "unpacking the kernel source")
     shutil.rmtree(into / "deb")
-    return into / archive.name.removesuffix(".tar.xz")
+    return Source(into / archive.name.removesuffix(".tar.xz"), date)
+
+
+def changelog_date(changelog: str) -> str:
+    """The date of a Debian changelog's newest entry (its first ` -- name <mail>  date` line)."""
+    for line in changelog.splitlines():
+        if line.startswith(" -- ") and ">  " in line:
+            return line.split(">  ", 1)[1].strip()
+    raise KernelError("the kernel source's changelog has no dated entry")
 
 
 def assembled(arch: str, configs: Path) -> str:
@@ -166,30 +186,31 @@ def assembled(arch: str, configs: Path) -> str:
                    for p in parts)  # fmt: skip
 
 
-def _make(m: Machine, source: Path, build: Path, *targets: str, jobs: int = 1) -> list[str]:
+def _make(m: Machine, source: Source, build: Path, *targets: str, jobs: int = 1) -> list[str]:
     return [
-        "make", "-C", str(source), f"O={build}", f"ARCH={m.kernel_arch}",
+        "make", "-C", str(source.tree), f"O={build}", f"ARCH={m.kernel_arch}",
         *([f"CROSS_COMPILE={m.cross_compile}"] if m.cross_compile else []),
         f"-j{jobs}", *targets,
     ]  # fmt: skip
 
 
-def _env(source: Path, build: Path) -> dict[str, str]:
+def _env(source: Source, build: Path) -> dict[str, str]:
     """What makes two builds of the same inputs equal: no user, host, time or path of this
-    machine enters the kernel (the kernel's reproducible-builds guide)."""
-    deb = source_deb()
+    machine enters the kernel (the kernel's reproducible-builds guide). The timestamp must be
+    a date `date -d` reads: the built-in initramfs' file times are taken from it, and two
+    builds differed there (and so in their build IDs) while it was not one."""
     return {
         **os.environ,
         "KBUILD_BUILD_USER": BUILD_USER,
         "KBUILD_BUILD_HOST": BUILD_HOST,
-        "KBUILD_BUILD_TIMESTAMP": f"{deb.package} {deb.version}",
+        "KBUILD_BUILD_TIMESTAMP": source.date,
         "KBUILD_BUILD_VERSION": "1",
-        "KCFLAGS": f"-ffile-prefix-map={source}=. -ffile-prefix-map={build}=.",
+        "KCFLAGS": f"-ffile-prefix-map={source.tree}=. -ffile-prefix-map={build}=.",
         "LC_ALL": "C",
     }
 
 
-def derive_config(arch: str, source: Path, configs: Path, build: Path) -> str:
+def derive_config(arch: str, source: Source, configs: Path, build: Path) -> str:
     """The `.config` olddefconfig makes of `assembled(arch)` in `build`."""
     m = machine(arch)
     _need(m)
@@ -253,7 +274,7 @@ def cache_key(arch: str) -> str:
         checked_in_config(arch).read_text(),
         OVERRIDES.read_text(),
         compiler_version(m),
-        f"{m.make_target} {BUILD_USER}@{BUILD_HOST}",
+        f"{m.make_target} {BUILD_USER}@{BUILD_HOST} timestamp=changelog",
     ):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:24]

@@ -118,3 +118,17 @@ def test_the_cache_key_follows_every_input(monkeypatch: pytest.MonkeyPatch, tmp_
     overrides.write_text(guest_kernel.OVERRIDES.read_text() + "CONFIG_X=y\n")
     monkeypatch.setattr(guest_kernel, "OVERRIDES", overrides)
     assert guest_kernel.cache_key("amd64") != first
+
+
+@pytest.mark.req("GI-033")
+def test_the_build_timestamp_is_the_source_changelogs_newest_date() -> None:
+    changelog = (
+        "linux (6.1.192-3) bookworm-security; urgency=high\n\n  * A fix.\n\n"
+        " -- Salvatore Bonaccorso <carnil@debian.org>  Thu, 26 Nov 2026 18:12:56 +0100\n\n"
+        "linux (6.1.192-2) bookworm-security; urgency=high\n\n"
+        " -- Ben Hutchings <benh@debian.org>  Mon, 23 Nov 2026 10:00:00 +0100\n"
+    )
+    # A date `date -d` reads: the built-in initramfs' file times come from it.
+    assert guest_kernel.changelog_date(changelog) == "Thu, 26 Nov 2026 18:12:56 +0100"
+    with pytest.raises(KernelError, match="no dated entry"):
+        guest_kernel.changelog_date("linux (1) x; urgency=low\n")
