@@ -182,8 +182,8 @@ def assembled(arch: str, configs: Path) -> str:
     """What `olddefconfig` starts from: Firecracker's configuration, its fragment, ours."""
     m = machine(arch)
     parts = [configs / m.firecracker_config, configs / FRAGMENT, OVERRIDES]
-    return "".join(p.read_text() if p.read_text().endswith("\n") else p.read_text() + "\n"
-                   for p in parts)  # fmt: skip
+    texts = [p.read_text() for p in parts]
+    return "".join(t if t.endswith("\n") else t + "\n" for t in texts)
 
 
 def _make(m: Machine, source: Source, build: Path, *targets: str, jobs: int = 1) -> list[str]:
