@@ -15,10 +15,15 @@
   (`$BATTERYOP_THIRD_PARTY`, default `../shared/third_party` beside the build root). A kernel
   build takes many minutes of both cores; the release tool caches each kernel in
   `$BATTERYOP_CACHE/guest-kernel/` by its inputs, so a new release tool does not rebuild it.
-- `release_manifests(images=[...])`: `dist/release/install.yaml` with every image pinned by
-  tag and digest, the Flux artifact as an OCI layout (`dist/release/manifests/`), the Helm
-  chart of the same images (`dist/release/battery-operator-<version>.tgz`, and as an OCI chart
-  in `dist/release/chart/`, DP-115) and `dist/release/digests.txt`.
+  The architectures are the target's `architectures`, or else the `[guest-images]`
+  `architectures` option (amd64 and arm64; CI's `pants.ci.toml` builds amd64 only, since an
+  arm64 kernel's cold build does not fit its time: the release check builds both).
+- `release_manifests(images=[...], guest_images=[...])`: `dist/release/install.yaml` with every
+  image pinned by tag and digest, the Flux artifact as an OCI layout
+  (`dist/release/manifests/`), the Helm chart of the same images
+  (`dist/release/battery-operator-<version>.tgz`, and as an OCI chart in
+  `dist/release/chart/`, DP-115), `dist/release/samples.yaml` (the sample Pool on the guest
+  images, pinned the same way, and a claim) and `dist/release/digests.txt`.
 
 The version comes from git (`release-tool version`, run once per Pants session, never cached
 across sessions); the image builds are cached by Pants like any process, keyed on the PEX
@@ -73,6 +78,8 @@ from pants.engine.target import (
     Targets,
 )
 from pants.engine.unions import UnionRule
+from pants.option.option_types import StrListOption
+from pants.option.subsystem import Subsystem
 from pants.util.frozendict import FrozenDict
 from pants.util.logging import LogLevel
 
@@ -115,8 +122,21 @@ class GuestImageKindField(StringField):
 
 class GuestImageArchitecturesField(StringSequenceField):
     alias = "architectures"
-    default = ("amd64", "arm64")
-    help = "The Debian architectures the index holds."
+    default = None
+    help = "The Debian architectures the index holds (default: `[guest-images].architectures`)."
+
+
+class GuestImagesSubsystem(Subsystem):
+    options_scope = "guest-images"
+    help = "The guest images (`guest_image` targets)."
+
+    architectures = StrListOption(
+        default=["amd64", "arm64"],
+        help=(
+            "The Debian architectures a guest image holds unless its target says. A cold arm64 "
+            "kernel build takes many minutes of two cores: CI (pants.ci.toml) builds amd64 only."
+        ),
+    )
 
 
 class GuestImageTarget(Target):
@@ -136,9 +156,14 @@ class ReleaseImagesField(SpecialCasedDependencies):
     help = "The oci_image targets whose digests install.yaml pins."
 
 
+class ReleaseGuestImagesField(SpecialCasedDependencies):
+    alias = "guest_images"
+    help = "The guest_image targets whose digests the sample Pool (samples.yaml, chart) pins."
+
+
 class ReleaseManifestsTarget(Target):
     alias = "release_manifests"
-    core_fields = (*COMMON_TARGET_FIELDS, ReleaseImagesField)
+    core_fields = (*COMMON_TARGET_FIELDS, ReleaseImagesField, ReleaseGuestImagesField)
     help = "install.yaml pinned by digest and the Flux artifact (dist/release/)."
 
 
@@ -161,6 +186,7 @@ class GuestImageFieldSet(PackageFieldSet):
 class ReleaseManifestsFieldSet(PackageFieldSet):
     required_fields = (ReleaseImagesField,)
     images: ReleaseImagesField
+    guest_images: ReleaseGuestImagesField
 
 
 @dataclass(frozen=True)
@@ -301,7 +327,10 @@ async def package_oci_image(field_set: OciImageFieldSet, tool: ReleaseTool) -> B
 
 @rule(desc="Build a guest image", level=LogLevel.DEBUG)
 async def package_guest_image(
-    field_set: GuestImageFieldSet, tool: ReleaseTool, build_root: BuildRoot
+    field_set: GuestImageFieldSet,
+    tool: ReleaseTool,
+    build_root: BuildRoot,
+    subsystem: GuestImagesSubsystem,
 ) -> BuiltPackage:
     repository = field_set.repository.value
     if not tool.buildah:
@@ -315,7 +344,7 @@ async def package_guest_image(
         for t in transitive.dependencies
         if t.has_field(SourcesField)
     )
-    architectures = tuple(field_set.architectures.value or ())
+    architectures = tuple(field_set.architectures.value or subsystem.architectures)
     env = dict(tool.env)
     env.setdefault("BATTERYOP_THIRD_PARTY", f"{build_root.path}/../shared/third_party")
     out = "out"
@@ -347,23 +376,34 @@ async def package_release_manifests(
         logger.warning(MISSING_BUILDAH)
         return BuiltPackage(await Get(Digest, MergeDigests(())), ())
     version = await Get(ReleaseVersion, ReleaseTool, tool)
-    targets = await Get(
-        Targets,
-        UnparsedAddressInputs(
-            field_set.images.value or (),
-            owning_address=field_set.address,
-            description_of_origin=f"the `images` of {field_set.address}",
-        ),
+    targets, guest_targets = await MultiGet(
+        Get(
+            Targets,
+            UnparsedAddressInputs(
+                field.value or (),
+                owning_address=field_set.address,
+                description_of_origin=f"the `{field.alias}` of {field_set.address}",
+            ),
+        )
+        for field in (field_set.images, field_set.guest_images)
     )
     images = [t for t in targets if t.has_field(ImageRepositoryField)]
+    guests = [t for t in guest_targets if t.has_field(GuestImageKindField)]
     built = await MultiGet(
-        Get(BuiltPackage, EnvironmentAwarePackageRequest(OciImageFieldSet.create(t)))
-        for t in images
+        *(
+            Get(BuiltPackage, EnvironmentAwarePackageRequest(OciImageFieldSet.create(t)))
+            for t in images
+        ),
+        *(
+            Get(BuiltPackage, EnvironmentAwarePackageRequest(GuestImageFieldSet.create(t)))
+            for t in guests
+        ),
     )
     image_args = []
-    for target, package in zip(images, built):  # noqa: B905 (Pants runs Python 3.9)
+    flags = ["--image"] * len(images) + ["--guest-image"] * len(guests)
+    for flag, target, package in zip(flags, [*images, *guests], built):  # noqa: B905
         (artifact,) = package.artifacts
-        image_args += ["--image", f"{target[ImageRepositoryField].value}={artifact.relpath}"]
+        image_args += [flag, f"{target[ImageRepositoryField].value}={artifact.relpath}"]
     out = "release"
     result = await Get(
         ProcessResult,
@@ -387,6 +427,7 @@ async def package_release_manifests(
     lines = [
         f"manifests:{summary['tag']}@{summary['manifests']}",
         f"chart:{summary['chart']} (battery-operator-<version>.tgz and chart/)",
+        "samples.yaml: the sample Pool on the guest images, and a claim",
     ]
     if summary["unpinned"]:
         lines.append(f"not built, named by tag only: {', '.join(summary['unpinned'])}")
@@ -415,6 +456,7 @@ def target_types():
 def rules():
     return [
         *collect_rules(),
+        *GuestImagesSubsystem.rules(),
         UnionRule(PackageFieldSet, OciImageFieldSet),
         UnionRule(PackageFieldSet, GuestImageFieldSet),
         UnionRule(PackageFieldSet, ReleaseManifestsFieldSet),

@@ -16,7 +16,12 @@ this test): images, install.yaml pinned by digest, the Manifests artifact.
 - install.yaml pins each image of ours by tag and digest (DP-032) and the test control plane
   accepts it;
 - the Helm chart of the same images renders install.yaml with the pinned Helm, from its archive
-  and, pushed as an OCI chart to the registry, from there (DP-115).
+  and, pushed as an OCI chart to the registry, from there (DP-115);
+- the guest images (`src/images/guest:guest-kernel`, `:guest-rootfs`) round-trip through the
+  registry too, and the release's sample Pool, `samples.yaml` and the chart's, names them by
+  tag and digest (GI-034); the control plane accepts it. Their architectures are
+  `[guest-images].architectures` (CI: amd64 only); with BATTERYOP_GUEST_ARM64=1 (the release
+  check) both are required.
 
 Where buildah is missing the images are not built and these tests skip, saying so.
 """
@@ -49,7 +54,7 @@ from kubernetes.dynamic import DynamicClient
 
 from batteryop.api import names
 from batteryop.manifests import render
-from batteryop.release import chart, images, main, oci
+from batteryop.release import chart, guest_kernel, guest_rootfs, images, main, oci
 from batteryop.release import flux as artifact
 from batteryop.release.version import Version
 from batteryop.testing import certmanager, fluxcli, fluxoci, helmcli, oci_registry, qemu_user
@@ -65,6 +70,7 @@ from batteryop.testing.localstack import (
 from batteryop.testing.operator_runner import OperatorProcess
 
 IMAGES = ("battery-operator", "exec-agent", "csr-approver", "host-registry")
+GUEST_IMAGES = (guest_kernel.NAME, guest_rootfs.NAME)
 IMAGE_DIR = Path("images")
 RELEASE_DIR = Path("release")
 OPERATOR_LIMIT = 60_000_000
@@ -79,6 +85,14 @@ def layouts() -> dict[str, Path]:
     found = {name: IMAGE_DIR / name for name in IMAGES}
     missing = [n for n, p in found.items() if not (p / "index.json").is_file()]
     assert not missing, f"images not built: {missing}"
+    return found
+
+
+@pytest.fixture(scope="module")
+def guest_layouts(layouts: dict[str, Path]) -> dict[str, Path]:
+    found = {name: IMAGE_DIR / name for name in GUEST_IMAGES}
+    missing = [n for n, p in found.items() if not (p / "index.json").is_file()]
+    assert not missing, f"guest images not built: {missing}"
     return found
 
 
@@ -370,13 +384,19 @@ def push_and_pull(layout: Path, tag: str, ref: str, back: Path) -> tuple[str, st
 
 
 @pytest.mark.req("DP-104")
-@pytest.mark.parametrize("name", IMAGES)
+@pytest.mark.parametrize("name", IMAGES + GUEST_IMAGES)
 def test_an_image_round_trips_through_a_real_registry_unchanged(
-    layouts: dict[str, Path], tag: str, registry: str, name: str, tmp_path: Path
+    layouts: dict[str, Path],
+    guest_layouts: dict[str, Path],
+    tag: str,
+    registry: str,
+    name: str,
+    tmp_path: Path,
 ) -> None:
-    digest = oci.index_digest(layouts[name], tag)
+    layout = {**layouts, **guest_layouts}[name]
+    digest = oci.index_digest(layout, tag)
     ref = f"{registry}/{name}:{tag}"
-    served, pulled = push_and_pull(layouts[name], tag, ref, tmp_path / "back")
+    served, pulled = push_and_pull(layout, tag, ref, tmp_path / "back")
     print(f"\n{ref}: pushed {digest}, served {served}, pulled {pulled}")
     assert served == digest == pulled
 
@@ -466,6 +486,68 @@ def test_the_control_plane_accepts_the_release_install_yaml(
             stored == {k: v for k, v in containers(install_objects).items() if k in stored}
             and "@sha256:" in stored[render.OPERATOR_CONTAINER]
         )
+    finally:
+        api.close()
+
+
+# --- the sample Pool on the guest images ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_objects(guest_layouts: dict[str, Path]) -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all((RELEASE_DIR / main.SAMPLES_FILE).read_text()) if o]
+
+
+def pool_images(pool: dict[str, Any]) -> tuple[str, str]:
+    template = pool["spec"]["template"]
+    return template["kernel"]["image"], template["rootVolume"]["containerSource"]
+
+
+@pytest.mark.req("GI-030", "GI-034")
+def test_the_sample_pool_pins_the_release_s_guest_images_by_tag_and_digest(
+    guest_layouts: dict[str, Path], tag: str, sample_objects: list[dict[str, Any]]
+) -> None:
+    digests = {name: oci.index_digest(layout, tag) for name, layout in guest_layouts.items()}
+    (pool,) = (o for o in sample_objects if o["kind"] == names.POOL_KIND)
+    assert pool_images(pool) == (
+        main.pinned(guest_kernel.NAME, tag, digests[guest_kernel.NAME]),
+        main.pinned(guest_rootfs.NAME, tag, digests[guest_rootfs.NAME]),
+    )
+    listed = (RELEASE_DIR / "digests.txt").read_text().splitlines()
+    assert all(main.pinned(n, tag, d) in listed for n, d in digests.items())
+    required = {"amd64", "arm64"} if os.environ.get("BATTERYOP_GUEST_ARM64") == "1" else {"amd64"}
+    for name, layout in guest_layouts.items():
+        manifests = oci.platform_manifests(layout, tag)
+        assert required <= set(manifests), f"{name}: {sorted(manifests)}"
+        sizes = ", ".join(
+            f"{arch} {oci.compressed_size(m) / 1e6:.1f} MB" for arch, m in sorted(manifests.items())
+        )
+        print(f"\n{main.pinned(name, tag, digests[name])} ({sizes})")
+
+
+@pytest.mark.req("GI-034")
+def test_the_control_plane_accepts_the_release_samples(
+    controlplane: ControlPlane, sample_objects: list[dict[str, Any]]
+) -> None:
+    api = admin_client(controlplane)
+    namespace = "release-samples"
+    try:
+        k8s.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+        dyn = DynamicClient(api)
+        for obj in sample_objects:
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            dyn.server_side_apply(
+                resource,
+                body=obj,
+                namespace=namespace,
+                field_manager="batteryop-release-test",
+                query_params=[("fieldValidation", "Strict")],
+            )
+        pool = dyn.resources.get(api_version=names.API_VERSION, kind=names.POOL_KIND).get(
+            name=sample_objects[0]["metadata"]["name"], namespace=namespace
+        )
+        assert "@sha256:" in pool.spec.template.kernel.image
+        assert "@sha256:" in pool.spec.template.rootVolume.containerSource
     finally:
         api.close()
 
@@ -638,14 +720,21 @@ def helm_objects(helm: Path, *args: str) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
 
-@pytest.mark.req("DP-115")
+@pytest.mark.req("DP-115", "GI-034")
 def test_the_release_chart_renders_the_release_install_yaml(
-    layouts: dict[str, Path], helm: Path, install_objects: list[dict[str, Any]]
+    layouts: dict[str, Path],
+    helm: Path,
+    install_objects: list[dict[str, Any]],
+    sample_objects: list[dict[str, Any]],
 ) -> None:
     (archive,) = RELEASE_DIR.glob("battery-operator-*.tgz")
     print(f"\n{archive.name}: {archive.stat().st_size} bytes")
     assert canonical(helm_objects(helm, str(archive))) == canonical(install_objects)
     assert "@sha256:" in containers(helm_objects(helm, str(archive)))[render.OPERATOR_CONTAINER]
+    # Its sample Pool, when turned on, is samples.yaml's, in the release's namespace.
+    with_samples = helm_objects(helm, str(archive), "--set", "samples.enabled=true")
+    (pool,) = (o for o in with_samples if o["kind"] == names.POOL_KIND)
+    assert pool_images(pool) == pool_images(sample_objects[0])
 
 
 @pytest.mark.req("DP-104", "DP-115")

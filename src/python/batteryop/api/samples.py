@@ -1,7 +1,9 @@
 """The sample Pool, the demo Pool and a claim, as the bodies a user would apply.
 
-Docs, manifests and tests take them from here. They name the guest images the release notes
-name (v0.3.3 onwards: the demo, the sample Pool and the Install page use them).
+Docs, manifests and tests take them from here. By default they name the guest images of the
+v0.4.1 release by tag; a release built by `./pants package ::` names its own guest images,
+pinned by digest, in its sample Pool (`dist/release/samples.yaml` and the chart's, written by
+`batteryop.release.main`), and the local stack names the images it built (`demo_pool`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from typing import Any, Final
 from batteryop.api import names
 
 GUEST_KERNEL_IMAGE: Final = "ghcr.io/phoban01/battery-operator/guest-kernel:v0.4.1"
-"""Firecracker's CI kernel at boot/vmlinux."""
+"""The v0.4.1 release's kernel image (Firecracker's CI kernel at boot/vmlinux, built before
+`guest_image` targets existed here; ours is Debian's 6.1 source with Firecracker's
+configuration, `batteryop.release.guest_kernel`)."""
 GUEST_KERNEL_FILENAME: Final = "boot/vmlinux"
 GUEST_ROOTFS_IMAGE: Final = "ghcr.io/phoban01/battery-operator/guest-rootfs:v0.4.1"
-"""Ubuntu 24.04 with systemd and flintlock's guest agent."""
+"""The v0.4.1 release's root filesystem image (its notes say Ubuntu 24.04 with systemd and
+flintlock's guest agent; ours is Debian 12, `batteryop.release.guest_rootfs`)."""
 
 
 def _meta(name: str, namespace: str | None) -> dict[str, Any]:
@@ -24,8 +29,15 @@ def _meta(name: str, namespace: str | None) -> dict[str, Any]:
     return meta
 
 
-def sample_pool(name: str = "pool-sample", namespace: str | None = None) -> dict[str, Any]:
-    """The sample Pool: four 2-vCPU, 4 GiB MicroVMs on amd64 Hosts, every field spelled out."""
+def sample_pool(
+    name: str = "pool-sample",
+    namespace: str | None = None,
+    *,
+    kernel_image: str = GUEST_KERNEL_IMAGE,
+    rootfs_image: str = GUEST_ROOTFS_IMAGE,
+) -> dict[str, Any]:
+    """The sample Pool: four 2-vCPU, 4 GiB MicroVMs on amd64 Hosts, every field spelled out;
+    the v0.4.1 guest images unless others are given (a release's own, pinned by digest)."""
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.POOL_KIND,
@@ -36,11 +48,11 @@ def sample_pool(name: str = "pool-sample", namespace: str | None = None) -> dict
                 "vcpu": 2,
                 "memoryInMb": 4096,
                 "kernel": {
-                    "image": GUEST_KERNEL_IMAGE,
+                    "image": kernel_image,
                     "filename": GUEST_KERNEL_FILENAME,
                     "cmdline": {"console": "ttyS0", "reboot": "k"},
                 },
-                "rootVolume": {"containerSource": GUEST_ROOTFS_IMAGE},
+                "rootVolume": {"containerSource": rootfs_image},
                 "interfaces": [{"deviceId": "eth1", "type": "Tap"}],
             },
             "placement": {"nodeSelector": {"kubernetes.io/arch": "amd64"}},

@@ -399,14 +399,13 @@ def _document(obj: Obj, slots: _Slots) -> str:
     return f"{{{{- if {condition} }}}}\n{text}{{{{- end }}}}\n"
 
 
-def _templates(objects: list[Obj], slots: _Slots) -> dict[str, str]:
+def _templates(objects: list[Obj], slots: _Slots, pool: Obj) -> dict[str, str]:
     parts: dict[str, list[str]] = {}
     for obj in objects:
         component = obj["metadata"].get("labels", {}).get(names.COMPONENT_LABEL)
         part = PARTS[component]
         parts.setdefault(part, []).append(_document(obj, slots))
     out = {f"templates/{part}.yaml": TEMPLATE_HEADER + "".join(d) for part, d in parts.items()}
-    pool = samples.sample_pool()
     pool["metadata"]["namespace"] = "zzrelease-namespacezz"
     sample = render.documents([pool]).replace("zzrelease-namespacezz", "{{ .Release.Namespace }}")
     out["templates/samples.yaml"] = (
@@ -523,9 +522,18 @@ class Chart:
         yield from sorted(self.files.items())
 
 
-def build(*, app_version: str, source: str, **render_args: Any) -> Chart:
-    """The chart of the objects `render.render(**render_args)` gives (DP-112)."""
+def build(
+    *,
+    app_version: str,
+    source: str,
+    kernel_image: str = samples.GUEST_KERNEL_IMAGE,
+    rootfs_image: str = samples.GUEST_ROOTFS_IMAGE,
+    **render_args: Any,
+) -> Chart:
+    """The chart of the objects `render.render(**render_args)` gives (DP-112); its sample Pool
+    names the guest images given (a release's own, pinned by digest)."""
     objects = render.render(**render_args)
+    pool = samples.sample_pool(kernel_image=kernel_image, rootfs_image=rootfs_image)
     slots = _Slots()
     _place(objects, slots)
     values, schema = _nest(slots)
@@ -535,7 +543,7 @@ def build(*, app_version: str, source: str, **render_args: Any) -> Chart:
         "values.yaml": VALUES_HEADER
         + yaml.safe_dump(values, sort_keys=False, default_flow_style=False, width=100),
         "values.schema.json": json.dumps(schema, indent=2, sort_keys=True) + "\n",
-        **_templates(objects, slots),
+        **_templates(objects, slots, pool),
     }
     return Chart(files, metadata, values, schema, tuple(slots.values))
 

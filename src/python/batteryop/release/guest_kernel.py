@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from batteryop.api import samples
 from batteryop.release import debs, images, oci
 from batteryop.release.guest_agent import read_versions
 from batteryop.release.third_party import Tarball, ThirdPartyError, third_party_dir
@@ -61,7 +62,7 @@ OVERRIDES: Final = KERNEL / "overrides.config"
 REQUIRED: Final = KERNEL / "config-fragment"
 CHECK_KERNEL: Final = KERNEL / "check-kernel.sh"
 CHECK_CONFIG: Final = KERNEL / "check-config.sh"
-FILENAME: Final = "boot/vmlinux"
+FILENAME: Final = samples.GUEST_KERNEL_FILENAME
 """Where the image holds the kernel: what a Pool's `kernel.filename` names (GI-006)."""
 BUILD_USER: Final = "battery"
 BUILD_HOST: Final = "guest-kernel"

@@ -3,14 +3,16 @@
     release-tool version --repo .                     # the version as JSON
     release-tool image --name battery-operator --pex amd64=a.pex --pex arm64=b.pex \\
         --version-json '<json>' --out dist/images/battery-operator
-    release-tool manifests --image battery-operator=<layout> ... --version-json '<json>' \\
-        --out dist/release
+    release-tool manifests --image battery-operator=<layout> ... \\
+        [--guest-image guest-kernel=<layout> ...] --version-json '<json>' --out dist/release
     release-tool guest-image --kind kernel|rootfs --arch amd64 --arch arm64 \\
         --version-json '<json>' --out dist/images/guest-kernel
 
 `manifests` renders install.yaml with each image of ours pinned by tag and digest (DP-032),
-writes the Manifests artifact (DP-030..DP-034) as an OCI layout, and the Helm chart of the same
-images as a chart archive and an OCI chart artifact (DP-115). `guest-image` builds the guest
+writes the Manifests artifact (DP-030..DP-034) as an OCI layout, the Helm chart of the same
+images as a chart archive and an OCI chart artifact (DP-115), and `samples.yaml`, the sample
+Pool and a claim on it, the Pool naming the release's guest images pinned the same way (GI-030;
+the chart's sample Pool names the same). `guest-image` builds the guest
 kernel (`guest_kernel`) or root filesystem (`guest_rootfs`) image (GI-030). Every command prints
 one JSON line on success; on failure one line naming the cause, exit status 1.
 """
@@ -25,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
+from batteryop.api import samples
 from batteryop.manifests import chart as charts
 from batteryop.manifests import render
 from batteryop.release import chart, debs, flux, guest_kernel, guest_rootfs, images, oci
@@ -42,6 +45,16 @@ INSTALL_YAML_IMAGES: Final = {
     "csr-approver": "csr_approver_image",
 }
 """Image name → the `render()` argument that places it in install.yaml."""
+SAMPLE_GUEST_IMAGES: Final = {
+    guest_kernel.NAME: "kernel_image",
+    guest_rootfs.NAME: "rootfs_image",
+}
+"""Guest image name → the `samples.sample_pool()` (and `charts.build()`) argument naming it."""
+SAMPLES_FILE: Final = "samples.yaml"
+SAMPLES_HEADER: Final = (
+    "# battery-operator {tag}: a sample Pool on this release's guest images (pinned by digest)\n"
+    "# and a claim on it. After install.yaml: kubectl apply -n <namespace> -f samples.yaml\n"
+)
 MANIFESTS_NAME: Final = "manifests"
 CHART_NAME: Final = "chart"
 """The OCI chart artifact's layout folder in the release output (DP-115)."""
@@ -105,18 +118,26 @@ def cmd_guest_image(args: argparse.Namespace) -> dict[str, object]:
     return {"name": module.NAME, "tag": version.image_tag, "digest": digest, "sizes": sizes}
 
 
-def install_images(
-    digests: dict[str, str], tag: str, registry: str = REGISTRY
+def _image_arguments(
+    table: dict[str, str], digests: dict[str, str], tag: str, registry: str
 ) -> tuple[dict[str, str], list[str]]:
-    """The `render()` image arguments, every built image pinned; and the images left unpinned."""
+    """`table`'s arguments, each image built pinned, the others by tag; and those left so."""
     kwargs: dict[str, str] = {}
     unpinned = []
-    for name, argument in INSTALL_YAML_IMAGES.items():
+    for name, argument in table.items():
         if name in digests:
             kwargs[argument] = pinned(name, tag, digests[name], registry)
         else:
             kwargs[argument] = f"{image_repository(name, registry)}:{tag}"
             unpinned.append(name)
+    return kwargs, unpinned
+
+
+def install_images(
+    digests: dict[str, str], tag: str, registry: str = REGISTRY
+) -> tuple[dict[str, str], list[str]]:
+    """The `render()` image arguments, every built image pinned; and the images left unpinned."""
+    kwargs, unpinned = _image_arguments(INSTALL_YAML_IMAGES, digests, tag, registry)
     if OPERATOR in unpinned:
         raise ValueError(f"the {OPERATOR} image was not built: install.yaml needs its digest")
     return kwargs, unpinned
@@ -130,13 +151,31 @@ def render_install_yaml(
     return render.to_yaml(render.render(**kwargs)), unpinned
 
 
+def guest_images(
+    digests: dict[str, str], tag: str, registry: str = REGISTRY
+) -> tuple[dict[str, str], list[str]]:
+    """The sample Pool's guest image arguments, each built one pinned; and those left unpinned."""
+    return _image_arguments(SAMPLE_GUEST_IMAGES, digests, tag, registry)
+
+
+def render_samples(digests: dict[str, str], tag: str, registry: str = REGISTRY) -> str:
+    """samples.yaml: the sample Pool on the release's guest images, and a claim on it."""
+    kwargs, _ = guest_images(digests, tag, registry)
+    objects = [samples.sample_pool(**kwargs), samples.sample_claim()]
+    return SAMPLES_HEADER.format(tag=tag) + render.documents(objects)
+
+
 def write_chart(
     out: Path, digests: dict[str, str], version: Version, registry: str = REGISTRY
 ) -> tuple[str, str]:
-    """The Helm chart of the same images as install.yaml (DP-115): its archive in `out` and its
-    OCI chart artifact in `out/chart`; returns the chart's version and the artifact's digest."""
+    """The Helm chart of the same images as install.yaml (DP-115), its sample Pool on the
+    release's guest images: its archive in `out` and its OCI chart artifact in `out/chart`;
+    returns the chart's version and the artifact's digest."""
     kwargs, _ = install_images(digests, version.image_tag, registry)
-    built = charts.build(app_version=version.image_tag, source=images.SOURCE_URL, **kwargs)
+    guests, _ = guest_images(digests, version.image_tag, registry)
+    built = charts.build(
+        app_version=version.image_tag, source=images.SOURCE_URL, **guests, **kwargs
+    )
     data = chart.archive(built, version.created)
     (out / chart.archive_name(built.version)).write_bytes(data)
     digest = chart.write_layout(
@@ -152,10 +191,26 @@ def write_chart(
 def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
     version = _version(args.version_json)
     layouts = _pairs(args.image, "--image")
-    digests = {name: oci.index_digest(path, version.image_tag) for name, path in layouts.items()}
+    guests = _pairs(args.guest_image, "--guest-image")
+    unknown = sorted(set(layouts) - set(INSTALL_YAML_IMAGES)) + sorted(
+        set(guests) - set(SAMPLE_GUEST_IMAGES)
+    )
+    if unknown:
+        raise ValueError(
+            f"--image names one of {sorted(INSTALL_YAML_IMAGES)} and --guest-image one of "
+            f"{sorted(SAMPLE_GUEST_IMAGES)}: {unknown} is neither"
+        )
+    digests = {
+        name: oci.index_digest(path, version.image_tag)
+        for name, path in (*layouts.items(), *guests.items())
+    }
     text, unpinned = render_install_yaml(digests, version.image_tag, args.registry)
+    _, unpinned_guests = guest_images(digests, version.image_tag, args.registry)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / flux.FILE_NAME).write_text(text, encoding="utf-8")
+    (args.out / SAMPLES_FILE).write_text(
+        render_samples(digests, version.image_tag, args.registry), encoding="utf-8"
+    )
     artifact = flux.write_layout(
         args.out / MANIFESTS_NAME,
         text.encode(),
@@ -181,7 +236,7 @@ def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
         "images": digests,
         "manifests": artifact,
         "chart": f"{chart_version}@{chart_digest}",
-        "unpinned": unpinned,
+        "unpinned": unpinned + unpinned_guests,
     }
 
 
@@ -198,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     img.add_argument("--work", type=Path, help="scratch folder (default: the system's)")
     man = sub.add_parser("manifests", help="install.yaml pinned by digest, and the artifact")
     man.add_argument("--image", action="append", default=[], help="<name>=<OCI layout>")
+    man.add_argument(
+        "--guest-image",
+        action="append",
+        default=[],
+        help="<guest-kernel|guest-rootfs>=<OCI layout>, pinned in the sample Pool",
+    )
     man.add_argument("--version-json", required=True)
     man.add_argument("--registry", default=REGISTRY)
     man.add_argument("--out", type=Path, required=True)
