@@ -52,8 +52,9 @@ SAMPLE_GUEST_IMAGES: Final = {
 """Guest image name → the `samples.sample_pool()` (and `charts.build()`) argument naming it."""
 SAMPLES_FILE: Final = "samples.yaml"
 SAMPLES_HEADER: Final = (
-    "# battery-operator {tag}: a sample Pool on this release's guest images (pinned by digest)\n"
-    "# and a claim on it. After install.yaml: kubectl apply -n <namespace> -f samples.yaml\n"
+    "# battery-operator {tag}: a sample Pool on this release's guest images (by tag and digest\n"
+    "# where the release built them) and a claim on it.\n"
+    "# After install.yaml: kubectl apply -n <namespace> -f samples.yaml\n"
 )
 MANIFESTS_NAME: Final = "manifests"
 CHART_NAME: Final = "chart"
