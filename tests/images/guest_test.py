@@ -96,7 +96,8 @@ def test_a_placeholder_pin_stops_the_guest_build() -> None:
 def test_the_kernel_has_no_containerfile_build_and_says_where_it_is_built() -> None:
     done = _sh("bash", GUEST / "build.sh", "kernel", "--arch", "arm64", "--dry-run")
     assert done.returncode == 2
-    assert "python -m batteryop.release.guest_kernel image --arch arm64" in done.stderr
+    assert "./pants package src/images/guest:guest-kernel" in done.stderr
+    assert "python -m batteryop.release.guest_kernel build --arch arm64" in done.stderr
 
 
 @pytest.mark.req("GI-010", "GI-020", "GI-031", by="definition")

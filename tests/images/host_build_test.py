@@ -53,7 +53,8 @@ def test_build_passes_the_pinned_base_and_versions(tmp_path: Path, arch: str) ->
     done = _run(copy / "build.sh", "--arch", arch, "--dry-run")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert f"--platform linux/{arch}" in out
+    # Reproducible: the image's times are fixed (buildah 1.28 ignores SOURCE_DATE_EPOCH).
+    assert f"--platform linux/{arch} --timestamp 0 " in out
     assert (
         f"--build-arg BASE=ghcr.io/phoban01/battery-operator/fedora-bootc@sha256:{FAKE_SUM}" in out
     )

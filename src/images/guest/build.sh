@@ -21,7 +21,7 @@ while (($#)); do
   esac
 done
 if [[ $image == kernel ]]; then
-  echo "build.sh: the guest kernel is built from source: python -m batteryop.release.guest_kernel image --arch $arch ..." >&2
+  echo "build.sh: the guest kernel is built from source: ./pants package src/images/guest:guest-kernel (or python -m batteryop.release.guest_kernel build --arch $arch)" >&2
   exit 2
 fi
 [[ $image == rootfs ]] || { echo "build.sh: the first argument must be rootfs" >&2; exit 2; }
