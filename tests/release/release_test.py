@@ -459,6 +459,19 @@ def test_install_yaml_pins_every_built_image_by_tag_and_digest(
     print("\n" + "\n".join(f"{name}: {image}" for name, image in sorted(images_in_yaml.items())))
 
 
+def apply_strictly(dyn: DynamicClient, obj: dict[str, Any], namespace: str | None = None) -> None:
+    """Server-side apply, refusing any field the API server does not know."""
+    resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    dyn.server_side_apply(
+        resource,
+        body=obj,
+        namespace=namespace,
+        field_manager="batteryop-release-test",
+        force_conflicts=True,
+        query_params=[("fieldValidation", "Strict")],
+    )
+
+
 @pytest.mark.req("DP-032")
 def test_the_control_plane_accepts_the_release_install_yaml(
     controlplane: ControlPlane, install_objects: list[dict[str, Any]]
@@ -468,14 +481,7 @@ def test_the_control_plane_accepts_the_release_install_yaml(
         certmanager.install_crds(api)  # cert-manager first, as docs/install.md asks
         dyn = DynamicClient(api)
         for obj in install_objects:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            dyn.server_side_apply(
-                resource,
-                body=obj,
-                field_manager="batteryop-release-test",
-                force_conflicts=True,
-                query_params=[("fieldValidation", "Strict")],
-            )
+            apply_strictly(dyn, obj)
             if obj["kind"] == "CustomResourceDefinition":
                 install_crd(api, obj)
         deployment = k8s.AppsV1Api(api).read_namespaced_deployment(
@@ -535,14 +541,7 @@ def test_the_control_plane_accepts_the_release_samples(
         k8s.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
         dyn = DynamicClient(api)
         for obj in sample_objects:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            dyn.server_side_apply(
-                resource,
-                body=obj,
-                namespace=namespace,
-                field_manager="batteryop-release-test",
-                query_params=[("fieldValidation", "Strict")],
-            )
+            apply_strictly(dyn, obj, namespace)
         pool = dyn.resources.get(api_version=names.API_VERSION, kind=names.POOL_KIND).get(
             name=sample_objects[0]["metadata"]["name"], namespace=namespace
         )
