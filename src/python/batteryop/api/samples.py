@@ -8,6 +8,7 @@ pinned by digest, in its sample Pool (`dist/release/samples.yaml` and the chart'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 from batteryop.api import names
@@ -22,6 +23,20 @@ GUEST_ROOTFS_IMAGE: Final = "ghcr.io/phoban01/battery-operator/guest-rootfs:v0.4
 flintlock's guest agent; ours is Debian 12, `batteryop.release.guest_rootfs`)."""
 
 
+@dataclass(frozen=True)
+class GuestImages:
+    """The two images a Pool's template names: the kernel image (its `boot/vmlinux`) and the
+    root volume's image. A release pins its own by digest; the local stack's are in its own
+    registry."""
+
+    kernel: str
+    rootfs: str
+
+
+V0_4_1: Final = GuestImages(GUEST_KERNEL_IMAGE, GUEST_ROOTFS_IMAGE)
+"""The v0.4.1 release's guest images, by tag: the default of every sample here."""
+
+
 def _meta(name: str, namespace: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if namespace:
@@ -33,8 +48,7 @@ def sample_pool(
     name: str = "pool-sample",
     namespace: str | None = None,
     *,
-    kernel_image: str = GUEST_KERNEL_IMAGE,
-    rootfs_image: str = GUEST_ROOTFS_IMAGE,
+    guests: GuestImages = V0_4_1,
 ) -> dict[str, Any]:
     """The sample Pool: four 2-vCPU, 4 GiB MicroVMs on amd64 Hosts, every field spelled out;
     the v0.4.1 guest images unless others are given (a release's own, pinned by digest)."""
@@ -48,11 +62,11 @@ def sample_pool(
                 "vcpu": 2,
                 "memoryInMb": 4096,
                 "kernel": {
-                    "image": kernel_image,
+                    "image": guests.kernel,
                     "filename": GUEST_KERNEL_FILENAME,
                     "cmdline": {"console": "ttyS0", "reboot": "k"},
                 },
-                "rootVolume": {"containerSource": rootfs_image},
+                "rootVolume": {"containerSource": guests.rootfs},
                 "interfaces": [{"deviceId": "eth1", "type": "Tap"}],
             },
             "placement": {"nodeSelector": {"kubernetes.io/arch": "amd64"}},
@@ -67,8 +81,7 @@ def demo_pool(
     name: str = "demo",
     namespace: str | None = None,
     *,
-    kernel_image: str = GUEST_KERNEL_IMAGE,
-    rootfs_image: str = GUEST_ROOTFS_IMAGE,
+    guests: GuestImages = V0_4_1,
 ) -> dict[str, Any]:
     """The demo Pool: two small MicroVMs on any Host, defaults left to the CRD; the guest
     images the release names unless others are given (the local stack's own registry)."""
@@ -81,8 +94,8 @@ def demo_pool(
             "template": {
                 "vcpu": 1,
                 "memoryInMb": 1024,
-                "kernel": {"image": kernel_image, "filename": GUEST_KERNEL_FILENAME},
-                "rootVolume": {"containerSource": rootfs_image},
+                "kernel": {"image": guests.kernel, "filename": GUEST_KERNEL_FILENAME},
+                "rootVolume": {"containerSource": guests.rootfs},
                 "interfaces": [{"deviceId": "eth1", "type": "Tap"}],
             },
             "placement": {"nodeSelector": {names.HOST_LABEL: names.HOST_LABEL_VALUE}},

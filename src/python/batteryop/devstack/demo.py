@@ -12,16 +12,13 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from batteryop.api import samples
 from batteryop.api._compat import within
 from batteryop.devstack.cluster import DEMO_NAMESPACE, apply
 from batteryop.kube.client import KubeClient
 from batteryop.kube.resources import POOLS, name_selector
-
-if TYPE_CHECKING:
-    from batteryop.testing.guest_image import GuestRefs
 
 POOL = "demo"
 STEP_TIMEOUT_SECONDS = 120.0
@@ -58,15 +55,15 @@ async def apply_pool(
     *,
     available: bool = False,
     timeout: float | None = None,
-    images: GuestRefs | None = None,
+    images: samples.GuestImages | None = None,
 ) -> float:
     """Apply the demo Pool and wait (watching it) until it is Ready, and with `available`
     until one of its MicroVMs is available too; the seconds it took. With `images` (the
     stack's `--guests qemu` registry), the Pool's MicroVMs boot those guest images."""
     timeout = timeout or STEP_TIMEOUT_SECONDS
     started = time.monotonic()
-    refs = {"kernel_image": images.kernel, "rootfs_image": images.rootfs} if images else {}
-    body = await apply(kube, samples.demo_pool(POOL, namespace=DEMO_NAMESPACE, **refs))
+    pool = samples.demo_pool(POOL, namespace=DEMO_NAMESPACE, guests=images or samples.V0_4_1)
+    body = await apply(kube, pool)
     version = body["metadata"]["resourceVersion"]
 
     def wanted(obj: Mapping[str, Any]) -> bool:

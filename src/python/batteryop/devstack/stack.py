@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
-from batteryop.api import names
+from batteryop.api import names, samples
 from batteryop.api._compat import within
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.battery import configfile
@@ -283,7 +283,7 @@ class Stack:
     battery_control: str = ""
     operator_health: str = ""
     registry_metrics: str = ""
-    guest_refs: guest_image.GuestRefs | None = None  # --guests qemu: `publish_guests`
+    guest_refs: samples.GuestImages | None = None  # --guests qemu: `publish_guests`
     battery_cli: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ports: Ports = field(default_factory=Ports)
@@ -747,7 +747,7 @@ class Stack:
         self.state.remove()
 
 
-async def publish_guests(stack: Stack) -> guest_image.GuestRefs:
+async def publish_guests(stack: Stack) -> samples.GuestImages:
     """`--guests qemu`: the guest images built (once per definition), an OCI registry on
     loopback (Debian's docker-registry, a process of the stack), and the images pushed to it;
     their references by digest, which the demo Pool names, so that each fake flintlockd pulls
@@ -768,7 +768,7 @@ async def publish_guests(stack: Stack) -> guest_image.GuestRefs:
 
     await stack._step(OCI_REGISTRY, start)
     return cast(
-        guest_image.GuestRefs,
+        samples.GuestImages,
         await stack._step(
             "guest images pushed", lambda: asyncio.to_thread(guest_image.publish, image, address)
         ),

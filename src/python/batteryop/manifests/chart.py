@@ -526,14 +526,13 @@ def build(
     *,
     app_version: str,
     source: str,
-    kernel_image: str = samples.GUEST_KERNEL_IMAGE,
-    rootfs_image: str = samples.GUEST_ROOTFS_IMAGE,
+    guests: samples.GuestImages = samples.V0_4_1,
     **render_args: Any,
 ) -> Chart:
     """The chart of the objects `render.render(**render_args)` gives (DP-112); its sample Pool
     names the guest images given (a release's own, pinned by digest)."""
     objects = render.render(**render_args)
-    pool = samples.sample_pool(kernel_image=kernel_image, rootfs_image=rootfs_image)
+    pool = samples.sample_pool(guests=guests)
     slots = _Slots()
     _place(objects, slots)
     values, schema = _nest(slots)

@@ -45,11 +45,8 @@ INSTALL_YAML_IMAGES: Final = {
     "csr-approver": "csr_approver_image",
 }
 """Image name → the `render()` argument that places it in install.yaml."""
-SAMPLE_GUEST_IMAGES: Final = {
-    guest_kernel.NAME: "kernel_image",
-    guest_rootfs.NAME: "rootfs_image",
-}
-"""Guest image name → the `samples.sample_pool()` (and `charts.build()`) argument naming it."""
+GUEST_IMAGES_BY_NAME: Final = (guest_kernel.NAME, guest_rootfs.NAME)
+"""The guest images the sample Pool names (`samples.GuestImages`' kernel, then root volume)."""
 SAMPLES_FILE: Final = "samples.yaml"
 SAMPLES_HEADER: Final = (
     "# battery-operator {tag}: a sample Pool on this release's guest images (by tag and digest\n"
@@ -119,26 +116,27 @@ def cmd_guest_image(args: argparse.Namespace) -> dict[str, object]:
     return {"name": module.NAME, "tag": version.image_tag, "digest": digest, "sizes": sizes}
 
 
-def _image_arguments(
-    table: dict[str, str], digests: dict[str, str], tag: str, registry: str
+def _references(
+    names: Sequence[str], digests: dict[str, str], tag: str, registry: str
 ) -> tuple[dict[str, str], list[str]]:
-    """`table`'s arguments, each image built pinned, the others by tag; and those left so."""
-    kwargs: dict[str, str] = {}
+    """Each image's reference, pinned where it was built, else by tag; and those left so."""
+    refs: dict[str, str] = {}
     unpinned = []
-    for name, argument in table.items():
+    for name in names:
         if name in digests:
-            kwargs[argument] = pinned(name, tag, digests[name], registry)
+            refs[name] = pinned(name, tag, digests[name], registry)
         else:
-            kwargs[argument] = f"{image_repository(name, registry)}:{tag}"
+            refs[name] = f"{image_repository(name, registry)}:{tag}"
             unpinned.append(name)
-    return kwargs, unpinned
+    return refs, unpinned
 
 
 def install_images(
     digests: dict[str, str], tag: str, registry: str = REGISTRY
 ) -> tuple[dict[str, str], list[str]]:
     """The `render()` image arguments, every built image pinned; and the images left unpinned."""
-    kwargs, unpinned = _image_arguments(INSTALL_YAML_IMAGES, digests, tag, registry)
+    refs, unpinned = _references(list(INSTALL_YAML_IMAGES), digests, tag, registry)
+    kwargs = {INSTALL_YAML_IMAGES[name]: ref for name, ref in refs.items()}
     if OPERATOR in unpinned:
         raise ValueError(f"the {OPERATOR} image was not built: install.yaml needs its digest")
     return kwargs, unpinned
@@ -154,28 +152,33 @@ def render_install_yaml(
 
 def guest_images(
     digests: dict[str, str], tag: str, registry: str = REGISTRY
-) -> tuple[dict[str, str], list[str]]:
-    """The sample Pool's guest image arguments, each built one pinned; and those left unpinned."""
-    return _image_arguments(SAMPLE_GUEST_IMAGES, digests, tag, registry)
+) -> tuple[samples.GuestImages, list[str]]:
+    """The sample Pool's guest images, each built one pinned; and those left unpinned."""
+    refs, unpinned = _references(GUEST_IMAGES_BY_NAME, digests, tag, registry)
+    return samples.GuestImages(*(refs[name] for name in GUEST_IMAGES_BY_NAME)), unpinned
 
 
-def render_samples(digests: dict[str, str], tag: str, registry: str = REGISTRY) -> str:
+def render_samples(guests: samples.GuestImages, tag: str) -> str:
     """samples.yaml: the sample Pool on the release's guest images, and a claim on it."""
-    kwargs, _ = guest_images(digests, tag, registry)
-    objects = [samples.sample_pool(**kwargs), samples.sample_claim()]
+    objects = [samples.sample_pool(guests=guests), samples.sample_claim()]
     return SAMPLES_HEADER.format(tag=tag) + render.documents(objects)
 
 
 def write_chart(
-    out: Path, digests: dict[str, str], version: Version, registry: str = REGISTRY
+    out: Path,
+    digests: dict[str, str],
+    version: Version,
+    registry: str = REGISTRY,
+    guests: samples.GuestImages | None = None,
 ) -> tuple[str, str]:
     """The Helm chart of the same images as install.yaml (DP-115), its sample Pool on the
-    release's guest images: its archive in `out` and its OCI chart artifact in `out/chart`;
-    returns the chart's version and the artifact's digest."""
+    release's guest images (`guests`, else those of `digests`): its archive in `out` and its
+    OCI chart artifact in `out/chart`; returns the chart's version and the artifact's digest."""
     kwargs, _ = install_images(digests, version.image_tag, registry)
-    guests, _ = guest_images(digests, version.image_tag, registry)
+    if guests is None:
+        guests, _ = guest_images(digests, version.image_tag, registry)
     built = charts.build(
-        app_version=version.image_tag, source=images.SOURCE_URL, **guests, **kwargs
+        app_version=version.image_tag, source=images.SOURCE_URL, guests=guests, **kwargs
     )
     data = chart.archive(built, version.created)
     (out / chart.archive_name(built.version)).write_bytes(data)
@@ -194,23 +197,23 @@ def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
     layouts = _pairs(args.image, "--image")
     guests = _pairs(args.guest_image, "--guest-image")
     unknown = sorted(set(layouts) - set(INSTALL_YAML_IMAGES)) + sorted(
-        set(guests) - set(SAMPLE_GUEST_IMAGES)
+        set(guests) - set(GUEST_IMAGES_BY_NAME)
     )
     if unknown:
         raise ValueError(
             f"--image names one of {sorted(INSTALL_YAML_IMAGES)} and --guest-image one of "
-            f"{sorted(SAMPLE_GUEST_IMAGES)}: {unknown} is neither"
+            f"{sorted(GUEST_IMAGES_BY_NAME)}: {unknown} is neither"
         )
     digests = {
         name: oci.index_digest(path, version.image_tag)
         for name, path in (*layouts.items(), *guests.items())
     }
     text, unpinned = render_install_yaml(digests, version.image_tag, args.registry)
-    _, unpinned_guests = guest_images(digests, version.image_tag, args.registry)
+    sample_guests, unpinned_guests = guest_images(digests, version.image_tag, args.registry)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / flux.FILE_NAME).write_text(text, encoding="utf-8")
     (args.out / SAMPLES_FILE).write_text(
-        render_samples(digests, version.image_tag, args.registry), encoding="utf-8"
+        render_samples(sample_guests, version.image_tag), encoding="utf-8"
     )
     artifact = flux.write_layout(
         args.out / MANIFESTS_NAME,
@@ -227,7 +230,9 @@ def cmd_manifests(args: argparse.Namespace) -> dict[str, object]:
     lines.append(
         f"{image_repository(MANIFESTS_NAME, args.registry)}:{version.image_tag}@{artifact}"
     )
-    chart_version, chart_digest = write_chart(args.out, digests, version, args.registry)
+    chart_version, chart_digest = write_chart(
+        args.out, digests, version, args.registry, sample_guests
+    )
     lines.append(
         f"{image_repository(chart.REPOSITORY, args.registry)}:{chart_version}@{chart_digest}"
     )

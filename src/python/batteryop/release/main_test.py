@@ -78,7 +78,7 @@ def test_samples_yaml_pins_the_release_s_guest_images_by_tag_and_digest(
     built = main.charts.build(
         app_version=TAG,
         source="https://example.invalid/repo",
-        **main.guest_images(digests, TAG)[0],
+        guests=main.guest_images(digests, TAG)[0],
         **main.install_images({"battery-operator": "sha256:" + "d" * 64}, TAG)[0],
     )
     template = built.files["templates/samples.yaml"]
@@ -114,4 +114,8 @@ def test_the_default_sample_pool_names_the_v0_4_1_guest_images() -> None:
     assert sample_pool_images(samples.sample_pool()) == (
         samples.GUEST_KERNEL_IMAGE,
         samples.GUEST_ROOTFS_IMAGE,
+    )
+    assert (
+        samples.GuestImages(samples.GUEST_KERNEL_IMAGE, samples.GUEST_ROOTFS_IMAGE)
+        == samples.V0_4_1
     )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from batteryop.api.samples import GuestImages
 from batteryop.release import guest_agent, guest_kernel, guest_rootfs, oci
 from batteryop.release.debs import cache_root
 from batteryop.release.version import Version
@@ -246,14 +247,6 @@ class GuestImage:
     agent_version: str
 
 
-@dataclass(frozen=True)
-class GuestRefs:
-    """The two images in a registry, by digest: what a Pool's template names."""
-
-    kernel: str
-    rootfs: str
-
-
 def image_key(arch: str = "amd64") -> str:
     """What the cached images are made of: the kernel's inputs, the root filesystem's
     definition, the agent's pin."""
@@ -300,7 +293,7 @@ def ensure_image(arch: str = "amd64") -> GuestImage:
     return image
 
 
-def publish(image: GuestImage, registry: str) -> GuestRefs:
+def publish(image: GuestImage, registry: str) -> GuestImages:
     """Both images pushed to the registry at `registry` (plain HTTP on loopback), digests
     unchanged; their references by digest."""
     refs = []
@@ -314,4 +307,4 @@ def publish(image: GuestImage, registry: str) -> GuestRefs:
         if done.returncode != 0:
             raise BootError(f"pushing {layout.name} to {registry}: {done.stderr.strip()[-500:]}")
         refs.append(f"{ref}@{oci.index_digest(layout, TAG)}")
-    return GuestRefs(*refs)
+    return GuestImages(*refs)

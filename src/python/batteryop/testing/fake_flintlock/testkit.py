@@ -23,6 +23,7 @@ from battery_protos.flintlock.services.microvmexec.v1alpha1 import (
 )
 from battery_protos.flintlock.services.microvmsshproxy.v1alpha1 import microvmsshproxy_pb2_grpc
 from battery_protos.flintlock.types import microvm_pb2
+from batteryop.api import samples
 from batteryop.testing import guest_image
 from batteryop.testing.fake_flintlock import FakeFlintlockd
 from batteryop.testing.oci_registry import MISSING_REGISTRY, have_registry, loopback_registry
@@ -40,7 +41,7 @@ def make_spec(
     namespace: str = "ns",
     *,
     allow_guest_agent: bool = True,
-    guest: guest_image.GuestRefs | None = None,
+    guest: samples.GuestImages | None = None,
 ) -> microvm_pb2.MicroVMSpec:
     """A spec flintlockd accepts: kernel, root volume and one TAP interface; with `guest`, the
     images it names (the QEMU backend pulls them), else names no registry serves."""
@@ -61,7 +62,7 @@ def make_spec(
 
 
 @contextlib.asynccontextmanager
-async def published_guest(folder: Path) -> AsyncIterator[guest_image.GuestRefs]:
+async def published_guest(folder: Path) -> AsyncIterator[samples.GuestImages]:
     """The amd64 guest images (built once per definition, `guest_image.ensure_image`) pushed to
     a registry on loopback for as long as the context lasts: what a QEMU guest's spec names.
     Skips the test, saying why, where QEMU, the registry or skopeo is missing."""
@@ -85,7 +86,7 @@ class Client:
     exec: microvmexec_pb2_grpc.MicroVMExecStub
     shared_uid: str | None = None
     """A MicroVM that tests of a module share (a booted QEMU guest), when there is one."""
-    guest: guest_image.GuestRefs | None = None
+    guest: samples.GuestImages | None = None
     """The images a QEMU backend's MicroVMs boot (`published_guest`); None for the sandbox."""
 
     @property
