@@ -138,6 +138,11 @@ EXEC_AGENT_DRAIN_TIMEOUT_SECONDS: Final = 3600
 """How long, by default, an Exec Agent holds a drain of its Host open while claims are Bound
 there (one hour). Host pools may not drain Nodes faster than this (HP-004)."""
 
+EXEC_AGENT_DRAIN_GUARD_LINGER_SECONDS: Final = 60
+"""How long, by default, an Exec Agent keeps its drain guard after the last claim Bound on its
+Host went, while the Node is not cordoned (EA-042): a Host that serves claim after claim does
+not make and delete a Pod and a PodDisruptionBudget for each one."""
+
 # --- ConfigMap annotations: the battery config (host registry) -------------------------------
 
 RESTART_PENDING_ANNOTATION: Final = f"{GROUP}/restart-pending"

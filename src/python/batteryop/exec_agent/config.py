@@ -95,6 +95,8 @@ class AgentConfig:
     - `guard_namespace`, `guard_image`, `drain_timeout`: where the drain guard lives, what its
       Pod runs, and how long a drain of the Node is held open at most (EA-040, EA-041). The
       image can only be `names.DRAIN_GUARD_IMAGE`, the one the admission policy admits (EA-110).
+    - `drain_guard_linger`: how long the guard stays after the last Bound claim went while the
+      Node is not cordoned (EA-042); zero removes it at once.
     """
 
     node_name: str
@@ -135,6 +137,7 @@ class AgentConfig:
     guard_namespace: str = names.OPERATOR_NAMESPACE
     guard_image: str = names.DRAIN_GUARD_IMAGE
     drain_timeout: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS)
+    drain_guard_linger: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_GUARD_LINGER_SECONDS)
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -212,6 +215,8 @@ class AgentConfig:
                 found.append(f"{flag}: must be greater than zero")
         if self.shutdown_grace < timedelta(0):
             found.append("--shutdown-grace: must not be negative")
+        if self.drain_guard_linger < timedelta(0):
+            found.append("--drain-guard-linger: must not be negative")
         if self.max_message_bytes < MIN_MESSAGE_BYTES:
             found.append(f"--max-message-bytes: must be at least {MIN_MESSAGE_BYTES}")
         for flag, count in (
@@ -409,6 +414,11 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     add("--guard-namespace", names.OPERATOR_NAMESPACE, "namespace of the drain guard")
     add("--guard-image", names.DRAIN_GUARD_IMAGE, "image of the drain guard Pod")
     add("--drain-timeout", "1h", "longest time a drain of the Node is held open for claims")
+    add(
+        "--drain-guard-linger",
+        f"{names.EXEC_AGENT_DRAIN_GUARD_LINGER_SECONDS}s",
+        "how long the drain guard stays after the last claim, while the Node is not cordoned",
+    )
     add("--log-level", "info", "debug, info, warning or error")
     add("--log-format", "json", "json or text")
     return p
@@ -499,6 +509,7 @@ def parse(
         "guard_namespace": str(a.guard_namespace),
         "guard_image": str(a.guard_image),
         "drain_timeout": duration("--drain-timeout", a.drain_timeout),
+        "drain_guard_linger": duration("--drain-guard-linger", a.drain_guard_linger),
         "log_level": str(a.log_level),
         "log_format": str(a.log_format),
     }

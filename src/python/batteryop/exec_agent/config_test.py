@@ -43,10 +43,13 @@ def test_the_drain_guard_lives_in_the_pods_namespace_and_holds_an_hour_by_defaul
     assert config.guard_namespace == "agents"
     assert config.guard_image == names.DRAIN_GUARD_IMAGE == "registry.k8s.io/pause:3.10"
     assert config.drain_timeout == timedelta(hours=1)
+    assert config.drain_guard_linger == timedelta(minutes=1)  # EA-042
     image = f"--guard-image={names.DRAIN_GUARD_IMAGE}"
-    config = parse([*FILES, "--guard-namespace=other", image, "--drain-timeout=5m"], env)
+    argv = [*FILES, "--guard-namespace=other", image, "--drain-timeout=5m"]
+    config = parse([*argv, "--drain-guard-linger=0s"], env)
     assert (config.guard_namespace, config.guard_image) == ("other", names.DRAIN_GUARD_IMAGE)
     assert config.drain_timeout == timedelta(minutes=5)
+    assert config.drain_guard_linger == timedelta(0)
 
 
 @pytest.mark.req("EA-111")
@@ -56,6 +59,7 @@ def test_bad_drain_guard_settings_are_refused_naming_their_flags() -> None:
         "--guard-namespace=Not_A_Namespace",
         "--guard-image=example.test/pause:1",
         "--drain-timeout=0s",
+        "--drain-guard-linger=-1s",
     ]
     with pytest.raises(AgentConfigError) as caught:
         parse([*FILES, f"--host-node={'.'.join(['a' * 60] * 4)}", *bad], env)
@@ -67,6 +71,7 @@ def test_bad_drain_guard_settings_are_refused_naming_their_flags() -> None:
         in problems
     )
     assert "--drain-timeout: must be greater than zero" in problems
+    assert "--drain-guard-linger: must not be negative" in problems
     assert "too long to name its drain guard" in problems
 
 

@@ -18,7 +18,14 @@ disruption, and keeps trying. The guard is such a pair, in the agent's own names
 
 While at least one MicroVMClaim, in any namespace, is `Bound` with `status.host.nodeName` naming
 this Node, the agent keeps the pair; when none is left it deletes the Pod, then the budget, and
-the drain goes on (EA-040).
+the drain goes on (EA-040). Not at once while the Node is schedulable, though: the pair then
+stays `--drain-guard-linger` (a minute by default) after the last claim went, so that a Host
+serving claim after claim (a CI fleet's) does not create and delete a Pod, which the kubelet
+starts and stops, and a budget for every claim, beside that claim's own requests (EA-042). No
+drain is held by it: a drain starts with a cordon, and on a cordoned Node the pair goes as
+soon as no claim is Bound. (A drain that evicts without cordoning, or a cluster autoscaler
+deciding which Node to remove, meets the guard for at most the linger.) A claim bound during
+the linger finds the guard in place.
 
 The Eviction API ignores budgets for a Pod that is still Pending: the guard holds a drain once
 the kubelet runs it, which it does within seconds of a claim binding (the pause image is
@@ -113,6 +120,7 @@ class DrainGuard:
         namespace: str,
         image: str = names.DRAIN_GUARD_IMAGE,
         timeout: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_TIMEOUT_SECONDS),
+        linger: timedelta = timedelta(seconds=names.EXEC_AGENT_DRAIN_GUARD_LINGER_SECONDS),
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._kube = kube
@@ -121,6 +129,7 @@ class DrainGuard:
         self.name = names.drain_guard_name(node_name)
         self._pair = GuardPair(kube, node_name=node_name, namespace=namespace, image=image)
         self._timeout = timeout
+        self._linger = linger
         self._clock = clock
         self._bound: dict[str, str] = {}
         """uid -> namespace/name of every claim Bound on this Node."""
@@ -130,6 +139,8 @@ class DrainGuard:
         self._node: Object | None = None
         self.held: bool | None = None
         """Whether the guard is in place; None until the agent has looked."""
+        self.idle_since: datetime | None = None
+        """Since when the guard has been held with no claim Bound here (EA-042), if it is."""
         self.drain_started: datetime | None = None
         """When the current drain started (the Node's annotation), while it is cordoned."""
         self._cleared: str | None = None
@@ -228,7 +239,7 @@ class DrainGuard:
     async def _wait(
         self, stop: asyncio.Event, deadline: datetime | None, retry: float | None
     ) -> None:
-        """Until something changed, `stop`, the drain deadline or the retry time."""
+        """Until something changed, `stop`, the time to look again or the retry time."""
         waits: list[Awaitable[Any]] = [stop.wait(), self._wake.wait()]
         if deadline is not None:
             waits.append(self._clock.sleep_until(deadline))
@@ -246,7 +257,8 @@ class DrainGuard:
             await self._changed.wait_for(lambda: predicate(self))
 
     async def reconcile(self) -> datetime | None:
-        """One pass; returns the drain deadline to look again at (None: on events only)."""
+        """One pass; returns when to look again (the drain deadline, or the end of the guard's
+        linger; None: on events only)."""
         try:
             return await self._reconcile()
         except Exception:
@@ -273,11 +285,22 @@ class DrainGuard:
             return None
         if not self.claims_known:
             return deadline  # EA-040: never act on a stale or missing list of claims
-        if self._bound and not self.held:
-            await self._create(node)
-        elif not self._bound and self.held:
-            await self._remove("no claim is Bound on the Host")
-        return deadline
+        if self._bound or not self.held:
+            self.idle_since = None
+            if self._bound and not self.held:
+                await self._create(node)
+            return deadline
+        if self.drain_started is not None or self._linger <= timedelta(0):
+            await self._remove("no claim is Bound on the Host")  # EA-040
+            return None
+        # EA-042: no claim, no drain; the guard stays a while for the next claim.
+        if self.idle_since is None:
+            self.idle_since = now
+        until = self.idle_since + self._linger
+        if now < until:
+            return until
+        await self._remove(f"no claim has been Bound on the Host for {_seconds(self._linger)}")
+        return None
 
     async def _track_drain(self, node: Object, now: datetime) -> None:
         """Record when a cordon started the drain; forget it once the Node is uncordoned."""
@@ -340,6 +363,7 @@ class DrainGuard:
     async def _remove(self, why: str) -> None:
         await self._pair.delete()
         self.held = False
+        self.idle_since = None
         log.info("Released the drain guard: " + why, extra={"node": self.node_name})
 
     def _log_abandoned(self) -> None:
@@ -356,3 +380,9 @@ class DrainGuard:
                 claim,
                 extra={"node": self.node_name, "claim": claim, "drain_started": started},
             )
+
+
+def _seconds(span: timedelta) -> str:
+    """`span` as the flags write it, in whole seconds where it is whole (`60s`, `1.5s`)."""
+    seconds = span.total_seconds()
+    return f"{seconds:g}s"

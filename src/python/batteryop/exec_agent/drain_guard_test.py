@@ -51,6 +51,7 @@ from batteryop.testing.controlplane import (
 from batteryop.testing.exec_agent_policy import NS, install_exec_agent
 
 TIMEOUT = timedelta(hours=1)
+LINGER = timedelta(seconds=names.EXEC_AGENT_DRAIN_GUARD_LINGER_SECONDS)
 NO_CLAIMS_SA = "exec-agent-without-claims"
 """An identity with the agent's grants but reading no claims (the RBAC of a broken install)."""
 
@@ -173,11 +174,17 @@ class Host:
         self,
         clock: FakeClock,
         service_account: str = names.EXEC_AGENT_NAME,
+        linger: timedelta = LINGER,
     ) -> AsyncIterator[DrainGuard]:
         """The guard, as the agent runs it, until the block ends."""
         async with self.agent_client(service_account) as kube:
             guard = DrainGuard(
-                kube, node_name=self.node, namespace=NS, timeout=TIMEOUT, clock=clock
+                kube,
+                node_name=self.node,
+                namespace=NS,
+                timeout=TIMEOUT,
+                linger=linger,
+                clock=clock,
             )
             stop = asyncio.Event()
             task = asyncio.create_task(guard.run(stop))
@@ -348,10 +355,71 @@ async def test_a_claim_bound_here_holds_a_drain_until_the_last_one_goes(host: Ho
         await until(guard, lambda g: len(g.bound_claims) == 1)
         assert guard.held
         await host.delete_claim("mine-too")
+        # EA-042: the Node is not cordoned, so the guard stays the linger for the next claim.
+        await until(guard, lambda g: g.idle_since is not None)
+        assert guard.held
+        assert guard.bound_claims == []  # "elsewhere" is still Bound, on its own Host
+        clock.advance(LINGER - timedelta(microseconds=1))
+        await host.touch(guard)
+        assert guard.held
+        budget, pod = await host.guard_objects()
+        assert budget is not None and pod is not None
+        clock.advance(timedelta(microseconds=1))
         await until(guard, lambda g: g.held is False)
         assert await host.guard_objects() == (None, None)
-        assert guard.bound_claims == []  # "elsewhere" is still Bound, on its own Host
         assert sample("battery_operator_exec_agent_drain_guard_held") == 0.0
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-040", "EA-042")
+async def test_the_guard_lingers_for_the_next_claim_and_goes_at_a_cordon(
+    host: Host, guard_log: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    async with host.running(clock) as guard:
+        await host.claim("first", host.node)
+        await until(guard, lambda g: bool(g.held))
+        _, pod = await host.guard_objects()
+        assert pod is not None
+        await host.delete_claim("first")
+        await until(guard, lambda g: g.idle_since == clock.now())
+
+        # A claim bound within the linger finds the same guard: nothing made or deleted.
+        clock.advance(LINGER / 2)
+        await host.touch(guard)
+        await host.claim("second", host.node)
+        await until(guard, lambda g: g.bound_claims != [] and g.idle_since is None)
+        _, same = await host.guard_objects()
+        assert same is not None and same["metadata"]["uid"] == pod["metadata"]["uid"]
+
+        # Its linger counts from when it went, not from the first claim's.
+        await host.delete_claim("second")
+        await until(guard, lambda g: g.idle_since == clock.now())
+        clock.advance(LINGER / 2)
+        await host.touch(guard)
+        assert guard.held
+
+        # A cordon starts a drain: with no claim Bound, the guard goes at once (EA-040).
+        await host.cordon(True)
+        await until(guard, lambda g: g.held is False)
+        assert guard.drain_started == clock.now()
+        assert await host.guard_objects() == (None, None)
+        assert "Released the drain guard: no claim is Bound on the Host" in messages(guard_log)
+        assert messages(guard_log, logging.WARNING) == []
+
+
+@pytest.mark.controlplane
+@pytest.mark.req("EA-040", "EA-042")
+async def test_without_a_linger_the_guard_goes_with_the_last_claim(
+    host: Host, guard_log: pytest.LogCaptureFixture
+) -> None:
+    async with host.running(FakeClock(), linger=timedelta(0)) as guard:
+        await host.claim("only", host.node)
+        await until(guard, lambda g: bool(g.held))
+        await host.delete_claim("only")
+        await until(guard, lambda g: g.held is False)
+        assert await host.guard_objects() == (None, None)
+        assert "Released the drain guard: no claim is Bound on the Host" in messages(guard_log)
 
 
 @pytest.mark.controlplane

@@ -165,6 +165,7 @@ async def run(config: AgentConfig, stop: asyncio.Event) -> None:
             namespace=config.guard_namespace,
             image=config.guard_image,
             timeout=config.drain_timeout,
+            linger=config.drain_guard_linger,  # EA-042
         )
         metrics.follow_drain_guard(guard)
         _add_checks(health, guard.watches.checks())  # DP-107
