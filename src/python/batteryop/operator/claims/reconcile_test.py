@@ -1159,6 +1159,7 @@ async def test_a_deleted_claim_is_released_and_only_then_loses_its_finalizer(env
     assert outcome.remove_finalizer == names.CLAIM_FINALIZER
     assert outcome.add_finalizer is None
     assert events(outcome) == [(EventType.NORMAL, EventReason.RELEASED)]
+    assert outcome.status is None, "no status write for a claim its finalizer's removal deletes"
     assert await lease(env, body) is None
     assert vm not in {r.uid for r in env.fake.vm_records(ref.namespace, ref.name)}
     assert body["metadata"]["finalizers"] == []

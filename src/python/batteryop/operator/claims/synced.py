@@ -9,7 +9,8 @@ Only when the reconcile called battery (a claim that needed no call keeps Synced
 - Any other error (INVALID_ARGUMENT, INTERNAL, FAILED_PRECONDITION, ...): Synced=False
   `BatteryError` with battery's message (CL-041).
 
-The phase is never changed here. While Synced is False the claim is queued again after the
+A released claim (its finalizer about to go) gets no Synced write: the finalizer's removal
+deletes it. The phase is never changed here. While Synced is False the claim is queued again after the
 time since Synced changed, clamped to 1-30 s, unless a step already asked for a retry (a
 Pending claim's wait is measured from Bound instead). A Warning Event is posted when Synced
 turns False or its reason changes.
@@ -38,6 +39,10 @@ async def synced(scope: ClaimScope) -> None:
         return
     error = call.error
     if error is None or isinstance(error, ANSWERS):
+        if scope.outcome.remove_finalizer:
+            # Released: the finalizer's removal, the next write, deletes the claim. Writing
+            # Synced before it would be one more request per claim for an object then gone.
+            return
         scope.set_condition(  # CL-042
             ClaimConditionType.SYNCED, True, ClaimReason.SYNCED, f"battery answered {call.rpc}"
         )
