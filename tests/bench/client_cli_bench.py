@@ -43,10 +43,21 @@ import, kubeconfig read or TLS handshake:
     {"bench": "library_claim_to_exit", "runs": ..., "p50_ms": ..., "p99_ms": ...,
      "battery_run_p50_ms": ..., "battery_run_over_library_p50": ..., "load_average_1m": ...}
 
+And the bare minimum as a command (issue 50, item 4, "the API calls and one exec with a kept
+channel, scripted with the same libraries"): `BARE`, a script of our libraries run as its own
+process in the same venv, in turns with the two above, which creates the claim, makes its
+Secret and token beside the watch until Bound, runs the command on a channel dialled once,
+writes its stdout and deletes the claim; the interpreter's start and the imports included, the
+CLI's layers left out:
+
+    {"bench": "bare_run_true", "runs": ..., "p50_ms": ..., "p99_ms": ...,
+     "battery_run_over_bare_p50": ..., "battery_run_over_bare_p99": ..., ...}
+
 `library_claim_to_exit` is from the call to `claim` to `true`'s exit code; the release after
 it is not counted (`release_p50_ms`). `battery_run_stdout` adds the kept client's 100 MiB
 (`kept_exec_mib_per_s`, the exec alone) and the command's share of it
-(`stream_over_kept`: the command's stream rate over the kept client's).
+(`stream_over_kept`: the command's stream rate over the kept client's) and the bare script's
+100 MiB (`bare_mib_per_s`; `over_bare`, its seconds over the command's).
 
 `battery shell` (issue 45) is typed into a pseudo-terminal, as a person uses it, on one claim
 held throughout:
@@ -349,6 +360,90 @@ with Client(namespace=os.environ["BATTERY_NAMESPACE"], kubeconfig=os.environ["KU
 )
 
 
+BARE = r"""
+import asyncio, os, sys
+from datetime import UTC, datetime
+
+from batteryop.api import names
+from batteryop.client import _core
+from batteryop.client._exec import ExecRequest
+from batteryop.client._transport import GrpcExecTransport
+from batteryop.kube.client import KubeClient
+from batteryop.kube.config import KubeConfig
+from batteryop.kube.resources import CLAIMS, SECRETS, SERVICEACCOUNTS
+
+async def main(pool, holder, argv):
+    ns = os.environ["BATTERY_NAMESPACE"]
+    with open(os.environ["BATTERY_CA"], "rb") as f:
+        grpc = GrpcExecTransport(f.read())
+    async with KubeClient(KubeConfig.from_kubeconfig(os.environ["KUBECONFIG"])) as kube:
+        created = await kube.create(CLAIMS, _core.claim_body(ns, pool, holder), ns)
+        name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+
+        async def token():
+            secret = await kube.create(SECRETS, _core.exec_secret_body(name, uid, ns), ns)
+            body = _core.token_request_body(
+                names.exec_secret_name(name), secret["metadata"]["uid"], 600
+            )
+            answer = await kube.create(
+                SERVICEACCOUNTS, body, ns, name=holder, subresource="token"
+            )
+            return secret["metadata"]["uid"], answer["status"]["token"]
+
+        got = asyncio.ensure_future(token())
+        claim = None
+        async for _, obj in kube.watch(
+            CLAIMS, ns, field_selector=f"metadata.name={name}",
+            resource_version=created["metadata"]["resourceVersion"],
+        ):
+            claim = _core.parse_claim(obj)
+            if _core.is_bound(claim, datetime.now(UTC)):
+                break
+        grpc.connect(claim.status.agent_address)
+        secret_uid, bearer = await got
+        out = sys.stdout.buffer.raw
+        code = await grpc.run(
+            claim.status.agent_address, bearer,
+            ExecRequest(microvm_uid=claim.status.microvm_uid, argv=tuple(argv)),
+            stdin=None, stdout=out.write, stderr=sys.stderr.buffer.raw.write,
+            errors=lambda message: None,
+        )
+        await asyncio.gather(
+            kube.delete(CLAIMS, name, ns, uid=uid),
+            kube.delete(SECRETS, names.exec_secret_name(name), ns, uid=secret_uid),
+        )
+    await grpc.aclose()
+    return code
+
+sys.stdout.flush()
+os._exit(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:])))
+"""
+"""The bare minimum `battery run POOL -- argv` needs, as its own process with the same
+libraries (issue 50, item 4): the kubeconfig read, the claim created, its Secret and token
+beside the watch until it is Bound, one exec on a gRPC channel dialled once it is, its stdout
+written to this process's, and the claim and Secret deleted together; then the process ends as
+`battery` does (`os._exit`). What it leaves out is what the command adds: click and the CLI,
+the sync client's loop thread, the Pool read that fails a missing Pool at once (CC-113), the
+holding (renewals, CC-010), the error mapping and clean-ups on interrupts."""
+
+
+async def bare(stack: Stack, *argv: str) -> tuple[float, int]:
+    """BARE above, spawn to exit: its seconds and the bytes it wrote to stdout."""
+    started = time.perf_counter()
+    process = await venv_script(
+        stack, BARE, *argv, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None and process.stderr is not None
+    errors = asyncio.ensure_future(process.stderr.read())
+    got = 0
+    while chunk := await process.stdout.read(1024 * 1024):
+        got += len(chunk)
+    code = await process.wait()
+    spent = time.perf_counter() - started
+    assert code == 0, (await errors).decode()[-3000:]
+    return spent, got
+
+
 class KeptClient:
     """The KEPT script above in the client venv: one `Client` for every run."""
 
@@ -408,6 +503,7 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
             await battery(env, "run", demo.POOL, "--", "true")
         seconds = []
         phases = []
+        bare_seconds: list[float] = []
         kept_runs: list[dict[str, Any]] = []
         async with KeptClient.start(stack) as kept:
             for _ in range(WARM):
@@ -420,6 +516,8 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                 seconds.append(spent)
                 await warm(kube)
                 kept_runs.append(await kept.run("true"))
+                await warm(kube)
+                bare_seconds.append((await bare(stack, "true"))[0])
                 if i < PROBE_RUNS:
                     await warm(kube)
                     phases.append(await probe(stack, "true"))
@@ -440,6 +538,25 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                         **median_phases(phases),
                     },
                     "probe_runs": PROBE_RUNS,
+                    "load_average_1m": load,
+                }
+            )
+        )
+        print(
+            json.dumps(
+                {
+                    "bench": "bare_run_true",
+                    "runs": RUN_RUNS,
+                    **latency_figures(bare_seconds),
+                    "battery_run_p50_ms": round(statistics.median(seconds) * 1000, 1),
+                    "battery_run_over_bare_p50": round(
+                        statistics.median(seconds) / statistics.median(bare_seconds), 2
+                    ),
+                    "battery_run_over_bare_p99": round(
+                        latency_figures(seconds)["p99_ms"]
+                        / latency_figures(bare_seconds)["p99_ms"],
+                        2,
+                    ),
                     "load_average_1m": load,
                 }
             )
@@ -471,6 +588,9 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
         await warm(kube)
         library = await probe(stack, "head", "-c", str(size), "/dev/zero")
         assert library["stdout_bytes"] == size
+        await warm(kube)
+        bare_spent, bare_got = await bare(stack, "head", "-c", str(size), "/dev/zero")
+        assert bare_got == size
         stream = spent - statistics.median(seconds)
         print(
             json.dumps(
@@ -487,6 +607,9 @@ async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
                     "stream_over_kept": (
                         round(kept_stdout["exec"] / 1000 / stream, 2) if stream > 0 else None
                     ),
+                    "bare_seconds": round(bare_spent, 3),
+                    "bare_mib_per_s": round(MIB / bare_spent, 1),
+                    "over_bare": round(bare_spent / spent, 2),
                     "load_average_1m": load_average(),
                 }
             )
