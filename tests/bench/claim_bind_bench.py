@@ -32,7 +32,7 @@ once); otherwise N=10 as a smoke run that proves the benchmark works.
 BATTERYOP_BENCH_PYSPY=<py-spy binary> prints the operator's and the fake battery's top frames
 over the bursts (`bench.profiles`).
 BATTERYOP_BENCH_BIND_EVENTS=true runs the operator with `--bind-events=true` (default: false, as
-the operator).
+the operator). BATTERYOP_BENCH_CLAIM_WORKERS=N runs it with `--claim-concurrent-reconciles=N`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ from batteryop.testing.operator_runner import OperatorProcess
 N = 100 if FULL else 10
 BIND_EVENTS = os.environ.get("BATTERYOP_BENCH_BIND_EVENTS", "false")
 """The operator's `--bind-events` (`true` measures a bind with a Normal Event each)."""
+CLAIM_WORKERS = os.environ.get("BATTERYOP_BENCH_CLAIM_WORKERS", "")
+"""The operator's `--claim-concurrent-reconciles` (empty: its default)."""
 ROUNDS = 3 if FULL else 1
 """Bursts of N claims at once; the concurrent figures are over all of their claims."""
 
@@ -379,7 +381,11 @@ async def operator_stack(
             OperatorProcess.start(
                 kubeconfig=kubeconfig,
                 battery_target=battery.target,
-                extra_args=[*PRODUCTION_LOGGING, f"--bind-events={BIND_EVENTS}"],
+                extra_args=[
+                    *PRODUCTION_LOGGING,
+                    f"--bind-events={BIND_EVENTS}",
+                    *([f"--claim-concurrent-reconciles={CLAIM_WORKERS}"] if CLAIM_WORKERS else []),
+                ],
             )
         )
         pids = {p.name: p.popen.pid for p in controlplane._procs}
@@ -415,6 +421,7 @@ async def test_claims_bind_against_a_warm_pool(controlplane: ControlPlane, tmp_p
         )
     result["api_server_floor"] = floor
     result["bind_events"] = BIND_EVENTS
+    result["claim_workers"] = CLAIM_WORKERS or "default"
     result["loadavg_1_5_15"] = [round(x, 1) for x in os.getloadavg()]  # a shared machine
     print()
     print(json.dumps(result))

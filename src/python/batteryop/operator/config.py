@@ -37,7 +37,9 @@ class OperatorConfig:
     battery_key_file: Path | None = None
     battery_reconnect_base: timedelta = timedelta(seconds=1)
     battery_reconnect_max: timedelta = timedelta(seconds=30)
-    claim_concurrent_reconciles: int = 4
+    # 16: a burst of 100 claims was bound by 4 workers (one kept for renewals, CL-018), not
+    # by CPU; docs/dev/operator-performance.md, "Claim workers".
+    claim_concurrent_reconciles: int = 16
     pool_concurrent_reconciles: int = 2
     pool_resync_interval: timedelta = timedelta(seconds=30)
     namespace: str = names.OPERATOR_NAMESPACE

@@ -14,7 +14,7 @@ def test_defaults_match_the_deployment() -> None:
         timedelta(seconds=10),
         timedelta(minutes=2),
     )
-    assert c.claim_concurrent_reconciles == 4
+    assert c.claim_concurrent_reconciles == 16
     assert c.bind_events is False  # the Bound condition records the bind; no Event
 
 
