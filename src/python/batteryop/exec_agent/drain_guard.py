@@ -70,7 +70,7 @@ from batteryop.api import names
 from batteryop.api.backoff import Backoff
 from batteryop.api.clock import SYSTEM_CLOCK, Clock
 from batteryop.api.conditions import ClaimPhase
-from batteryop.api.times import format_rfc3339_nano, parse_time
+from batteryop.api.times import format_duration, format_rfc3339_nano, parse_time
 from batteryop.exec_agent.guard_pair import GuardBusyError, GuardPair
 from batteryop.kube.client import KubeClient, Objects
 from batteryop.kube.errors import KubeError
@@ -299,7 +299,7 @@ class DrainGuard:
         until = self.idle_since + self._linger
         if now < until:
             return until
-        await self._remove(f"no claim has been Bound on the Host for {_seconds(self._linger)}")
+        await self._remove(f"no claim has been Bound on the Host for {format_duration(self._linger)}")
         return None
 
     async def _track_drain(self, node: Object, now: datetime) -> None:
@@ -380,9 +380,3 @@ class DrainGuard:
                 claim,
                 extra={"node": self.node_name, "claim": claim, "drain_started": started},
             )
-
-
-def _seconds(span: timedelta) -> str:
-    """`span` as the flags write it, in whole seconds where it is whole (`60s`, `1.5s`)."""
-    seconds = span.total_seconds()
-    return f"{seconds:g}s"
