@@ -299,7 +299,9 @@ class DrainGuard:
         until = self.idle_since + self._linger
         if now < until:
             return until
-        await self._remove(f"no claim has been Bound on the Host for {format_duration(self._linger)}")
+        await self._remove(
+            f"no claim has been Bound on the Host for {format_duration(self._linger)}"
+        )
         return None
 
     async def _track_drain(self, node: Object, now: datetime) -> None:
