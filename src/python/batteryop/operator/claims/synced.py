@@ -39,9 +39,10 @@ async def synced(scope: ClaimScope) -> None:
         return
     error = call.error
     if error is None or isinstance(error, ANSWERS):
-        if scope.outcome.remove_finalizer:
-            # Released: the finalizer's removal, the next write, deletes the claim. Writing
-            # Synced before it would be one more request per claim for an object then gone.
+        if scope.claim.metadata.deleting:
+            # A deleting claim's one battery call is its release, and answered, its finalizer
+            # goes (`release`): that write deletes the claim. Writing Synced before it would be
+            # one more request per claim for an object then gone.
             return
         scope.set_condition(  # CL-042
             ClaimConditionType.SYNCED, True, ClaimReason.SYNCED, f"battery answered {call.rpc}"
