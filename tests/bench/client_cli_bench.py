@@ -216,6 +216,13 @@ async def battery(env: Mapping[str, str], *args: str) -> tuple[float, int, str]:
         stderr=asyncio.subprocess.PIPE,
         env=dict(env),
     )
+    spent, got, err = await counted(process, started)
+    return spent, got, err
+
+
+async def counted(process: asyncio.subprocess.Process, started: float) -> tuple[float, int, str]:
+    """Read `process`'s stdout to its end (counted, not kept) and wait for it: its seconds since
+    `started`, its stdout bytes and its stderr; it must exit 0."""
     assert process.stdout is not None and process.stderr is not None
     errors = asyncio.ensure_future(process.stderr.read())
     got = 0
@@ -224,7 +231,7 @@ async def battery(env: Mapping[str, str], *args: str) -> tuple[float, int, str]:
     code = await process.wait()
     spent = time.perf_counter() - started
     err = (await errors).decode()
-    assert code == 0, err
+    assert code == 0, err[-3000:]
     return spent, got, err
 
 
@@ -433,14 +440,7 @@ async def bare(stack: Stack, *argv: str) -> tuple[float, int]:
     process = await venv_script(
         stack, BARE, *argv, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
-    assert process.stdout is not None and process.stderr is not None
-    errors = asyncio.ensure_future(process.stderr.read())
-    got = 0
-    while chunk := await process.stdout.read(1024 * 1024):
-        got += len(chunk)
-    code = await process.wait()
-    spent = time.perf_counter() - started
-    assert code == 0, (await errors).decode()[-3000:]
+    spent, got, _ = await counted(process, started)
     return spent, got
 
 
