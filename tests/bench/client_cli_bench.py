@@ -124,7 +124,8 @@ CP_MIB = 1024 if FULL else 16
 GUESTS = os.environ.get("BATTERYOP_BENCH_GUESTS", "sandbox")
 WARM = 3
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+ON_THE_STACK = pytest.mark.asyncio(loop_scope="module")
+"""The async tests share the module's event loop, as the `stack` fixture does."""
 
 
 def load_average() -> float:
@@ -494,6 +495,7 @@ def median_phases(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@ON_THE_STACK
 async def test_battery_run_on_a_warm_pool_and_its_stdout(stack: Stack) -> None:
     env = stack.cli_env()
     async with stack.kube() as kube:
@@ -628,6 +630,7 @@ async def typed(terminal: Terminal, key: bytes) -> float:
     return time.perf_counter() - started
 
 
+@ON_THE_STACK
 async def test_a_shell_opens_and_echoes_keystrokes(stack: Stack) -> None:
     async with stack.kube() as kube:
         await demo.apply_pool(kube)
@@ -685,6 +688,7 @@ def timed_battery(env: Mapping[str, str], *args: str) -> tuple[float, float]:
     return spent, round(usage.ru_maxrss / 1024, 1)
 
 
+@ON_THE_STACK
 async def test_battery_cp_of_one_file_in_and_out(stack: Stack, tmp_path: Path) -> None:
     async with stack.kube() as kube:
         await demo.apply_pool(kube)
