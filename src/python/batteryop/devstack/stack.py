@@ -66,7 +66,7 @@ from batteryop.kube.resources import CONFIGMAPS, NODES
 from batteryop.testing import guest_image
 from batteryop.testing.controlplane.server import ControlPlane, free_port
 from batteryop.testing.host_registry_env import published
-from batteryop.testing.kubenode.parts import registry_config
+from batteryop.testing.oci_registry import registry_config
 from batteryop.testing.progress import Heartbeat
 
 KUBECTL_DIR = Path.home() / ".cache/batteryop/bootstrap/bin"

@@ -4,7 +4,7 @@ registry), plain HTTP on `127.0.0.1:<free port>`, its data in a folder of the te
 `loopback_registry` starts it and yields its address once its own log says "listening on" (no
 guessed delay); on exit it is stopped. The release tests push the release's images to it, the
 fake flintlockd's image store tests pull kernels and root filesystems from it. The Nodes of
-`testing.kubenode` run the same registry with the same config (`kubenode.parts.registry_config`)
+`testing.kubenode` run the same registry with the same config (`registry_config`)
 inside their own network namespace.
 """
 
@@ -18,14 +18,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+import yaml
+
 from batteryop.testing.controlplane.server import free_port
-from batteryop.testing.kubenode.parts import registry_config
 from batteryop.testing.processes import die_with_parent, terminate
 
 MISSING_REGISTRY: Final = (
     "Debian's docker-registry is not installed (apt-get install docker-registry)"
 )
 READY_TIMEOUT_SECONDS: Final = 30.0
+
+
+def registry_config(folder: Path, address: str) -> Path:
+    """A config file for Debian's docker-registry: plain HTTP on `address`, data in `folder`."""
+    config = folder / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "info"},  # its "listening on" line says it is ready
+                "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
+                "http": {"addr": address},
+            }
+        )
+    )
+    return config
 
 
 class RegistryError(RuntimeError):

@@ -89,7 +89,7 @@ from batteryop.testing.kubenode.names import (
     node_name,
     pod_cidr,
 )
-from batteryop.testing.kubenode.parts import registry_config
+from batteryop.testing.oci_registry import registry_config
 from batteryop.testing.processes import die_with_parent
 from batteryop.testing.progress import Heartbeat
 from batteryop.tls import CertificateAuthority

@@ -34,6 +34,7 @@ from batteryop.testing.kubenode.names import (
     REGISTRY_FOR_PODS,
     SERVICE_CIDR,
 )
+from batteryop.testing.oci_registry import registry_config
 from batteryop.tls import CertificateAuthority
 
 if TYPE_CHECKING:
@@ -294,22 +295,6 @@ def start_coredns(node: KubeNode, kubeconfig: Path) -> None:
         "    fallthrough in-addr.arpa ip6.arpa\n  }\n  cache 30\n}\n"
     )
     node.spawn("coredns", [str(node.bins.coredns), "-conf", str(corefile)])
-
-
-def registry_config(folder: Path, address: str) -> Path:
-    """A config file for Debian's docker-registry: plain HTTP on `address`, data in `folder`."""
-    config = folder / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "info"},  # its "listening on" line says it is ready
-                "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-                "http": {"addr": address},
-            }
-        )
-    )
-    return config
 
 
 def _binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
