@@ -10,9 +10,9 @@ Only when the reconcile called battery (a claim that needed no call keeps Synced
   `BatteryError` with battery's message (CL-041).
 
 A released claim (its finalizer about to go) gets no Synced write: the finalizer's removal
-deletes it. The phase is never changed here. While Synced is False the claim is queued again after the
-time since Synced changed, clamped to 1-30 s, unless a step already asked for a retry (a
-Pending claim's wait is measured from Bound instead). A Warning Event is posted when Synced
+deletes it. The phase is never changed here. While Synced is False the claim is queued again
+after the time since Synced changed, clamped to 1-30 s, unless a step already asked for a retry
+(a Pending claim's wait is measured from Bound instead). A Warning Event is posted when Synced
 turns False or its reason changes.
 """
 
